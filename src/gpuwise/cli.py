@@ -1,0 +1,74 @@
+"""The `gpuwise` command: parses arguments, calls the library, renders. Nothing else lives here.
+
+Each subcommand is a module in `gpuwise.commands` defining HELP, EXAMPLES, `add_arguments(parser)`
+and `run(args) -> int`. Expected errors (`GpuwiseError`) become one line on stderr and exit code 2;
+anything else is an internal error with its traceback under --debug.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from . import __version__
+from .errors import GpuwiseError
+
+COMMANDS = ["demo", "gpus", "pick", "run", "estimate", "measure", "tune", "watch", "launch", "train", "scale"]
+
+
+def _load(name: str):
+    try:
+        return importlib.import_module(f"gpuwise.commands.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name == f"gpuwise.commands.{name}":
+            return None  # a command not built yet
+        raise
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpuwise",
+        description="Make a PyTorch training job use GPUs well: pick, plan, measure, tune, watch, scale.",
+        epilog="Run `gpuwise COMMAND --help` for examples. Every command takes --json.",
+    )
+    parser.add_argument("--version", action="version", version=f"gpuwise {__version__}")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+    common.add_argument("--debug", action="store_true", help="show tracebacks of unexpected errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        mod = _load(name)
+        if mod is None:
+            continue
+        p = sub.add_parser(name, parents=[common], help=mod.HELP, description=mod.HELP,
+                           epilog="examples:\n" + mod.EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+        mod.add_arguments(p)
+        p.set_defaults(_run=mod.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args._run(args) or 0)
+    except GpuwiseError as exc:
+        print(f"gpuwise {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"gpuwise {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if getattr(args, "debug", False):
+            raise
+        print(f"gpuwise {args.command}: internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)",
+              file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

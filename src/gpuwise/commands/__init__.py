@@ -1,0 +1,1 @@
+"""One module per subcommand: HELP, EXAMPLES, add_arguments(parser), run(args) -> int."""

@@ -1,0 +1,34 @@
+"""Arguments shared by the commands that run a workload, and their conversion to library types."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..step import OPTIMIZERS, PRECISIONS, StepConfig
+from ..workload import Workload, load_workload
+
+
+def add_workload_arguments(p: argparse.ArgumentParser, batch_required: bool = False) -> None:
+    p.add_argument("workload", metavar="WORKLOAD", help="path/to/job.py, pkg.module or examples:NAME")
+    p.add_argument("-b", "--batch-size", type=int, required=batch_required, help="samples per step")
+    p.add_argument("--optimizer", choices=list(OPTIMIZERS), help="override the workload's optimizer (default adamw)")
+    p.add_argument("--precision", default="fp32", choices=list(PRECISIONS), help="numeric precision (default fp32)")
+    p.add_argument("--checkpointing", action="store_true", help="activation checkpointing of the repeated blocks")
+
+
+def workload_from_args(args: argparse.Namespace) -> Workload:
+    return load_workload(args.workload)
+
+
+def step_config_from_args(args: argparse.Namespace) -> StepConfig:
+    return StepConfig(optimizer=args.optimizer, precision=args.precision, checkpointing=args.checkpointing)
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value

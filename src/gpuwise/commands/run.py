@@ -1,0 +1,61 @@
+"""`gpuwise run -- cmd`: pick and reserve GPUs, run the command with CUDA_VISIBLE_DEVICES set."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+
+from ..devices import pick
+from ..errors import GpuwiseError
+from ..report import console
+from .common import positive_int
+
+HELP = "pick and reserve GPU(s) for the life of a command, run it with CUDA_VISIBLE_DEVICES set"
+EXAMPLES = """\
+  gpuwise run -- python train.py --epochs 10
+  gpuwise run -n 2 --min-free 20GiB --wait 30m -- torchrun --nproc-per-node 2 train.py
+The command's exit code is passed through; the GPUs are released when it ends.
+"""
+
+
+def add_arguments(p) -> None:
+    p.add_argument("-n", "--count", type=positive_int, default=1, help="how many GPUs (default 1)")
+    p.add_argument("--min-free", default="0", help="minimum free memory, e.g. 10GiB")
+    p.add_argument("--max-util", type=float, default=None, help="maximum utilisation in percent")
+    p.add_argument("--wait", default=None, help="wait up to this long for GPUs, e.g. 10m")
+    p.add_argument("--uuid", action="store_true", help="set UUIDs instead of indices")
+    p.add_argument("cmd", nargs="...", metavar="-- CMD ARGS", help="the command to run")
+
+
+def run(args) -> int:
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not cmd:
+        raise GpuwiseError("no command given: use `gpuwise run -- python train.py ...`")
+    result = pick(args.count, min_free=args.min_free, max_util=args.max_util, wait=args.wait, uuid=args.uuid,
+                  reserve_for="process", set_env=False, command=shlex.join(cmd),
+                  on_wait=lambda m: console.err.print(f"[dim]waiting: {m}[/dim]"))
+    env = dict(os.environ, CUDA_DEVICE_ORDER="PCI_BUS_ID", CUDA_VISIBLE_DEVICES=result.cuda_visible_devices)
+    if args.json:
+        console.err.print(f"gpuwise run: CUDA_VISIBLE_DEVICES={result.cuda_visible_devices}")
+    else:
+        console.err.print(f"[dim]gpuwise run: CUDA_VISIBLE_DEVICES={result.cuda_visible_devices} {shlex.join(cmd)}[/dim]")
+    try:
+        proc = subprocess.Popen(cmd, env=env)
+    except OSError as exc:
+        result.release()
+        raise GpuwiseError(f"cannot start {cmd[0]!r}: {exc.strerror}") from exc
+    try:
+        while True:
+            try:
+                code = proc.wait()
+                break
+            except KeyboardInterrupt:
+                proc.send_signal(signal.SIGINT)  # let the child shut down; keep the GPUs until it has
+    finally:
+        result.release()
+    code = 128 - code if code < 0 else code  # killed by a signal: the shell's convention
+    if args.json:
+        console.emit_json({**result.to_dict(), "command": cmd, "exit_code": code})
+    return code

@@ -1,0 +1,126 @@
+"""The one seam to NVML (nvidia-ml-py's `pynvml`).
+
+Every call goes through `query(fn, *args, default=None)`, which initialises NVML lazily and returns
+`default` instead of raising when a function is missing or unsupported on this GPU (the approach of
+nvitop's `libnvml.nvmlQuery`). `NvmlUnavailable` is raised only when NVML cannot start at all, so that
+discovery can fall back to nvidia-smi or to the CPU.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from .model import Gpu, GpuProcess
+
+_lock = threading.Lock()
+_state: dict[str, Any] = {"initialized": False, "error": None}
+
+
+class NvmlUnavailable(Exception):
+    """NVML could not be initialised: no library (no driver) or no usable device."""
+
+    def __init__(self, reason: str, library_missing: bool):
+        super().__init__(reason)
+        self.library_missing = library_missing
+
+
+def _pynvml():
+    try:
+        import pynvml
+    except ImportError as exc:  # nvidia-ml-py not installed
+        raise NvmlUnavailable("the nvidia-ml-py package is not installed", library_missing=True) from exc
+    return pynvml
+
+
+def init() -> Any:
+    """Initialise NVML once per process; raise `NvmlUnavailable` with the reason when it cannot."""
+    pynvml = _pynvml()
+    with _lock:
+        if _state["initialized"]:
+            return pynvml
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as exc:
+            missing = isinstance(exc, getattr(pynvml, "NVMLError_LibraryNotFound", ())) or "not found" in str(exc).lower()
+            raise NvmlUnavailable(f"NVML: {exc}", library_missing=missing) from exc
+        _state["initialized"] = True
+        return pynvml
+
+
+def query(fn_name: str, *args, default=None):
+    """Call `pynvml.<fn_name>(*args)`; return `default` when the call is unsupported or fails."""
+    pynvml = init()
+    fn = getattr(pynvml, fn_name, None)
+    if fn is None:
+        return default
+    try:
+        return fn(*args)
+    except pynvml.NVMLError:
+        return default
+
+
+def _text(value) -> str | None:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _processes(handle) -> tuple[GpuProcess, ...]:
+    import psutil
+
+    seen: dict[int, GpuProcess] = {}
+    for fn in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+        for p in query(fn, handle, default=[]) or []:
+            used = getattr(p, "usedGpuMemory", None)
+            user = name = None
+            try:
+                proc = psutil.Process(p.pid)
+                user, name = proc.username(), proc.name()
+            except (psutil.Error, OSError):
+                pass  # another container's process, or it just ended
+            seen[p.pid] = GpuProcess(pid=p.pid, used_bytes=used if isinstance(used, int) else None, user=user, name=name)
+    return tuple(seen.values())
+
+
+def read_gpus() -> list[Gpu]:
+    """Snapshot every GPU NVML sees, in NVML (PCI bus) order."""
+    init()
+    count = query("nvmlDeviceGetCount", default=0)
+    gpus = []
+    for i in range(count):
+        h = query("nvmlDeviceGetHandleByIndex", i)
+        if h is None:
+            continue
+        mem = query("nvmlDeviceGetMemoryInfo", h)
+        util = query("nvmlDeviceGetUtilizationRates", h)
+        power = query("nvmlDeviceGetPowerUsage", h)
+        limit = query("nvmlDeviceGetEnforcedPowerLimit", h)
+        pci = query("nvmlDeviceGetPciInfo", h)
+        gpus.append(Gpu(
+            index=i, uuid=_text(query("nvmlDeviceGetUUID", h, default=f"GPU-unknown-{i}")),
+            name=_text(query("nvmlDeviceGetName", h, default="NVIDIA GPU")),
+            memory_total_bytes=int(mem.total) if mem else 0, memory_used_bytes=int(mem.used) if mem else 0,
+            utilization_pct=float(util.gpu) if util else None,
+            temperature_c=query("nvmlDeviceGetTemperature", h, 0, default=None),  # 0 = NVML_TEMPERATURE_GPU
+            power_w=power / 1000 if power is not None else None,  # NVML reports milliwatts
+            power_limit_w=limit / 1000 if limit is not None else None,
+            pci_bus_id=_text(getattr(pci, "busId", None)) if pci else None,
+            processes=_processes(h), backend="nvml",
+        ))
+    return gpus
+
+
+def sample(index: int) -> dict[str, float | None]:
+    """A cheap sample for monitors: utilisation, memory, power, SM clock of one GPU."""
+    h = query("nvmlDeviceGetHandleByIndex", index)
+    if h is None:
+        return {}
+    util = query("nvmlDeviceGetUtilizationRates", h)
+    mem = query("nvmlDeviceGetMemoryInfo", h)
+    power = query("nvmlDeviceGetPowerUsage", h)
+    return {
+        "utilization_pct": float(util.gpu) if util else None,
+        "memory_util_pct": float(util.memory) if util else None,
+        "memory_used_bytes": float(mem.used) if mem else None,
+        "power_w": power / 1000 if power is not None else None,
+        "sm_clock_mhz": query("nvmlDeviceGetClockInfo", h, 1, default=None),  # 1 = NVML_CLOCK_SM
+    }

@@ -1,0 +1,1 @@
+"""Plan: predict a training step's memory, FLOPs and time without a GPU."""

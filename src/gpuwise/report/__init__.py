@@ -1,0 +1,1 @@
+"""Rendering: terminal tables, charts, HTML. Only this package and cli/commands print or draw."""

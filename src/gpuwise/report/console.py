@@ -1,0 +1,34 @@
+"""Shared terminal output: stdout for results, stderr for progress and messages."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False)
+
+
+def emit_json(obj: Any) -> None:
+    """Exactly one JSON object on stdout (the --json contract)."""
+    sys.stdout.write(json.dumps(obj, default=_default) + "\n")
+    sys.stdout.flush()
+
+
+def _default(obj: Any):
+    if hasattr(obj, "to_dict"):
+        return obj.to_dict()
+    if isinstance(obj, (set, tuple)):
+        return list(obj)
+    return str(obj)
+
+
+def progress(**kwargs):
+    """A progress bar on stderr (transient), for anything that takes more than a few seconds."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=err, transient=True, **kwargs)

@@ -1,0 +1,248 @@
+"""The training step gpuwise owns: optimizers, precision, activation checkpointing, one step.
+
+Plan (fake-tensor tracing), measure (real device), tune, watch and train all run this same code, so a
+prediction and a measurement describe the same step:
+
+    move batch to device -> autocast if asked -> loss(model, batch).backward() -> optimizer.step()
+    -> optimizer.zero_grad(set_to_none=True)
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import GpuwiseError
+
+# name -> (factory(params, **impl_kwargs), description). Learning rates are the usual defaults; they do
+# not change memory or time. Source of the state sizes: torch/optim/*.py (`state[...] = torch.zeros_like`).
+OPTIMIZERS: dict[str, tuple[Callable, str]] = {}
+
+
+def register_optimizer(name: str, description: str):
+    def deco(fn):
+        OPTIMIZERS[name] = (fn, description)
+        return fn
+    return deco
+
+
+@register_optimizer("sgd", "plain SGD: no state")
+def _sgd(params, **kw):
+    import torch
+    return torch.optim.SGD(params, lr=1e-2, **kw)
+
+
+@register_optimizer("momentum", "SGD with momentum 0.9: one buffer per parameter")
+def _momentum(params, **kw):
+    import torch
+    return torch.optim.SGD(params, lr=1e-2, momentum=0.9, **kw)
+
+
+@register_optimizer("adam", "Adam: exp_avg + exp_avg_sq per parameter (+ step)")
+def _adam(params, **kw):
+    import torch
+    return torch.optim.Adam(params, lr=1e-3, **kw)
+
+
+@register_optimizer("adamw", "AdamW (default): exp_avg + exp_avg_sq per parameter (+ step)")
+def _adamw(params, **kw):
+    import torch
+    return torch.optim.AdamW(params, lr=1e-3, **kw)
+
+
+@register_optimizer("adagrad", "Adagrad: sum per parameter (+ step)")
+def _adagrad(params, **kw):
+    import torch
+    return torch.optim.Adagrad(params, lr=1e-2, **kw)
+
+
+@register_optimizer("rmsprop", "RMSprop: square_avg per parameter (+ step)")
+def _rmsprop(params, **kw):
+    import torch
+    return torch.optim.RMSprop(params, lr=1e-3, **kw)
+
+
+OPTIMIZER_IMPLS = ("default", "for-loop", "foreach", "fused")
+
+
+def make_optimizer(name: str, params, impl: str = "default"):
+    """Build a registered optimizer. `impl` picks for-loop / foreach / fused; 'default' lets torch choose
+    (foreach on CUDA, for-loop on CPU; see torch/optim/optimizer.py `_default_to_fused_or_foreach`)."""
+    key = name.lower().replace("_", "").replace("-", "")
+    key = {"sgdmomentum": "momentum", "sgdm": "momentum"}.get(key, key)
+    if key not in OPTIMIZERS:
+        raise GpuwiseError(f"unknown optimizer {name!r}; choose from: {', '.join(OPTIMIZERS)}")
+    if impl not in OPTIMIZER_IMPLS:
+        raise GpuwiseError(f"unknown optimizer implementation {impl!r}; choose from: {', '.join(OPTIMIZER_IMPLS)}")
+    kw = {"for-loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}.get(impl, {})
+    return OPTIMIZERS[key][0](params, **kw)
+
+
+def optimizer_name(name: str) -> str:
+    """The canonical registry name (validates)."""
+    key = name.lower().replace("_", "").replace("-", "")
+    key = {"sgdmomentum": "momentum", "sgdm": "momentum"}.get(key, key)
+    if key not in OPTIMIZERS:
+        raise GpuwiseError(f"unknown optimizer {name!r}; choose from: {', '.join(OPTIMIZERS)}")
+    return key
+
+
+# precision -> what it means. "bf16-pure" casts the model and float inputs to bfloat16 (no autocast).
+PRECISIONS = {
+    "fp32": "float32, TF32 tensor cores off",
+    "tf32": "float32 storage, TF32 tensor-core matmuls/convolutions",
+    "bf16": "bfloat16 autocast (fp32 weights and optimizer)",
+    "fp16": "float16 autocast with GradScaler",
+    "bf16-pure": "model, activations and optimizer state in bfloat16",
+}
+
+
+def check_precision(precision: str) -> str:
+    p = precision.lower()
+    if p not in PRECISIONS:
+        raise GpuwiseError(f"unknown precision {precision!r}; choose from: {', '.join(PRECISIONS)}")
+    return p
+
+
+def device_type(device) -> str:
+    return str(device).split(":")[0]
+
+
+def move_to(batch: Any, device, non_blocking: bool = False, float_dtype=None):
+    """Move a Tensor / tuple / list / dict batch to `device` (floats optionally cast to `float_dtype`)."""
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        t = batch.to(device, non_blocking=non_blocking)
+        return t.to(float_dtype) if float_dtype is not None and t.is_floating_point() else t
+    if isinstance(batch, Mapping):
+        return {k: move_to(v, device, non_blocking, float_dtype) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(move_to(v, device, non_blocking, float_dtype) for v in batch)
+    return batch
+
+
+def batch_bytes(batch: Any) -> int:
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return batch.numel() * batch.element_size()
+    if isinstance(batch, Mapping):
+        return sum(batch_bytes(v) for v in batch.values())
+    if isinstance(batch, (list, tuple)):
+        return sum(batch_bytes(v) for v in batch)
+    return 0
+
+
+def enable_checkpointing(model) -> int:
+    """Turn on activation checkpointing; returns how many blocks are recomputed in backward.
+
+    A `transformers` model uses its own `gradient_checkpointing_enable`; otherwise the children of the
+    largest ModuleList/Sequential (the repeated blocks) are wrapped in non-reentrant
+    `torch.utils.checkpoint.checkpoint`, which is what users do by hand.
+    """
+    import torch
+    from torch.utils.checkpoint import checkpoint
+
+    if getattr(model, "supports_gradient_checkpointing", False) and hasattr(model, "gradient_checkpointing_enable"):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        return sum(1 for m in model.modules() if getattr(m, "gradient_checkpointing", False))
+    containers = [m for m in model.modules() if isinstance(m, (torch.nn.ModuleList, torch.nn.Sequential)) and len(m) > 1]
+    if not containers:
+        raise GpuwiseError("--checkpointing: the model has no ModuleList/Sequential of blocks to checkpoint")
+    blocks = max(containers, key=lambda m: (len(m), sum(p.numel() for p in m.parameters())))
+    for block in blocks:
+        forward = block.forward
+
+        def wrapped(*args, _forward=forward, **kwargs):
+            if torch.is_grad_enabled():
+                return checkpoint(_forward, *args, use_reentrant=False, **kwargs)
+            return _forward(*args, **kwargs)
+
+        block.forward = wrapped
+    return len(blocks)
+
+
+@dataclass
+class StepConfig:
+    optimizer: str | None = None  # None: the workload's optimizer() or AdamW
+    precision: str = "fp32"
+    checkpointing: bool = False
+    optimizer_impl: str = "default"
+
+    def __post_init__(self):
+        self.precision = check_precision(self.precision)
+        if self.optimizer is not None:
+            self.optimizer = optimizer_name(self.optimizer)
+
+
+class TrainStep:
+    """A model, optimizer and scaler on a device, and `step(batch)` running one training step."""
+
+    def __init__(self, workload, config: StepConfig, device="cpu", model=None):
+        import torch
+
+        self.workload = workload
+        self.config = config
+        self.device = torch.device(device)
+        dtype = device_type(self.device)
+        self.model = model if model is not None else workload.build_model()
+        if config.checkpointing:
+            enable_checkpointing(self.model)
+        if config.precision == "bf16-pure":
+            self.model = self.model.to(torch.bfloat16)
+        self.model = self.model.to(self.device)
+        self.model.train()
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        if config.optimizer is None and workload.optimizer_fn is not None:
+            self.optimizer = workload.optimizer_fn(params)
+        else:
+            self.optimizer = make_optimizer(config.optimizer or "adamw", params, config.optimizer_impl)
+        self.autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.precision)
+        self.scaler = None
+        if config.precision == "fp16":
+            self.scaler = torch.amp.GradScaler(dtype, enabled=dtype in ("cuda", "cpu"))
+        self.float_dtype = torch.bfloat16 if config.precision == "bf16-pure" else None
+
+    def autocast(self):
+        import torch
+
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type(self.device), dtype=self.autocast_dtype)
+
+    def to_device(self, batch, non_blocking: bool = False):
+        return move_to(batch, self.device, non_blocking=non_blocking, float_dtype=self.float_dtype)
+
+    def step(self, batch, on_device: bool = False):
+        """One training step; returns the detached loss. `batch` is moved to the device unless `on_device`."""
+        if not on_device:
+            batch = self.to_device(batch)
+        with tf32_mode(self.config.precision == "tf32"):
+            with self.autocast():
+                loss = self.workload.compute_loss(self.model, batch)
+            if self.scaler is not None:
+                self.scaler.scale(loss).backward()
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+            else:
+                loss.backward()
+                self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+
+@contextlib.contextmanager
+def tf32_mode(enabled: bool):
+    """TF32 matmuls/convolutions on (tf32) or off (everything else), restored afterwards."""
+    import torch
+
+    old = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    torch.backends.cudnn.allow_tf32 = enabled
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
