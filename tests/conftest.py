@@ -1,0 +1,44 @@
+"""Shared fixtures. Every test gets its own reservation folder, so tests never see each other's GPUs held."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).parent / "data"
+FOUR_GPUS = DATA / "four_gpus.json"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_lock_dir(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("GPUWISE_LOCK_DIR", str(tmp_path_factory.mktemp("locks")))
+
+
+@pytest.fixture
+def fake_gpus(monkeypatch):
+    """The four fake GPUs of tests/data/four_gpus.json (an 80 GB A100 idle, one 40% busy, a busy 40 GB A100, an L4)."""
+    monkeypatch.setenv("GPUWISE_FAKE_GPUS", str(FOUR_GPUS))
+    return json.loads(FOUR_GPUS.read_text())
+
+
+@pytest.fixture
+def write_fake(tmp_path, monkeypatch):
+    """Write a fake-GPU file (a list of dicts, or raw text) and point GPUWISE_FAKE_GPUS at it."""
+    def write(content) -> Path:
+        path = tmp_path / "gpus.json"
+        path.write_text(content if isinstance(content, str) else json.dumps(content))
+        monkeypatch.setenv("GPUWISE_FAKE_GPUS", str(path))
+        return path
+    return write
+
+
+def run_cli(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run `python -m gpuwise ARGS` in a subprocess (real exit codes, real stdout/stderr)."""
+    full_env = dict(os.environ, **(env or {}))
+    return subprocess.run([sys.executable, "-m", "gpuwise", *args], capture_output=True, text=True,
+                          env=full_env, timeout=timeout)
