@@ -1,0 +1,280 @@
+"""A model of PyTorch's CUDA caching allocator, replayed over a MemoryTrace.
+
+Follows c10/cuda/CUDACachingAllocator.cpp (DeviceCachingAllocator, default settings: no
+expandable segments, max_split_size unlimited, no garbage-collection threshold):
+
+- every request is rounded up to a multiple of 512 bytes (`round_size`, kMinBlockSize = 512);
+- requests <= 1 MiB (kSmallSize) come from the small pool, the rest from the large pool (`get_pool`);
+- a new segment (one cudaMalloc) is 2 MiB (kSmallBuffer) for small requests, 20 MiB (kLargeBuffer) for
+  requests under 10 MiB (kMinLargeAlloc), else the request rounded up to 2 MiB (kRoundLarge)
+  (`get_allocation_size`);
+- a cached free block is chosen best-fit: the smallest block of the same stream whose size is at least
+  the request, ties broken by address (`BlockComparatorSize`, `get_free_block`); blocks of
+  max_split_size or more only serve requests of max_split_size or more, within +20 MiB;
+- a chosen block is split when the rest is >= 512 bytes (small pool) or > 1 MiB (large pool, and the
+  request is below max_split_size) (`should_split`); the request takes the front, the rest stays cached;
+- a freed block merges with free neighbours of its segment (`free_block`, `try_merge_blocks`);
+- when cudaMalloc fails (here: reserved + segment > capacity), free every cached segment that is not
+  split and retry (`release_cached_blocks`), else out of memory.
+
+`allocated_bytes` counts block sizes, as `torch.cuda.memory_allocated()` does (`stats.allocated_bytes
+.increase(block->size)`): an unsplit block counts whole, e.g. 11 MiB asked of a fresh 12 MiB segment
+counts 12 MiB, because a 1 MiB rest is not > kSmallSize and so is not split off.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+from .events import MemoryTrace
+
+# c10/cuda/CUDACachingAllocator.cpp constants
+K_MIN_BLOCK_SIZE = 512                  # kMinBlockSize: all sizes are rounded to at least 512 bytes
+K_SMALL_SIZE = 1048576                  # kSmallSize: largest "small" allocation is 1 MiB
+K_SMALL_BUFFER = 2097152                # kSmallBuffer: "small" allocations are packed in 2 MiB blocks
+K_LARGE_BUFFER = 20971520               # kLargeBuffer: "large" allocations may be packed in 20 MiB blocks
+K_MIN_LARGE_ALLOC = 10485760            # kMinLargeAlloc: allocations between 1 and 10 MiB may use kLargeBuffer
+K_ROUND_LARGE = 2097152                 # kRoundLarge: round up large allocations to 2 MiB
+NO_MAX_SPLIT = 2**64 - 1                # CUDAAllocatorConfig::max_split_size() default: SIZE_MAX
+
+
+def round_size(nbytes: int) -> int:
+    """`round_size`: at least 512 bytes, else up to a multiple of 512 (roundup_power2_divisions off)."""
+    if nbytes < K_MIN_BLOCK_SIZE:
+        return K_MIN_BLOCK_SIZE
+    return K_MIN_BLOCK_SIZE * ((nbytes + K_MIN_BLOCK_SIZE - 1) // K_MIN_BLOCK_SIZE)
+
+
+def segment_size(rounded_bytes: int) -> int:
+    """`get_allocation_size`: the cudaMalloc size for a request that found no cached block."""
+    if rounded_bytes <= K_SMALL_SIZE:
+        return K_SMALL_BUFFER
+    if rounded_bytes < K_MIN_LARGE_ALLOC:
+        return K_LARGE_BUFFER
+    return K_ROUND_LARGE * ((rounded_bytes + K_ROUND_LARGE - 1) // K_ROUND_LARGE)
+
+
+class _Block:
+    __slots__ = ("addr", "size", "stream", "small", "allocated", "prev", "next", "requested")
+
+    def __init__(self, addr: int, size: int, stream: int, small: bool):
+        self.addr, self.size, self.stream, self.small = addr, size, stream, small
+        self.allocated = False
+        self.prev: _Block | None = None
+        self.next: _Block | None = None
+        self.requested = 0
+
+    def key(self) -> tuple[int, int, int]:
+        return (self.stream, self.size, self.addr)
+
+    def is_split(self) -> bool:
+        return self.prev is not None or self.next is not None
+
+
+class _Pool:
+    """Free cached blocks ordered by (stream, size, address): `BlockComparatorSize`."""
+
+    def __init__(self, small: bool):
+        self.small = small
+        self.keys: list[tuple[int, int, int]] = []
+        self.blocks: dict[tuple[int, int, int], _Block] = {}
+
+    def insert(self, b: _Block) -> None:
+        k = b.key()
+        bisect.insort(self.keys, k)
+        self.blocks[k] = b
+
+    def remove(self, b: _Block) -> None:
+        k = b.key()
+        i = bisect.bisect_left(self.keys, k)
+        del self.keys[i]
+        del self.blocks[k]
+
+    def best_fit(self, stream: int, size: int) -> _Block | None:
+        i = bisect.bisect_left(self.keys, (stream, size, -1))
+        if i == len(self.keys) or self.keys[i][0] != stream:
+            return None
+        return self.blocks[self.keys[i]]
+
+
+@dataclass(frozen=True)
+class AllocatorResult:
+    """What `torch.cuda.memory_stats()` would say after the replay (peaks over the steady-state step)."""
+
+    peak_allocated_bytes: int       # max of memory_allocated (block sizes) during the steady-state step
+    peak_reserved_bytes: int        # max of memory_reserved during the steady-state step
+    peak_requested_bytes: int       # max of the bytes asked for (unrounded) during the steady-state step
+    max_reserved_bytes: int         # max of memory_reserved over the whole replay (setup included)
+    max_allocated_bytes: int        # max of memory_allocated over the whole replay
+    segments: int                   # cudaMalloc calls that succeeded
+    retries: int                    # cudaMalloc failures that freed cached segments and retried
+    oom: bool                       # a request could not be served even after freeing the cache
+    oom_event_index: int | None
+    oom_request_bytes: int = 0
+    fragmentation: float = 0.0      # 1 - allocated/reserved at the steady-state peak of reserved
+    timeline: list[tuple[int, int, int]] = field(default_factory=list, repr=False)  # (event, allocated, reserved)
+
+    @property
+    def cached_free_bytes(self) -> int:
+        return self.peak_reserved_bytes - self.peak_allocated_bytes
+
+
+class CachingAllocator:
+    """The allocator's state: segments, free pools and statistics. `malloc`/`free` mirror the C++."""
+
+    def __init__(self, capacity_bytes: int | None = None, max_split_size_bytes: int | None = None):
+        self.capacity_bytes = capacity_bytes
+        self.max_split = max_split_size_bytes or NO_MAX_SPLIT
+        self.small, self.large = _Pool(True), _Pool(False)
+        self.reserved_bytes = 0
+        self.allocated_bytes = 0
+        self.requested_bytes = 0
+        self.segments = 0
+        self.retries = 0
+        self._next_addr = 1 << 40  # virtual addresses: segments laid out one after the other
+        self._heads: list[_Block] = []  # first block of every live segment
+
+    # -- malloc -------------------------------------------------------------------------------------
+    def malloc(self, nbytes: int, stream: int = 0) -> _Block | None:
+        """A block for `nbytes`, or None when out of memory."""
+        size = round_size(nbytes)
+        pool = self.small if size <= K_SMALL_SIZE else self.large
+        block = self._get_free_block(pool, stream, size)
+        if block is None:
+            block = self._alloc_segment(pool, stream, size)
+            if block is None:  # release_cached_blocks() and retry, as `malloc` does after a failed cudaMalloc
+                self.retries += 1
+                self._release_cached_blocks()
+                block = self._alloc_segment(pool, stream, size)
+                if block is None:
+                    return None
+        return self._alloc_found_block(pool, block, size, nbytes)
+
+    def _get_free_block(self, pool: _Pool, stream: int, size: int) -> _Block | None:
+        block = pool.best_fit(stream, size)
+        if block is None:
+            return None
+        if size < self.max_split and block.size >= self.max_split:
+            return None  # "Do not return an oversized block for a large request"
+        if size >= self.max_split and block.size >= size + K_LARGE_BUFFER:
+            return None  # "Allow oversized block size to be rounded up but within a limit"
+        pool.remove(block)
+        return block
+
+    def _alloc_segment(self, pool: _Pool, stream: int, size: int) -> _Block | None:
+        seg = segment_size(size)
+        if self.capacity_bytes is not None and self.reserved_bytes + seg > self.capacity_bytes:
+            return None
+        block = _Block(self._next_addr, seg, stream, pool.small)
+        self._next_addr += seg
+        self.reserved_bytes += seg
+        self.segments += 1
+        self._heads.append(block)
+        return block
+
+    def _should_split(self, block: _Block, size: int) -> bool:
+        remaining = block.size - size
+        if block.small:
+            return remaining >= K_MIN_BLOCK_SIZE
+        return size < self.max_split and remaining > K_SMALL_SIZE
+
+    def _alloc_found_block(self, pool: _Pool, block: _Block, size: int, nbytes: int) -> _Block:
+        if self._should_split(block, size):
+            rest = _Block(block.addr + size, block.size - size, block.stream, block.small)
+            rest.prev, rest.next = block, block.next
+            if block.next is not None:
+                block.next.prev = rest
+            block.next = rest
+            block.size = size
+            pool.insert(rest)
+        block.allocated = True
+        block.requested = nbytes
+        self.allocated_bytes += block.size
+        self.requested_bytes += nbytes
+        return block
+
+    # -- free ---------------------------------------------------------------------------------------
+    def free(self, block: _Block) -> None:
+        block.allocated = False
+        self.allocated_bytes -= block.size
+        self.requested_bytes -= block.requested
+        pool = self.small if block.small else self.large
+        for other in (block.prev, block.next):
+            if other is None or other.allocated:
+                continue
+            pool.remove(other)
+            if other is block.prev:  # [other block]
+                block.addr = other.addr
+                block.prev = other.prev
+                if block.prev is not None:
+                    block.prev.next = block
+                else:
+                    self._replace_head(other, block)
+            else:                    # [block other]
+                block.next = other.next
+                if block.next is not None:
+                    block.next.prev = block
+            block.size += other.size
+        pool.insert(block)
+
+    def _replace_head(self, old: _Block, new: _Block) -> None:
+        for i, h in enumerate(self._heads):
+            if h is old:
+                self._heads[i] = new
+                return
+
+    def _release_cached_blocks(self) -> None:
+        """`release_cached_blocks`: cudaFree every cached segment that is not split (one free block)."""
+        keep = []
+        for head in self._heads:
+            if not head.allocated and not head.is_split():
+                (self.small if head.small else self.large).remove(head)
+                self.reserved_bytes -= head.size
+            else:
+                keep.append(head)
+        self._heads = keep
+
+
+def replay(trace: MemoryTrace, capacity_bytes: int | None = None, max_split_size_bytes: int | None = None,
+           keep_timeline: bool = False) -> AllocatorResult:
+    """Replay every event of `trace` through the allocator model; peaks are over `events[steady_start:]`."""
+    alloc = CachingAllocator(capacity_bytes, max_split_size_bytes)
+    live: dict[int, _Block] = {}
+    peak_alloc = peak_res = peak_req = max_res = max_alloc = 0
+    frag_at_peak_res = 0.0
+    timeline: list[tuple[int, int, int]] = []
+    oom_at: int | None = None
+    oom_bytes = 0
+    for i, ev in enumerate(trace.events):
+        if ev.action == "alloc":
+            if ev.nbytes <= 0:
+                continue  # malloc(0) hands out nullptr without touching the pools
+            block = alloc.malloc(ev.nbytes, ev.stream)
+            if block is None:
+                oom_at, oom_bytes = i, ev.nbytes
+                break
+            live[ev.block] = block
+        else:
+            block = live.pop(ev.block, None)
+            if block is None:
+                continue
+            alloc.free(block)
+        max_res = max(max_res, alloc.reserved_bytes)
+        max_alloc = max(max_alloc, alloc.allocated_bytes)
+        if i >= trace.steady_start:
+            peak_alloc = max(peak_alloc, alloc.allocated_bytes)
+            peak_req = max(peak_req, alloc.requested_bytes)
+            if alloc.reserved_bytes > peak_res:
+                peak_res = alloc.reserved_bytes
+                frag_at_peak_res = 1.0 - alloc.allocated_bytes / alloc.reserved_bytes
+        if keep_timeline:
+            timeline.append((i, alloc.allocated_bytes, alloc.reserved_bytes))
+    if oom_at is None and trace.steady_start >= len(trace.events):
+        peak_alloc, peak_res = alloc.allocated_bytes, alloc.reserved_bytes
+    return AllocatorResult(
+        peak_allocated_bytes=peak_alloc, peak_reserved_bytes=peak_res, peak_requested_bytes=peak_req,
+        max_reserved_bytes=max_res, max_allocated_bytes=max_alloc, segments=alloc.segments,
+        retries=alloc.retries, oom=oom_at is not None, oom_event_index=oom_at, oom_request_bytes=oom_bytes,
+        fragmentation=round(frag_at_peak_res, 6), timeline=timeline,
+    )
