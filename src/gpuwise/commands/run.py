@@ -37,15 +37,12 @@ def run(args) -> int:
                   reserve_for="process", set_env=False, command=shlex.join(cmd),
                   on_wait=lambda m: console.err.print(f"[dim]waiting: {m}[/dim]"))
     env = dict(os.environ, CUDA_DEVICE_ORDER="PCI_BUS_ID", CUDA_VISIBLE_DEVICES=result.cuda_visible_devices)
-    if args.json:
-        console.err.print(f"gpuwise run: CUDA_VISIBLE_DEVICES={result.cuda_visible_devices}")
-    else:
-        console.err.print(f"[dim]gpuwise run: CUDA_VISIBLE_DEVICES={result.cuda_visible_devices} {shlex.join(cmd)}[/dim]")
     try:
         proc = subprocess.Popen(cmd, env=env)
     except OSError as exc:
         result.release()
         raise GpuwiseError(f"cannot start {cmd[0]!r}: {exc.strerror}") from exc
+    console.err.print(f"[dim]gpuwise run: CUDA_VISIBLE_DEVICES={result.cuda_visible_devices} {shlex.join(cmd)}[/dim]")
     try:
         while True:
             try:

@@ -95,9 +95,25 @@ def live_holders(folder: str) -> dict[str, dict]:
     return holders
 
 
+def held_by_others(holders: dict[str, dict]) -> set[str]:
+    """UUIDs held by anyone but this process's ancestors.
+
+    A job started by `gpuwise run -- python train.py` may itself call `gpuwise.pick()`: the GPUs its
+    parent reserved are its own, not another job's. This process's own earlier picks still count, so
+    a launcher picking for several workers in turn gives each a different GPU."""
+    mine: set[int] = set()
+    try:
+        mine.update(p.pid for p in psutil.Process().parents())
+    except (psutil.Error, OSError):
+        pass
+    host = socket.gethostname()
+    return {u for u, h in holders.items() if not (h.get("pid") in mine and h.get("host") in (None, host))}
+
+
 def reserved_uuids() -> set[str]:
+    """UUIDs reserved by other live jobs."""
     with folder_lock() as folder:
-        return set(live_holders(folder))
+        return held_by_others(live_holders(folder))
 
 
 @dataclass

@@ -127,7 +127,7 @@ def pick(count: int = 1, *, min_free: int | str = 0, max_util: float | None = No
         if count > len(gpus):
             raise DeviceError(f"asked for {count} GPUs but this machine has {len(gpus)}")
         with reserve.folder_lock() as folder:
-            held = set(reserve.live_holders(folder))  # others' reservations count even with reserve_for="none"
+            held = reserve.held_by_others(reserve.live_holders(folder))  # counted even with reserve_for="none"
             chosen = select(gpus, count=count, min_free_bytes=min_free_bytes, max_util_pct=max_util, exclude_uuids=held)
             if len(chosen) == count:
                 env = cuda_environment(chosen, uuid)

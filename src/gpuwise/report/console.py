@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
 from rich.console import Console
 
-out = Console(highlight=False, soft_wrap=True)
+# Piped output (files, CI logs) gets a wide page instead of rich's 80 columns, so tables are not cut.
+_PIPE_WIDTH = None if sys.stdout.isatty() or "COLUMNS" in os.environ else 150
+out = Console(highlight=False, soft_wrap=True, width=_PIPE_WIDTH)
 err = Console(stderr=True, highlight=False)
 
 
