@@ -1,1 +1,26 @@
-"""Measure: real steps on a device in an isolated child process (OOM-safe)."""
+"""Measure: real steps on a device in an isolated child process (OOM-safe).
+
+`measure(workload, batch_size, ...) -> Measurement` runs warm-up + steady steps in a spawned child;
+`find_max_batch(workload, ...) -> MaxBatchResult` finds the largest batch that runs by isolated trials.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+
+from .api import Measurement, measure
+from .maxbatch import MaxBatchResult, find_max_batch, next_candidate
+
+__all__ = ["Measurement", "measure", "MaxBatchResult", "find_max_batch", "next_candidate"]
+
+
+class _CallableModule(types.ModuleType):
+    """`gpuwise.measure(...)` keeps working after `import gpuwise.measure` binds the package itself
+    to the attribute `gpuwise.measure` (the import system does that, shadowing the lazy function)."""
+
+    def __call__(self, *args, **kwargs) -> Measurement:
+        return measure(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
