@@ -1,0 +1,307 @@
+"""`gpuwise.monitor()`: per-step data-wait / copy / compute timing around a training loop, plus sampling.
+
+    with gpuwise.monitor(device="cuda:0", report="run.html") as mon:
+        for x, y in mon.loader(train_loader):        # times the wait for each batch
+            x, y = mon.to_device((x, y))             # times the host-to-device copy (optional)
+            loss = step(x, y)                        # the rest of the step counts as compute
+    print(mon.summary()["findings"])
+
+A step runs from asking for batch i to asking for batch i+1. Without `loader()`, call `mon.step()` at
+the end of each step and wrap parts in `with mon.phase("data" | "copy" | "compute")`; when only
+compute (and copy) are wrapped, the unwrapped rest of the step counts as data wait. Times are host wall
+clock; on a GPU, CUDA events also give each step's device time and the device's idle gap before it.
+Per step the monitor does two `perf_counter()` calls and one list append (benchmarks/monitor_overhead.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from typing import Any
+
+from ..step import batch_bytes, move_to
+from .sampler import Sampler, default_gpu_source, nvml_index_for
+from .timeline import ENV_DIR, StepRecord, Timeline, TimelineWriter, rank_file
+
+PHASES = ("data", "copy", "compute")
+
+
+class Monitor:
+    """Collects a `Timeline`; see the module docstring. Use through `gpuwise.monitor(...)`."""
+
+    def __init__(self, device=None, report: str | None = None, interval_s: float = 0.1, sample: bool = True,
+                 precision: str | None = None, batch_size: int | None = None, workload: str | None = None,
+                 out_dir: str | None = None, rank: int | None = None, gpu_source=None, quiet: bool = True):
+        self.device = _resolve_device(device)
+        self.report = report
+        self.interval_s = interval_s
+        self.sample = sample
+        self.rank = int(os.environ.get("RANK", "0")) if rank is None else rank
+        self.out_dir = out_dir if out_dir is not None else os.environ.get(ENV_DIR)
+        self.quiet = quiet
+        self.timeline = Timeline(meta={
+            "device": str(self.device), "rank": self.rank, "precision": precision, "batch_size": batch_size,
+            "workload": workload, "pid": os.getpid(), "world_size": int(os.environ.get("WORLD_SIZE", "1")),
+        })
+        self._gpu_source = gpu_source
+        self._cuda = self.device.type == "cuda"
+        self._sampler: Sampler | None = None
+        self._writer: TimelineWriter | None = None
+        self._t0 = 0.0
+        self._step_start: float | None = None
+        self._acc = {"data": 0.0, "copy": 0.0, "compute": 0.0}
+        self._phase_used = {"data": False, "copy": False, "compute": False}
+        self._pinned_seen = [0, 0]  # pinned batches, batches checked
+        self._events: list[tuple[int, Any, Any, Any]] = []  # (step, previous end, start, end) CUDA events to resolve
+        self._prev_end_event = None
+        self._start_event = None
+        self._summary: dict | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+    def __enter__(self) -> Monitor:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop(error=exc[0] is not None)
+
+    def start(self) -> Monitor:
+        self._t0 = time.perf_counter()
+        self.timeline.meta["t0_unix"] = time.time()
+        self._describe_device()
+        if self.out_dir:
+            self._writer = TimelineWriter(rank_file(self.out_dir, self.rank), self.timeline.meta)
+        if self.sample:
+            source, note = (self._gpu_source, "") if self._gpu_source is not None else default_gpu_source()
+            if note and self._cuda:
+                self.timeline.notes.append(note)
+            elif source is None:
+                self.timeline.notes.append("no GPU in use: sampled CPU and RAM only")
+            index = nvml_index_for(self.device) if self._cuda else None
+            indices = [index] if index is not None and source is not None else []
+            self._sampler = Sampler(self.timeline, self.interval_s, indices, source, t0=self._t0, rank=self.rank,
+                                    on_tick=self._flush_maybe).start()
+        return self
+
+    def stop(self, error: bool = False) -> None:
+        if self._step_start is not None and not error:
+            self._end_step(time.perf_counter(), partial=True)
+        if self._sampler is not None:
+            self._sampler.stop()
+            self.timeline.notes.extend(f"sampler error: {e}" for e in self._sampler.errors)
+            self._sampler = None
+        self._resolve_events(wait=True)
+        meta = self.timeline.meta
+        if self._pinned_seen[1]:
+            meta["pinned_fraction"] = self._pinned_seen[0] / self._pinned_seen[1]
+        if self._cuda:
+            import torch
+
+            meta["peak_allocated_bytes"] = int(torch.cuda.max_memory_allocated(self.device))
+            meta["peak_reserved_bytes"] = int(torch.cuda.max_memory_reserved(self.device))
+        meta["ended_with_error"] = error
+        if self._writer is not None:
+            self._writer.close(self.timeline)
+        if self.report:
+            from ..report.html import write_html
+
+            write_html(self.report, self.timeline, self.summary())
+
+    # -- the loop ------------------------------------------------------------------------------------
+    def loader(self, iterable):
+        """Iterate `iterable`, timing the wait for each batch; each new batch starts a new step."""
+        self._describe_loader(iterable)
+        it = iter(iterable)
+        clock = time.perf_counter
+        while True:
+            t = clock()
+            if self._step_start is not None:
+                self._end_step(t)
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+            now = clock()
+            self._begin_step(t)
+            self._acc["data"] += now - t
+            self._phase_used["data"] = True
+            if self._pinned_seen[1] < 8:
+                self._look_at_batch(batch)
+            yield batch
+
+    def step(self) -> None:
+        """Mark the end of a step (and the start of the next) when not iterating through `loader()`."""
+        now = time.perf_counter()
+        if self._step_start is None:
+            self._step_start = self._t0 if not self.timeline.steps else now
+        self._end_step(now)
+        self._begin_step(now)
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        """Time a part of the step: 'data', 'copy' or 'compute'."""
+        if name not in PHASES:
+            raise ValueError(f"unknown phase {name!r}; choose from {PHASES}")
+        if self._step_start is None:
+            self._begin_step(time.perf_counter())
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._acc[name] += time.perf_counter() - t
+            self._phase_used[name] = True
+            if name == "compute" and self.timeline.meta.get("precision") is None:
+                self._look_at_autocast()
+
+    def to_device(self, batch, device=None, non_blocking: bool = True):
+        """Move a Tensor / tuple / list / dict batch to the device, timing it as the copy phase."""
+        if self._pinned_seen[1] < 8:
+            self._look_at_batch(batch)
+        with self.phase("copy"):
+            return move_to(batch, device or self.device, non_blocking=non_blocking)
+
+    # -- results -------------------------------------------------------------------------------------
+    def summary(self) -> dict:
+        """The DESIGN.md monitor summary: steps, step_time_s.median, fractions, findings (+ extras)."""
+        from .summary import summarize
+
+        return summarize(self.timeline)
+
+    # -- internals -----------------------------------------------------------------------------------
+    def _begin_step(self, t: float) -> None:
+        self._step_start = t
+        if self._cuda:
+            import torch
+
+            self._start_event = torch.cuda.Event(enable_timing=True)
+            self._start_event.record()
+
+    def _end_step(self, t: float, partial: bool = False) -> None:
+        start = self._step_start
+        if start is None:
+            return
+        acc, used = self._acc, self._phase_used
+        total = t - start
+        rest = max(total - acc["data"] - acc["copy"] - acc["compute"], 0.0)
+        data, compute = acc["data"], acc["compute"]
+        if used["compute"] and not used["data"]:
+            data += rest  # the unwrapped part of a loop is where it waits for the loader
+        else:
+            compute += rest
+        rec = StepRecord(step=len(self.timeline.steps), start_s=start - self._t0, total_s=total, data_s=data,
+                         copy_s=acc["copy"], compute_s=compute, rank=self.rank)
+        if self._cuda and self._start_event is not None:
+            self._cuda_end(rec)
+        if not partial or total > 0:
+            self.timeline.steps.append(rec)
+        self._acc = {"data": 0.0, "copy": 0.0, "compute": 0.0}
+        self._step_start = None
+
+    def _cuda_end(self, rec: StepRecord) -> None:
+        import torch
+
+        end = torch.cuda.Event(enable_timing=True)
+        end.record()
+        rec.memory_allocated_bytes = int(torch.cuda.memory_allocated(self.device))
+        self._events.append((rec.step, self._prev_end_event, self._start_event, end))
+        self._prev_end_event = end
+        self._start_event = None
+        if len(self._events) > 16:
+            self._resolve_events(wait=False)
+
+    def _resolve_events(self, wait: bool) -> None:
+        steps = self.timeline.steps
+        keep = []
+        for step, prev_end, start, end in self._events:
+            if not wait and not end.query():
+                keep.append((step, prev_end, start, end))
+                continue
+            end.synchronize()
+            rec = steps[step] if step < len(steps) and steps[step].step == step else None
+            if rec is not None:
+                rec.gpu_s = start.elapsed_time(end) / 1000  # elapsed_time is in milliseconds
+                if prev_end is not None:
+                    rec.gpu_idle_s = prev_end.elapsed_time(start) / 1000
+        self._events = keep
+
+    def _flush_maybe(self) -> None:
+        if self._writer is not None:
+            now = time.perf_counter()
+            if now - getattr(self, "_last_flush", 0.0) >= 1.0:
+                self._last_flush = now
+                self._writer.flush(self.timeline)
+
+    def _look_at_batch(self, batch) -> None:
+        tensors = _tensors(batch)
+        if not tensors:
+            return
+        meta = self.timeline.meta
+        if meta.get("batch_size") is None and tensors[0].dim() > 0:
+            meta["batch_size"] = int(tensors[0].shape[0])
+        if tensors[0].device.type != "cpu":
+            return
+        meta.setdefault("batch_bytes", batch_bytes(batch))
+        if self._cuda:  # is_pinned() needs CUDA; only meaningful when a copy to a GPU follows
+            self._pinned_seen[0] += all(t.is_pinned() for t in tensors)
+            self._pinned_seen[1] += 1
+
+    def _look_at_autocast(self) -> None:
+        import torch
+
+        meta = self.timeline.meta
+        if self._cuda and torch.is_autocast_enabled("cuda"):
+            dtype = torch.get_autocast_dtype("cuda")
+            meta["precision"] = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, str(dtype))
+        elif self._cuda:  # the first compute phase ran without autocast
+            meta["precision"] = "tf32" if torch.backends.cuda.matmul.allow_tf32 else "fp32"
+
+    def _describe_device(self) -> None:
+        meta = self.timeline.meta
+        if not self._cuda:
+            meta.setdefault("device_name", "CPU")
+            meta["cpu_count"] = os.cpu_count()
+            return
+        import torch
+
+        props = torch.cuda.get_device_properties(self.device)
+        meta.update(device_name=props.name, device_total_bytes=int(props.total_memory),
+                    capability=[props.major, props.minor],
+                    tf32=bool(torch.backends.cuda.matmul.allow_tf32), cpu_count=os.cpu_count())
+        torch.cuda.reset_peak_memory_stats(self.device)
+
+    def _describe_loader(self, iterable) -> None:
+        meta = self.timeline.meta
+        for name in ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor"):
+            if hasattr(iterable, name):
+                meta[f"loader_{name}"] = getattr(iterable, name)
+        bs = getattr(iterable, "batch_size", None)
+        if meta.get("batch_size") is None and isinstance(bs, int):
+            meta["batch_size"] = bs
+
+
+def _tensors(batch) -> list:
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return [batch]
+    if isinstance(batch, dict):
+        batch = list(batch.values())
+    if isinstance(batch, (list, tuple)):
+        return [t for b in batch for t in _tensors(b)]
+    return []
+
+
+def _resolve_device(device):
+    import torch
+
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    d = torch.device(device)
+    if d.type == "cuda" and d.index is None:
+        d = torch.device("cuda", torch.cuda.current_device())
+    return d
+
+
+def monitor(device=None, report: str | None = None, **kwargs) -> Monitor:
+    """`with gpuwise.monitor(device=None, report=None) as mon:` — see `Monitor` for the keyword arguments."""
+    return Monitor(device=device, report=report, **kwargs)

@@ -1,0 +1,167 @@
+"""The monitor's data model: per-step timings, periodic samples, and the run's metadata.
+
+A `Timeline` is what the in-process monitor, the Lightning callback and `gpuwise watch` all produce;
+the summary, the diagnosis rules and the reports only read it. On disk it is JSON lines (one file per
+rank): a `meta` line, then `step` and `sample` lines in any order, so that a crashed run's partial file
+still reads back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+ENV_DIR = "GPUWISE_MONITOR_DIR"  # set by `gpuwise watch`: the monitor in the child writes its steps here
+
+
+@dataclass
+class StepRecord:
+    """One training step: from asking for batch i to asking for batch i+1 (wall clock, seconds)."""
+
+    step: int
+    start_s: float                      # since the monitor started
+    total_s: float
+    data_s: float = 0.0                 # waiting for the next batch (the loader's __next__)
+    copy_s: float = 0.0                 # host-to-device copy
+    compute_s: float = 0.0              # the rest: forward, backward, optimizer (host wall clock)
+    gpu_s: float | None = None          # CUDA events around the step's device work (GPU only)
+    gpu_idle_s: float | None = None     # CUDA events: device idle between the last step's end and this one's start
+    memory_allocated_bytes: int | None = None  # torch.cuda.memory_allocated at the step's end (GPU only)
+    rank: int = 0
+
+
+@dataclass
+class Sample:
+    """One tick of the sampler: host CPU/RAM and, where NVML (or fake GPUs) answer, each GPU in use."""
+
+    t_s: float
+    cpu_pct: float | None = None        # whole machine
+    proc_cpu_pct: float | None = None   # the monitored process (tree); 100 = one core
+    rss_bytes: int | None = None        # the monitored process (tree)
+    ram_used_pct: float | None = None
+    gpus: dict[int, dict[str, float | None]] = field(default_factory=dict)  # NVML index -> nvml.sample()
+    rank: int = 0
+
+
+@dataclass
+class Timeline:
+    """Everything one monitored run recorded. `meta` holds what the rules need besides timings:
+    device, device_name, device_total_bytes, capability, precision, tf32, loader settings, batch size,
+    pinned_fraction, batch_bytes, peak memory, command, exit_code, notes."""
+
+    steps: list[StepRecord] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted({s.rank for s in self.steps})
+
+    def to_dict(self) -> dict:
+        return {"meta": self.meta, "notes": self.notes, "steps": [asdict(s) for s in self.steps],
+                "samples": [_sample_dict(s) for s in self.samples]}
+
+
+def _sample_dict(s: Sample) -> dict:
+    d = asdict(s)
+    d["gpus"] = {str(k): v for k, v in s.gpus.items()}
+    return d
+
+
+def sample_from_dict(d: dict) -> Sample:
+    d = dict(d)
+    d["gpus"] = {int(k): v for k, v in (d.get("gpus") or {}).items()}
+    return Sample(**{k: v for k, v in d.items() if k in Sample.__dataclass_fields__})
+
+
+def step_from_dict(d: dict) -> StepRecord:
+    return StepRecord(**{k: v for k, v in d.items() if k in StepRecord.__dataclass_fields__})
+
+
+def rank_file(directory: str, rank: int) -> str:
+    return os.path.join(directory, f"monitor-rank{rank}.jsonl")
+
+
+class TimelineWriter:
+    """Appends a timeline to a JSON-lines file as it grows (called from the sampler thread, ~1 Hz)."""
+
+    def __init__(self, path: str, meta: dict):
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        self.path = path
+        self._fh = open(path, "w")  # noqa: SIM115 - kept open for the run, closed in close()
+        self._steps_done = 0
+        self._samples_done = 0
+        self._write({"type": "meta", **meta})
+
+    def _write(self, obj: dict) -> None:
+        self._fh.write(json.dumps(obj, default=str) + "\n")
+
+    def flush(self, timeline: Timeline) -> None:
+        steps, samples = timeline.steps, timeline.samples
+        n_steps, n_samples = len(steps), len(samples)  # lists only grow; read the lengths once
+        for s in steps[self._steps_done:n_steps]:
+            self._write({"type": "step", **asdict(s)})
+        for s in samples[self._samples_done:n_samples]:
+            self._write({"type": "sample", **_sample_dict(s)})
+        self._steps_done, self._samples_done = n_steps, n_samples
+        self._fh.flush()
+
+    def close(self, timeline: Timeline) -> None:
+        if self._fh.closed:
+            return
+        self.flush(timeline)
+        self._write({"type": "end", "meta": timeline.meta, "notes": timeline.notes})
+        self._fh.close()
+
+
+def read_timeline(path: str) -> Timeline:
+    """Read one rank's file; a truncated last line (a crashed run) is skipped."""
+    tl = Timeline()
+    with open(path) as fh:
+        for line in fh:
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            kind = obj.pop("type", None)
+            if kind == "meta":
+                tl.meta.update(obj)
+            elif kind == "step":
+                tl.steps.append(step_from_dict(obj))
+            elif kind == "sample":
+                tl.samples.append(sample_from_dict(obj))
+            elif kind == "end":
+                tl.meta.update(obj.get("meta") or {})
+                tl.notes.extend(n for n in obj.get("notes") or [] if n not in tl.notes)
+    return tl
+
+
+def merge_timelines(timelines: list[Timeline]) -> Timeline:
+    """One timeline from several ranks' (DDP): steps and samples keep their rank; meta from the lowest rank,
+    with `world_size` and each rank's device listed."""
+    merged = Timeline()
+    ordered = sorted(timelines, key=lambda t: t.meta.get("rank", 0))
+    for tl in ordered:
+        merged.steps.extend(tl.steps)
+        merged.samples.extend(tl.samples)
+        merged.notes.extend(n for n in tl.notes if n not in merged.notes)
+    if ordered:
+        merged.meta = dict(ordered[0].meta)
+        merged.meta["world_size"] = len(ordered)
+        merged.meta["rank_devices"] = {str(t.meta.get("rank", 0)): t.meta.get("device") for t in ordered}
+    merged.samples.sort(key=lambda s: s.t_s)
+    return merged
+
+
+def read_rank_files(directory: str) -> Timeline | None:
+    """Merge every `monitor-rank*.jsonl` in `directory`; None when there is none."""
+    try:
+        names = sorted(n for n in os.listdir(directory) if n.startswith("monitor-rank") and n.endswith(".jsonl"))
+    except OSError:
+        return None
+    if not names:
+        return None
+    return merge_timelines([read_timeline(os.path.join(directory, n)) for n in names])
