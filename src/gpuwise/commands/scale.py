@@ -1,0 +1,67 @@
+"""`gpuwise scale WORKLOAD -n 1,2,4`: measured samples/s and scaling efficiency, and why."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..dist.preflight import preflight
+from ..dist.scale import ScaleConfig, measure_scaling
+from ..report import console
+from ..report import scale as scale_report
+from .common import add_workload_arguments, positive_int, step_config_from_args, workload_from_args
+
+HELP = "measure DDP scaling over 1, 2, 4... ranks: samples/s, efficiency, compute vs communication per step"
+EXAMPLES = """\
+  gpuwise scale examples:gpt-mini -n 1,2,4,8 --batch-size 16
+  gpuwise scale job.py -n 1,2 --steps 20 --json
+The per-rank batch is held constant (global batch = N x batch size); 1 rank is always measured as the
+reference. Each point is a separate torchrun job on GPUs picked for it (CPU ranks with gloo without GPUs).
+"""
+
+
+def nproc_list(text: str) -> list[int]:
+    try:
+        values = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a list of rank counts like 1,2,4, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive rank counts like 1,2,4, got {text!r}")
+    return values
+
+
+def add_arguments(p) -> None:
+    add_workload_arguments(p)
+    p.add_argument("-n", "--nproc", type=nproc_list, default=[1, 2], help="rank counts to measure (default 1,2)")
+    p.add_argument("--steps", type=positive_int, default=10, help="timed steps of each kind per size (default 10)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
+    p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto",
+                   help="auto: GPUs when there are any, else CPU ranks (gloo)")
+    p.add_argument("--min-free", default="0", help="minimum free memory per GPU, e.g. 10GiB")
+    p.add_argument("--max-util", type=float, default=None, help="maximum GPU utilisation in percent")
+    p.add_argument("--wait", default=None, help="wait up to this long for GPUs, e.g. 10m")
+
+
+def run(args) -> int:
+    workload = workload_from_args(args)
+    step_cfg = step_config_from_args(args)
+    check = preflight(workload, step_cfg.optimizer)
+    if check.data_parallel:
+        console.err.print(f"[yellow]note:[/yellow] {check.data_parallel} (gpuwise scale unwraps it)")
+    cfg = ScaleConfig(workload=args.workload, batch_size=args.batch_size or 32, steps=args.steps, warmup=args.warmup,
+                      optimizer=step_cfg.optimizer, precision=step_cfg.precision, checkpointing=step_cfg.checkpointing)
+
+    def done(timing) -> None:
+        console.err.print(f"[dim]gpuwise scale: {timing.nproc} rank(s) on {timing.device} ({timing.backend}): "
+                          f"step {timing.step_s * 1e3:.1f} ms, compute {timing.compute_s * 1e3:.1f} ms[/dim]")
+
+    result = measure_scaling(cfg, args.nproc, device=args.device, on_point=done, min_free=args.min_free,
+                             max_util=args.max_util, wait=args.wait)
+    memory = check.memory_plan(max(p.nproc for p in result.points))
+    if args.json:
+        console.emit_json({**result.to_dict(), "optimizer": check.optimizer, "memory_plan": memory.to_dict()})
+    else:
+        console.out.print(scale_report.scale_table(result))
+        for line in scale_report.explain(result):
+            console.out.print(line)
+        console.out.print(scale_report.memory_table(memory, check.optimizer))
+    return 0

@@ -1,0 +1,69 @@
+"""`gpuwise train WORKLOAD -n N`: the built-in DDP training loop under torchrun, with checkpoints."""
+
+from __future__ import annotations
+
+from ..dist.job import require_result, run_job
+from ..dist.preflight import preflight
+from ..dist.train import TrainConfig
+from ..errors import GpuwiseError
+from ..report import console
+from ..report import scale as scale_report
+from .common import add_workload_arguments, positive_int, step_config_from_args, workload_from_args
+from .launch import add_launch_arguments, launch_kwargs
+
+HELP = "train a workload with DistributedDataParallel on N GPUs (or N CPU ranks), resumable from checkpoints"
+EXAMPLES = """\
+  gpuwise train examples:mlp -n 2 --steps 200 --batch-size 64
+  gpuwise train job.py -n 4 --precision bf16 --checkpoint-dir ckpt --checkpoint-every 100 --max-restarts 3
+  gpuwise train examples:gpt-mini -n 8 --plan      # per-rank memory under DDP / ZeRO / FSDP, no training
+--batch-size is per rank: the global batch is N x batch size (scale the learning rate with it).
+With --checkpoint-dir the job resumes from the last checkpoint there when restarted (or rerun).
+"""
+
+
+def add_arguments(p) -> None:
+    add_workload_arguments(p)
+    add_launch_arguments(p)
+    p.add_argument("--steps", type=positive_int, default=100, help="optimizer steps in all (default 100)")
+    p.add_argument("--checkpoint-dir", default=None, help="folder for checkpoint.pt (resume from it if present)")
+    p.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints (default: at the end)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the model init and the data order")
+    p.add_argument("--num-workers", type=int, default=0, help="DataLoader workers per rank")
+    p.add_argument("--log-every", type=int, default=0, help="rank 0 prints the loss every N steps")
+    p.add_argument("--plan", action="store_true", help="show the per-rank DDP/ZeRO/FSDP memory plan and exit")
+
+
+def run(args) -> int:
+    workload = workload_from_args(args)
+    step_cfg = step_config_from_args(args)
+    batch = args.batch_size or 32
+    check = preflight(workload, step_cfg.optimizer)
+    if check.data_parallel:
+        console.err.print(f"[yellow]note:[/yellow] {check.data_parallel} (gpuwise train unwraps it)")
+    world = (args.nproc or 1) * args.nnodes
+    if args.plan:
+        plan = check.memory_plan(world)
+        if args.json:
+            console.emit_json({"workload": args.workload, "optimizer": check.optimizer, **plan.to_dict()})
+        else:
+            console.out.print(scale_report.memory_table(plan, check.optimizer))
+        return 0
+    if args.checkpoint_every and not args.checkpoint_dir:
+        raise GpuwiseError("--checkpoint-every needs --checkpoint-dir")
+    cfg = TrainConfig(workload=args.workload, steps=args.steps, batch_size=batch, optimizer=step_cfg.optimizer,
+                      precision=step_cfg.precision, checkpointing=step_cfg.checkpointing,
+                      checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every, seed=args.seed,
+                      num_workers=args.num_workers, log_every=args.log_every)
+    outcome = run_job("train", cfg, nproc=args.nproc, max_restarts=args.max_restarts, device=args.device,
+                      on_plan=lambda p: console.err.print(
+                          f"[dim]gpuwise train: {p.world_size} rank(s) on {p.device_type}: {p.command_line()}[/dim]"),
+                      **launch_kwargs(args))
+    if outcome.exit_code == 0 and outcome.result is None and args.nnodes > 1:
+        console.err.print("gpuwise train: done (rank 0 ran on another node and holds the result)")
+        return 0
+    result = require_result(outcome, "training")
+    if args.json:
+        console.emit_json({"workload": args.workload, **result})
+    else:
+        console.out.print(scale_report.train_summary(result))
+    return 0

@@ -1,0 +1,60 @@
+"""Running a gpuwise worker job (train or scale) under torchrun from the parent process.
+
+The parent writes JOB.json in a temporary folder, launches `torchrun ... -m gpuwise.dist.worker
+JOB.json` on the chosen devices, and reads the result file rank 0 wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+
+from ..errors import GpuwiseError
+from . import launch as launching
+
+WORKER = ["--module", "gpuwise.dist.worker"]
+
+
+@dataclass
+class JobOutcome:
+    exit_code: int
+    result: dict | None
+    plan: launching.LaunchPlan
+
+
+def run_job(mode: str, config, *, nproc: int | None, max_restarts: int = 0, device: str = "auto",
+            nnodes: int = 1, node_rank: int | None = None, rdzv_endpoint: str | None = None,
+            rdzv_backend: str = "c10d", rdzv_id: str | None = None, min_free: int | str = 0,
+            max_util: float | None = None, wait: float | str | None = None,
+            extra_env: Mapping[str, str] | None = None,
+            on_plan: Callable[[launching.LaunchPlan], None] | None = None) -> JobOutcome:
+    """Launch `config` (a TrainConfig / ScaleConfig; its result_path is filled in) on `nproc` ranks."""
+    with tempfile.TemporaryDirectory(prefix="gpuwise-dist-") as tmp:
+        config.result_path = os.path.join(tmp, "result.json")
+        job_path = os.path.join(tmp, "job.json")
+        with open(job_path, "w") as fh:
+            json.dump({"mode": mode, "config": asdict(config)}, fh)
+        plan = launching.prepare(WORKER + [job_path], nproc_per_node=nproc, nnodes=nnodes, node_rank=node_rank,
+                                 rdzv_endpoint=rdzv_endpoint, rdzv_backend=rdzv_backend, rdzv_id=rdzv_id,
+                                 max_restarts=max_restarts, min_free=min_free, max_util=max_util, wait=wait,
+                                 device=device, command=f"gpuwise {mode} {getattr(config, 'workload', '')}")
+        if on_plan is not None:
+            on_plan(plan)
+        code = launching.launch(plan, extra_env)
+        result = None
+        if os.path.exists(config.result_path):
+            with open(config.result_path) as fh:
+                result = json.load(fh)
+        config.result_path = None
+        return JobOutcome(code, result, plan)
+
+
+def require_result(outcome: JobOutcome, what: str) -> dict:
+    """The result, or a GpuwiseError saying that the ranks failed (their errors are on stderr above)."""
+    if outcome.exit_code != 0 or outcome.result is None:
+        raise GpuwiseError(f"{what} failed: torchrun exited with code {outcome.exit_code} "
+                           "(the ranks' errors are printed above)")
+    return outcome.result

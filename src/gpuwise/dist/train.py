@@ -1,0 +1,185 @@
+"""The built-in DDP training loop for workload files: one process per rank, started by torchrun.
+
+`gpuwise train` starts torchrun for you; these are the command lines it runs (one node, 2 ranks;
+two nodes, 8 GPUs each, run on both with NODE_RANK 0 and 1):
+
+    torchrun --standalone --nproc-per-node 2 -m gpuwise.dist.worker run.json
+    torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint HOST:29400 \\
+        --rdzv-id job1 --node-rank NODE_RANK -m gpuwise.dist.worker run.json
+
+where run.json is a `TrainConfig` as JSON. Each rank: joins the process group (NCCL on GPUs, gloo on
+CPUs), builds the model with the same seed, wraps gpuwise's `TrainStep` model in DDP (which averages
+the gradients during backward), reads its share of `dataset()` through a DistributedSampler (or
+repeats a synthetic `batch()`), resumes from the checkpoint if there is one, and checkpoints every
+`checkpoint_every` steps. Rank 0 writes the result for the parent process.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+
+from ..step import StepConfig, TrainStep
+from ..workload import load_workload
+from . import backend, checkpoint
+from .dataparallel import unwrap_data_parallel
+
+CRASH_ENV = "GPUWISE_TEST_CRASH_AT_STEP"  # tests only: rank GPUWISE_TEST_CRASH_RANK (default 1) exits
+CRASH_RANK_ENV = "GPUWISE_TEST_CRASH_RANK"  # at that step on the first attempt, as if it had crashed
+
+
+@dataclass
+class TrainConfig:
+    workload: str
+    steps: int = 100
+    batch_size: int = 32              # per rank
+    optimizer: str | None = None
+    precision: str = "fp32"
+    checkpointing: bool = False
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 0         # 0: only at the end (when checkpoint_dir is set)
+    seed: int = 0
+    num_workers: int = 0
+    log_every: int = 0
+    result_path: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+
+@dataclass
+class TrainResult:
+    world_size: int
+    backend: str
+    steps: int
+    samples_per_s: float
+    final_loss: float
+    checkpoint: str | None
+    device: str = "cpu"
+    per_rank_batch_size: int = 0
+    data: str = "synthetic"           # "dataset" (DistributedSampler) or "synthetic" (batch() repeated)
+    resumed_from_step: int = 0
+    restarts: int = 0
+    steps_this_attempt: list[int] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def build_step(cfg: TrainConfig, device):
+    """The workload, and a TrainStep whose model is wrapped in DDP (same init on every rank)."""
+    import torch
+
+    workload = load_workload(cfg.workload)
+    torch.manual_seed(cfg.seed)
+    model = unwrap_data_parallel(workload.build_model())
+    ts = TrainStep(workload, StepConfig(optimizer=cfg.optimizer, precision=cfg.precision,
+                                        checkpointing=cfg.checkpointing), device, model=model)
+    ts.model = backend.wrap_ddp(ts.model, device)  # the optimizer already holds the same Parameters
+    return workload, ts
+
+
+def make_loader(workload, cfg: TrainConfig, rank: int, world: int, device):
+    """DataLoader over dataset() with a DistributedSampler: rank r reads every world-th sample of the
+    epoch's shuffled order, so the ranks together cover the dataset once per epoch."""
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    ds = workload.build_dataset()
+    sampler = DistributedSampler(ds, num_replicas=world, rank=rank, shuffle=True, seed=cfg.seed, drop_last=True)
+    loader = DataLoader(ds, batch_size=cfg.batch_size, sampler=sampler, drop_last=True, num_workers=cfg.num_workers,
+                        collate_fn=workload.collate_fn, pin_memory=device.type == "cuda")
+    if len(loader) == 0:
+        raise ValueError(f"dataset() has {len(ds)} samples: too few for {world} ranks x batch {cfg.batch_size}")
+    return loader, sampler
+
+
+def batches_from(loader, sampler, start_step: int):
+    """(epoch, batch) forever, starting at the batch after `start_step` steps (resuming mid-epoch)."""
+    epoch, skip = divmod(start_step, len(loader))
+    while True:
+        sampler.set_epoch(epoch)
+        for batch in itertools.islice(loader, skip, None):
+            yield epoch, batch
+        epoch, skip = epoch + 1, 0
+
+
+def train(cfg: TrainConfig) -> TrainResult:
+    import torch
+
+    device = backend.worker_device()
+    backend_name = backend.init(device)
+    rank, world = backend.rank(), backend.world_size()
+    workload, ts = build_step(cfg, device)
+
+    # data: the rank's share of dataset(), or one synthetic batch per rank (different on each rank)
+    start_step = 0
+    ckpt = checkpoint.load(cfg.checkpoint_dir, map_location=device)
+    if ckpt is not None:
+        ts.model.module.load_state_dict(ckpt.model)
+        ts.optimizer.load_state_dict(ckpt.optimizer)
+        if ts.scaler is not None and ckpt.scaler:
+            ts.scaler.load_state_dict(ckpt.scaler)
+        start_step = ckpt.step
+    torch.manual_seed(cfg.seed + 1 + rank)  # from here on each rank draws its own numbers (dropout, data)
+    if workload.has_dataset:
+        loader, sampler = make_loader(workload, cfg, rank, world, device)
+        batches = batches_from(loader, sampler, start_step)
+    else:
+        synthetic = ts.to_device(workload.build_batch(cfg.batch_size))
+        batches = itertools.repeat((0, synthetic))
+    if ckpt is not None and ckpt.world_size == world:
+        checkpoint.set_rng_state(ckpt.rng[rank])
+    if rank == 0 and ckpt is not None:
+        print(f"[gpuwise train] resuming from step {start_step} ({checkpoint.checkpoint_path(cfg.checkpoint_dir)})",
+              flush=True)
+
+    crash_at = int(os.environ.get(CRASH_ENV, "-1"))
+    crash_rank = int(os.environ.get(CRASH_RANK_ENV, "1"))
+    loss = torch.zeros(())
+    done_this_attempt: list[int] = []
+    t0 = None
+    path = None
+    for step in range(start_step, cfg.steps):
+        if step == crash_at and rank == crash_rank and backend.restart_count() == 0:
+            os._exit(17)  # tests: a rank dies mid-run without cleaning up
+        epoch, batch = next(batches)
+        loss = ts.step(batch, on_device=not workload.has_dataset)  # DDP averages gradients in backward
+        done = step + 1
+        done_this_attempt.append(done)
+        if t0 is None:  # the first step of an attempt is warm-up (allocations, bucket rebuild)
+            backend.synchronize(device)
+            t0 = time.perf_counter()
+        if cfg.log_every and done % cfg.log_every == 0 and rank == 0:
+            print(f"[gpuwise train] step {done}/{cfg.steps} loss {loss.item():.4f}", flush=True)
+        if cfg.checkpoint_dir and ((cfg.checkpoint_every and done % cfg.checkpoint_every == 0) or done == cfg.steps):
+            rngs = backend.gather(checkpoint.rng_state())  # collective: every rank at the same step
+            if rank == 0:
+                path = checkpoint.save(cfg.checkpoint_dir, checkpoint.Checkpoint(
+                    step=done, epoch=epoch, model=ts.model.module.state_dict(), optimizer=ts.optimizer.state_dict(),
+                    scaler=ts.scaler.state_dict() if ts.scaler is not None else None, rng=rngs,
+                    world_size=world, meta={"workload": cfg.workload, "per_rank_batch_size": cfg.batch_size}))
+    backend.synchronize(device)
+    elapsed = time.perf_counter() - t0 if t0 is not None else 0.0
+    timed_steps = max(len(done_this_attempt) - 1, 0)
+    final_loss = backend.mean(float(loss), device)
+    result = TrainResult(
+        world_size=world, backend=backend_name, steps=cfg.steps,
+        samples_per_s=timed_steps * cfg.batch_size * world / elapsed if elapsed > 0 else 0.0,
+        final_loss=final_loss, checkpoint=path or (checkpoint.checkpoint_path(cfg.checkpoint_dir) if ckpt else None),
+        device=device.type, per_rank_batch_size=cfg.batch_size,
+        data="dataset" if workload.has_dataset else "synthetic", resumed_from_step=start_step,
+        restarts=backend.restart_count(), steps_this_attempt=done_this_attempt)
+    if rank == 0 and cfg.result_path:
+        write_json_atomic(cfg.result_path, result.to_dict())
+    backend.shutdown()
+    return result
+
+
+def write_json_atomic(path: str, obj: dict) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as fh:
+        json.dump(obj, fh)
+    os.replace(tmp, path)
