@@ -1,0 +1,50 @@
+"""`gpuwise watch -- cmd`: run a training command, sample its GPUs and CPU, explain what held it back."""
+
+from __future__ import annotations
+
+import sys
+
+from ..errors import GpuwiseError
+from ..report import console
+
+HELP = "run a training command, watch its GPUs and CPU, and explain low or oscillating GPU utilisation"
+EXAMPLES = """\
+  gpuwise watch -- python train.py --epochs 1
+  gpuwise watch --report run.html --interval 0.2 -- torchrun --nproc-per-node 2 train.py
+  gpuwise watch --json -- python train.py          # the command's stdout goes to stderr
+The command's exit code is passed through. Ctrl-C stops the command and still writes the report.
+Scripts that use `gpuwise.monitor` also report the per-step split (data wait / copy / compute).
+"""
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--report", metavar="FILE.html", help="write a self-contained HTML report with timeline charts")
+    p.add_argument("--interval", type=float, default=0.1, metavar="S", help="sampling interval in seconds (default 0.1)")
+    p.add_argument("--steps-dir", metavar="DIR", help="keep the per-step files the command's monitor writes here")
+    p.add_argument("cmd", nargs="...", metavar="-- CMD ARGS", help="the command to run")
+
+
+def run(args) -> int:
+    from ..monitor.external import watch_command
+
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not cmd:
+        raise GpuwiseError("no command given: use `gpuwise watch -- python train.py ...`")
+    # With --json our stdout carries exactly one JSON object, so the command's stdout goes to stderr.
+    result = watch_command(cmd, interval_s=args.interval, steps_dir=args.steps_dir,
+                           stdout=sys.stderr if args.json else None)
+    summary = result.summary()
+    summary["exit_code"] = result.exit_code
+    summary["interrupted"] = result.interrupted
+    summary["seconds"] = result.seconds
+    if args.report:
+        from ..report.html import write_html
+
+        write_html(args.report, result.timeline, summary)
+    if args.json:
+        console.emit_json({**summary, "command": cmd, "report": args.report})
+    else:
+        from ..report.monitor import render_summary
+
+        render_summary(summary, report_path=args.report)
+    return result.exit_code

@@ -1,0 +1,143 @@
+"""The external monitor behind `gpuwise watch -- CMD`: run a command, sample its process tree and GPUs.
+
+GPUs are attributed to the command by matching NVML's (or the fake file's) process pids against the
+command's process tree (psutil), re-scanned every second; when no pid matches (a container whose pid
+namespace NVML does not share) the numeric CUDA_VISIBLE_DEVICES of the command is used. If the
+command runs `gpuwise.monitor`, it finds GPUWISE_MONITOR_DIR set and writes its per-step timing there
+(a file per rank); those files are merged into the result, so the report has the step-time split.
+Ctrl-C: the command gets SIGINT (from the terminal, or forwarded after a second), then SIGTERM after
+`grace_s`, then SIGKILL; the result is still returned so the report is still written.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+from ..errors import GpuwiseError
+from .sampler import Sampler, default_gpu_source, gpus_of_pids, process_tree
+from .timeline import ENV_DIR, Timeline, read_rank_files
+
+
+@dataclass
+class WatchResult:
+    exit_code: int
+    timeline: Timeline
+    interrupted: bool = False
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict:
+        from .summary import summarize
+
+        return summarize(self.timeline)
+
+
+def _visible_indices(env: dict) -> list[int]:
+    values = [v.strip() for v in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    return [int(v) for v in values] if values and all(v.isdigit() for v in values) else []
+
+
+def _exit_code(code: int) -> int:
+    return 128 - code if code < 0 else code  # killed by signal N: the shell's 128 + N
+
+
+def _wait(proc: subprocess.Popen, grace_s: float) -> bool:
+    """Wait for the command; on Ctrl-C escalate SIGINT -> SIGTERM -> SIGKILL. True if interrupted."""
+    interrupted = False
+    stage = 0
+    deadline = None
+    while True:
+        try:
+            if deadline is None:
+                proc.wait()
+            else:
+                proc.wait(timeout=max(deadline - time.monotonic(), 0.01))
+            return interrupted
+        except KeyboardInterrupt:
+            interrupted = True
+            stage += 1
+            deadline = time.monotonic() + (1.0 if stage == 1 else grace_s)
+            if stage >= 2:  # a second Ctrl-C: no more patience
+                _escalate(proc, stage)
+        except subprocess.TimeoutExpired:
+            stage += 1
+            _escalate(proc, stage)
+            deadline = time.monotonic() + grace_s
+
+
+def _escalate(proc: subprocess.Popen, stage: int) -> None:
+    sig = {2: signal.SIGINT, 3: signal.SIGTERM}.get(stage, signal.SIGKILL)
+    try:
+        proc.send_signal(sig)
+    except ProcessLookupError:
+        pass
+
+
+def watch_command(cmd: list[str], interval_s: float = 0.1, steps_dir: str | None = None, env: dict | None = None,
+                  stdout=None, grace_s: float = 10.0) -> WatchResult:
+    """Run `cmd` to completion (or Ctrl-C) while sampling it; return its exit code and the timeline."""
+    if not cmd:
+        raise GpuwiseError("no command given: use `gpuwise watch -- python train.py ...`")
+    if interval_s <= 0:
+        raise GpuwiseError(f"--interval must be positive, got {interval_s}")
+    own_dir = steps_dir is None
+    directory = tempfile.mkdtemp(prefix="gpuwise-watch-") if own_dir else steps_dir
+    os.makedirs(directory, exist_ok=True)
+    env = dict(os.environ if env is None else env, **{ENV_DIR: directory})
+    timeline = Timeline(meta={"command": list(cmd), "t0_unix": time.time()})
+    source, note = default_gpu_source()
+    if note:
+        timeline.notes.append(note)
+    fallback = _visible_indices(env)
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.Popen(cmd, env=env, stdout=stdout)
+    except OSError as exc:
+        if own_dir:
+            shutil.rmtree(directory, ignore_errors=True)
+        raise GpuwiseError(f"cannot start {cmd[0]!r}: {exc.strerror}") from exc
+
+    def gpu_indices() -> list[int]:
+        return gpus_of_pids(set(process_tree(proc.pid))) or fallback
+
+    sampler = Sampler(timeline, interval_s, gpu_indices if source is not None else (), source,
+                      pids=lambda: process_tree(proc.pid), t0=t0).start()
+    try:
+        interrupted = _wait(proc, grace_s)
+    finally:
+        sampler.stop()
+    seconds = time.perf_counter() - t0
+    timeline.notes.extend(f"sampler error: {e}" for e in sampler.errors)
+    code = _exit_code(proc.returncode)
+    _merge_child(timeline, directory)
+    if own_dir:
+        shutil.rmtree(directory, ignore_errors=True)
+    timeline.meta.update(exit_code=code, interrupted=interrupted, seconds=seconds)
+    if source is not None and not any(s.gpus for s in timeline.samples):
+        timeline.notes.append("no GPU process of the command was found (NVML pids vs its process tree)")
+    return WatchResult(code, timeline, interrupted, seconds)
+
+
+def _merge_child(timeline: Timeline, directory: str) -> None:
+    """Fold the per-step files the command's gpuwise.monitor wrote into the watch's timeline."""
+    child = read_rank_files(directory)
+    if child is None:
+        timeline.notes.append("no per-step timing: the command does not use gpuwise.monitor")
+        return
+    offset = float(child.meta.get("t0_unix", timeline.meta["t0_unix"])) - float(timeline.meta["t0_unix"])
+    for s in child.steps:
+        s.start_s += offset
+    timeline.steps = child.steps
+    if not any(s.gpus for s in timeline.samples) and any(s.gpus for s in child.samples):
+        for s in child.samples:  # the child saw its GPU where the pid match did not
+            s.t_s += offset
+        timeline.samples = sorted(timeline.samples + [s for s in child.samples if s.gpus], key=lambda s: s.t_s)
+    keep = {"command", "t0_unix"}
+    timeline.meta.update({k: v for k, v in child.meta.items() if k not in keep})
+    timeline.notes.extend(n for n in child.notes if n not in timeline.notes)

@@ -1,0 +1,62 @@
+"""Terminal rendering of a monitor summary: the step-time split, utilisation, then the findings."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from ..units import fmt_bytes, fmt_duration
+from .console import out
+
+
+def _pct(x) -> str:
+    return "—" if x is None else f"{100 * x:.0f}%"
+
+
+def render_summary(summary: dict, console=None, report_path: str | None = None) -> None:
+    """Print the summary table and the findings (evidence and fix) to `console` (stdout by default)."""
+    console = console or out
+    t = Table(title="gpuwise watch", show_header=False, title_justify="left")
+    t.add_column(style="bold")
+    t.add_column()
+    t.add_row("device", f"{summary.get('device')} ({summary.get('device_name') or '?'})")
+    steps = summary.get("steps") or 0
+    median = (summary.get("step_time_s") or {}).get("median")
+    t.add_row("steps", f"{steps}" + (f", median {fmt_duration(median)}" if median else ""))
+    if summary.get("data_wait_fraction") is not None:
+        t.add_row("step split", f"[red]data wait {_pct(summary['data_wait_fraction'])}[/red]  "
+                                f"[yellow]copy {_pct(summary['copy_fraction'])}[/yellow]  "
+                                f"[green]compute {_pct(summary['compute_fraction'])}[/green]")
+    else:
+        t.add_row("step split", "[dim]not measured (use gpuwise.monitor in the script for the per-step split)[/dim]")
+    util = summary.get("utilization") or {}
+    if util.get("samples"):
+        t.add_row("GPU utilisation", f"mean {util['mean_pct']:.0f}%, idle {_pct(util['low_fraction'])} / "
+                                     f"busy {_pct(util['high_fraction'])} of {util['samples']} samples")
+    mem = summary.get("memory") or {}
+    if mem.get("use_fraction") is not None:
+        t.add_row("GPU memory", f"peak {_pct(mem['use_fraction'])} of {fmt_bytes(mem.get('device_total_bytes'))}")
+    host = summary.get("host") or {}
+    if host.get("process_cpu_mean_pct") is not None:
+        t.add_row("CPU", f"process {host['process_cpu_mean_pct']:.0f}% (100% = 1 core), machine "
+                         f"{host.get('cpu_mean_pct') or 0:.0f}% of {host.get('cpu_count')} cores, "
+                         f"RSS peak {fmt_bytes(host.get('rss_peak_bytes'))}")
+    if summary.get("exit_code") is not None:
+        t.add_row("exit code", str(summary["exit_code"]))
+    console.print(t)
+    for r in summary.get("ranks") or []:
+        console.print(f"  rank {r['rank']}: {r['steps']} steps, median {fmt_duration(r['step_time_s_median'])}, "
+                      f"data wait {_pct(r['data_wait_fraction'])}", markup=False)
+    findings = summary.get("findings") or []
+    if not findings:
+        console.print("[green]no problem found[/green]")
+    for f in findings:
+        colour = "blue" if f.get("severity") == "info" else "red"
+        console.print(f"[bold {colour}]{f['kind']}[/bold {colour}]: ", end="")
+        console.print(f["evidence"], markup=False)
+        console.print("  [bold]fix:[/bold] ", end="")
+        console.print(f["fix"], markup=False)
+    for note in summary.get("notes") or []:
+        console.print(f"[dim]note: {note}[/dim]", markup=True, highlight=False) if "[" not in note else \
+            console.print(f"note: {note}", markup=False)
+    if report_path:
+        console.print(f"[dim]report: {report_path}[/dim]")
