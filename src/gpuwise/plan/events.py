@@ -39,6 +39,7 @@ class MemoryTrace:
     device_type: str          # "cuda" | "cpu"
     method: str = "fake-trace"
     notes: list[str] = field(default_factory=list)
+    flops_per_step: int = 0   # FLOPs of the steady-state step (torch.utils.flop_counter formulas)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,369 @@
+"""Trace one steady-state training step into memory events, without real memory (fake tensors).
+
+The step is `gpuwise.step.TrainStep`'s own: the model and optimizer are built on the target device,
+one warm-up step creates the optimizer state, then the steady step (forward, loss, backward,
+optimizer.step, zero_grad(set_to_none=True)) is the one the peak is read from. Every tensor an aten op
+creates on the target device is followed by its storage: views share it, it is counted once, and it is
+freed when its last reference dies (a weakref on the fake tensor's untyped storage, as
+torch.distributed._tools.mem_tracker does). Memory kernels take below the dispatcher comes from the
+registry in `plan/kernels.py`; FLOPs of the steady step come from torch.utils.flop_counter's formulas
+in the same pass.
+
+When the fake trace cannot run (a data-dependent op, an op with no fake kernel, an abort on a
+CPU-only build), `plan/fallback.py` gets an estimate another way and says which in `method`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import GpuwiseError
+from ..step import StepConfig, TrainStep
+from .events import MemEvent, MemoryTrace
+from .kernels import workspace_bytes
+
+TARGETS = ("cpu", "cuda")
+
+
+@dataclass
+class _Block:
+    nbytes: int
+    phase: str
+    module: str
+    op: str
+    freed: bool = False
+    category: str = ""
+
+
+@dataclass
+class _Recorder:
+    """Raw events as they happen; categories are settled at the end, once grads and state are known."""
+
+    events: list[tuple[str, int, str, str, str]] = field(default_factory=list)  # action, block, phase, module, op
+    blocks: list[_Block] = field(default_factory=list)
+
+
+def _dispatch_mode_base():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    return TorchDispatchMode
+
+
+class _TraceMode(_dispatch_mode_base()):
+    """A dispatch mode on top of FakeTensorMode: sees every aten op and the storages it creates."""
+
+    def __init__(self, target: str, tracker, count_flops: bool = True):
+        super().__init__()
+        import torch.utils.flop_counter as fc
+
+        self.device_type = "cpu"  # tensors live on the CPU (fake); `target` is the device they stand for
+        self.target = target
+        self.tracker = tracker
+        self.rec = _Recorder()
+        self.phase = "setup"
+        self.live: dict[int, tuple[int, Any]] = {}  # id(storage) -> (block, weakref)
+        self.flops = 0
+        self.count_flops = False
+        self._flop_registry = fc.flop_registry if count_flops else {}
+        self.item_default: Any = None  # value for .item() while a GradScaler asks whether grads are finite
+        self.saved: set[int] = set()  # forward blocks still alive when backward starts: saved activations
+
+    # --- storages -------------------------------------------------------------------------------
+    def module(self) -> str:
+        parents = self.tracker.parents
+        if len(parents) <= 1:
+            return ""
+        deepest = max(parents, key=lambda n: n.count("."))
+        return deepest.partition(".")[2] if "." in deepest else ""
+
+    def alloc(self, nbytes: int, op: str, storage=None) -> int:
+        block = len(self.rec.blocks)
+        module = self.module()
+        self.rec.blocks.append(_Block(nbytes, self.phase, module, op))
+        self.rec.events.append(("alloc", block, self.phase, module, op))
+        if storage is not None:
+            key = id(storage)
+            self.live[key] = (block, weakref.ref(storage, lambda _r, k=key: self.free_key(k)))
+        return block
+
+    def free_block(self, block: int, op: str = "") -> None:
+        b = self.rec.blocks[block]
+        if not b.freed:
+            b.freed = True
+            self.rec.events.append(("free", block, self.phase, self.module() if op else b.module, op))
+
+    def free_key(self, key: int) -> None:
+        entry = self.live.pop(key, None)
+        if entry is not None:
+            self.free_block(entry[0])
+
+    def see(self, t, op: str) -> None:
+        if t.device.type != self.device_type:
+            return
+        st = t.untyped_storage()
+        if id(st) in self.live:
+            return
+        nbytes = st.nbytes()
+        if nbytes:
+            self.alloc(nbytes, op, st)
+
+    def block_of(self, t) -> int | None:
+        entry = self.live.get(id(t.untyped_storage()))
+        return None if entry is None else entry[0]
+
+    # --- dispatch -------------------------------------------------------------------------------
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        import torch
+
+        kwargs = kwargs or {}
+        if self.phase in ("forward", "backward") and torch._C._current_graph_task_id() != -1:
+            if self.phase == "forward":
+                self.saved |= {i for i, b in enumerate(self.rec.blocks) if b.phase == "forward" and not b.freed}
+            self.phase = "backward"
+        elif self.phase == "backward":
+            self.phase = "optimizer"
+        if func is torch.ops.aten._local_scalar_dense.default and self.item_default is not None:
+            return self.item_default
+        name = str(func.overloadpacket) if hasattr(func, "overloadpacket") else str(func)
+        extra = workspace_bytes(name, self.target, args, kwargs)
+        ws = self.alloc(extra, f"kernel workspace: {name}") if extra else None
+        out = func(*args, **kwargs)
+        if ws is not None:
+            self.free_block(ws, name)
+        if self.count_flops:
+            formula = self._flop_registry.get(func.overloadpacket)
+            if formula is not None:
+                self.flops += int(formula(*args, **kwargs, out_val=out))
+        if isinstance(out, torch.Tensor):
+            self.see(out, name)
+        elif isinstance(out, (tuple, list)):
+            for t in out:
+                if isinstance(t, torch.Tensor):
+                    self.see(t, name)
+                elif isinstance(t, (tuple, list)):
+                    for u in t:
+                        if isinstance(u, torch.Tensor):
+                            self.see(u, name)
+        return out
+
+
+def _storages(obj, device_type: str):
+    """Untyped storages of every tensor in a (nested) batch / state structure on `device_type`."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        if obj.device.type == device_type:
+            yield obj.untyped_storage()
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _storages(v, device_type)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from _storages(v, device_type)
+
+
+def _label(mode: _TraceMode, objs, category: str) -> None:
+    for st in _storages(objs, mode.device_type):
+        entry = mode.live.get(id(st))
+        if entry is not None and not mode.rec.blocks[entry[0]].category:
+            mode.rec.blocks[entry[0]].category = category
+
+
+@contextlib.contextmanager
+def _phase_hooks(mode: _TraceMode, step: TrainStep):
+    """Mark optimizer and zero_grad phases, and label gradients and optimizer state as they appear."""
+    opt = step.optimizer
+    params = [p for g in opt.param_groups for p in g["params"]]
+
+    def pre(*_a, **_k):
+        _label(mode, [p.grad for p in params if p.grad is not None], "gradients")
+        mode.phase = "optimizer"
+
+    def post(*_a, **_k):
+        _label(mode, [list(s.values()) for s in opt.state.values()], "optimizer_state")
+
+    h1, h2 = opt.register_step_pre_hook(pre), opt.register_step_post_hook(post)
+    original_zero_grad = opt.zero_grad
+
+    def zero_grad(*a, **k):
+        _label(mode, [p.grad for p in params if p.grad is not None], "gradients")
+        mode.phase = "zero_grad"
+        return original_zero_grad(*a, **k)
+
+    opt.zero_grad = zero_grad
+    scaler_step = None
+    if step.scaler is not None:
+        scaler_step = step.scaler.step
+
+        def guarded_step(*a, **k):  # found_inf.item(): fake tensors have no data; grads are finite
+            mode.item_default = 0.0
+            try:
+                return scaler_step(*a, **k)
+            finally:
+                mode.item_default = None
+
+        step.scaler.step = guarded_step
+    try:
+        yield
+    finally:
+        h1.remove()
+        h2.remove()
+        del opt.zero_grad
+        if scaler_step is not None:
+            del step.scaler.step
+
+
+def _settle(mode: _TraceMode) -> list[MemEvent]:
+    """Turn the raw events into MemEvents, with each block's category decided from what it became."""
+    out = []
+    for action, block, phase, module, op in mode.rec.events:
+        b = mode.rec.blocks[block]
+        if not b.category:
+            if b.phase == "setup":
+                b.category = "temporary" if b.freed else "buffers"
+            elif b.phase == "forward":
+                b.category = "activations" if block in mode.saved else "temporary"
+            else:
+                b.category = "temporary"
+        out.append(MemEvent(action, block, b.nbytes, b.category, phase, module, op))
+    return out
+
+
+def _run_fake(workload, batch_size: int, config: StepConfig, target: str) -> MemoryTrace:
+    """Trace with fake tensors on `target` (no memory is used)."""
+    return _run(workload, batch_size, config, target, fake=True)
+
+
+def _run_real(workload, batch_size: int, config: StepConfig, target: str) -> MemoryTrace:
+    """Trace the same step on real CPU tensors (data-dependent ops just run); sizes stand for `target`."""
+    trace = _run(workload, batch_size, config, target, fake=False)
+    trace.method = "real-trace"
+    return trace
+
+
+def _run(workload, batch_size: int, config: StepConfig, target: str, fake: bool) -> MemoryTrace:
+    """The tracer. Tensors are CPU tensors (fake or real) standing for `target`'s: autograd on fake CUDA
+    tensors aborts a CPU-only torch (no CUDA device guard), so what differs on CUDA is emulated instead:
+    attention runs the kernel the GPU would pick (plan/sdpa.py), optimizers default to foreach as on
+    CUDA, and kernel workspaces come from the target's registry entries."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils.module_tracker import ModuleTracker
+
+    from .sdpa import sdpa_as_gpu_runs_it
+
+    tracker = ModuleTracker()
+    mode = _TraceMode(target, tracker)
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=True) if fake else contextlib.nullcontext()
+    cuda_like = target == "cuda"
+    with fake_mode, tracker, mode, contextlib.ExitStack() as stack:
+        if cuda_like:
+            stack.enter_context(sdpa_as_gpu_runs_it())
+            stack.enter_context(_foreach_by_default())
+        model = workload.build_model()
+        step = _fake_train_step(workload, config, model) if fake else TrainStep(workload, config, "cpu", model)
+        batch = step.to_device(workload.build_batch(batch_size))
+        _label(mode, list(step.model.parameters()), "parameters")
+        _label(mode, list(step.model.buffers()), "buffers")
+        _label(mode, batch, "inputs")
+        steady_start = 0
+        for i in range(2):
+            if i == 1:
+                steady_start = len(mode.rec.events)
+                mode.flops = 0
+                mode.count_flops = True
+            mode.phase = "forward"
+            with _phase_hooks(mode, step):
+                step.step(batch, on_device=True)
+            mode.count_flops = False
+            if step.scaler is not None:
+                _label(mode, [step.scaler._scale, step.scaler._growth_tracker], "optimizer_state")
+        _label(mode, [list(s.values()) for s in step.optimizer.state.values()], "optimizer_state")
+        flops = mode.flops
+        events = _settle(mode)
+        del step, batch, model
+    trace = MemoryTrace(events, steady_start, target, "fake-trace", flops_per_step=flops)
+    if cuda_like:
+        trace.notes.append("cuda: traced on CPU tensors with CUDA's attention kernels and optimizer defaults; "
+                           "autocast follows the CPU op lists")
+    return trace
+
+
+@contextlib.contextmanager
+def _foreach_by_default():
+    """torch.optim picks foreach by default for CUDA parameters (optimizer.py `_default_to_fused_or_foreach`,
+    from `_get_foreach_kernels_supported_devices`): let CPU tensors standing for CUDA ones get the same."""
+    import torch.optim.optimizer as opt_mod
+    import torch.utils._foreach_utils as fu
+
+    saved = fu._get_foreach_kernels_supported_devices
+    devices = list(saved()) + ["cpu"]
+    fu._get_foreach_kernels_supported_devices = lambda: devices
+    saved_opt = getattr(opt_mod, "_get_foreach_kernels_supported_devices", None)
+    if saved_opt is not None:
+        opt_mod._get_foreach_kernels_supported_devices = fu._get_foreach_kernels_supported_devices
+    try:
+        yield
+    finally:
+        fu._get_foreach_kernels_supported_devices = saved
+        if saved_opt is not None:
+            opt_mod._get_foreach_kernels_supported_devices = saved_opt
+
+
+def _fake_train_step(workload, config: StepConfig, model) -> TrainStep:
+    """TrainStep on a fake model: move it ourselves (Module.to swaps fake parameters, which fails when
+    FakeTensorMode holds a weakref to them), keeping tied parameters tied, then let TrainStep's own
+    `.to()` calls be no-ops."""
+    import torch
+
+    if config.checkpointing:  # wrap blocks before moving, as TrainStep does
+        from ..step import enable_checkpointing
+
+        enable_checkpointing(model)
+        config = StepConfig(config.optimizer, config.precision, False, config.optimizer_impl)
+    dtype = torch.bfloat16 if config.precision == "bf16-pure" else None
+    memo: dict[int, torch.Tensor] = {}
+
+    def move(t, is_param: bool):
+        if id(t) not in memo:
+            with torch.no_grad():
+                new = t.to(dtype) if dtype is not None and t.is_floating_point() else t
+            memo[id(t)] = torch.nn.Parameter(new, requires_grad=t.requires_grad) if is_param else new
+        return memo[id(t)]
+
+    for m in model.modules() if dtype is not None else ():
+        for k, p in m._parameters.items():
+            if p is not None:
+                m._parameters[k] = move(p, True)
+        for k, b in m._buffers.items():
+            if b is not None:
+                m._buffers[k] = move(b, False)
+    model.to = lambda *a, **k: model
+    try:
+        return TrainStep(workload, config, device="cpu", model=model)
+    finally:
+        del model.to
+
+
+def trace_step(workload, batch_size: int, config: StepConfig | None = None, target: str = "cpu",
+               *, fallback: bool = True) -> MemoryTrace:
+    """Trace setup, a warm-up step and the steady-state step of `workload` at `batch_size` on `target`.
+
+    Returns the events (`events[steady_start:]` is the steady step) and `flops_per_step`. Falls back to
+    `plan/fallback.py` when fake tensors cannot run the step; `method` says which way was used.
+    """
+    from ..workload import load_workload
+
+    if target not in TARGETS:
+        raise GpuwiseError(f"unknown target {target!r}; choose from: {', '.join(TARGETS)}")
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise GpuwiseError(f"batch size must be a positive integer, got {batch_size!r}")
+    workload = load_workload(workload)
+    config = config or StepConfig()
+    if not fallback:
+        return _run_fake(workload, batch_size, config, target)
+    from .fallback import trace_with_fallback
+
+    return trace_with_fallback(workload, batch_size, config, target)
