@@ -1,0 +1,135 @@
+"""A catalog of common GPUs: memory, peak dense FLOP/s per precision, memory bandwidth, architecture.
+
+Peak numbers are the vendor's *dense* figures (the datasheets print tensor-core numbers "with sparsity"
+too; those are halved here). `memory_bytes` is the total NVML / nvidia-smi reports for the card (what
+a process can ever see), not the marketing "80 GB". Every entry cites its datasheet or whitepaper.
+A name is looked up tolerantly ("NVIDIA H100 80GB HBM3", "Tesla T4", "a100-sxm4-40gb", "rtx4090");
+an unknown name is a GpuwiseError that suggests close matches.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+
+from ..errors import GpuwiseError
+
+TFLOPS = 1e12
+GBPS = 1e9
+MIB = 1024**2
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    id: str
+    name: str
+    memory_bytes: int                       # NVML memory total
+    flops: dict[str, float]                 # peak dense FLOP/s: fp32 (CUDA cores), tf32/bf16/fp16 (tensor cores)
+    bandwidth_bytes_per_s: float
+    arch: str                               # volta | turing | ampere | ada | hopper
+    compute_capability: str
+    source: str
+    aliases: tuple[str, ...] = ()
+
+    def peak_flops(self, precision: str) -> float:
+        """Peak FLOP/s for a gpuwise precision; bf16 on a GPU without bf16 tensor cores runs at fp32 rate."""
+        key = {"bf16-pure": "bf16"}.get(precision, precision)
+        return self.flops.get(key) or self.flops["fp32"]
+
+    @property
+    def slug(self) -> str:
+        return self.id
+
+
+def _spec(id, name, memory_mib, fp32, tf32, bf16, fp16, bw_gbps, arch, cc, source, aliases=()):
+    flops = {"fp32": fp32 * TFLOPS, "tf32": (tf32 or 0) * TFLOPS, "bf16": (bf16 or 0) * TFLOPS,
+             "fp16": (fp16 or 0) * TFLOPS}
+    return GpuSpec(id, name, int(memory_mib * MIB), flops, bw_gbps * GBPS, arch, cc, source, tuple(aliases))
+
+
+# memory_mib: NVML/nvidia-smi totals as the cards report them. TF32/BF16/FP16: dense tensor-core TFLOPS.
+CATALOG: dict[str, GpuSpec] = {s.id: s for s in [
+    # NVIDIA H100 Tensor Core GPU datasheet (SXM5): FP32 67, TF32 989* / BF16 1979* / FP16 1979* (*sparsity),
+    # 3.35 TB/s HBM3. https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet
+    _spec("h100-sxm", "NVIDIA H100 SXM5 80GB", 81559, 67, 494.5, 989.5, 989.5, 3350, "hopper", "9.0",
+          "NVIDIA H100 Tensor Core GPU datasheet (SXM)", ["h100", "h100sxm", "h100sxm5", "h10080gbhbm3", "h100hbm3"]),
+    # same datasheet, H100 PCIe: FP32 51, TF32 756*, BF16/FP16 1513* (*sparsity), 2.0 TB/s HBM2e
+    _spec("h100-pcie", "NVIDIA H100 PCIe 80GB", 81559, 51, 378, 756.5, 756.5, 2000, "hopper", "9.0",
+          "NVIDIA H100 Tensor Core GPU datasheet (PCIe)", ["h100pcie", "h10080gbpcie"]),
+    # NVIDIA H200 Tensor Core GPU datasheet (SXM): FP32 67, TF32 989*, BF16/FP16 1979* (*sparsity),
+    # 141 GB HBM3e at 4.8 TB/s. https://www.nvidia.com/en-us/data-center/h200/  (NVML total 143771 MiB)
+    _spec("h200", "NVIDIA H200", 143771, 67, 494.5, 989.5, 989.5, 4800, "hopper", "9.0",
+          "NVIDIA H200 Tensor Core GPU datasheet (SXM)", ["h200", "h200sxm", "h200141gbhbm3e"]),
+    # NVIDIA A100 datasheet: FP32 19.5, TF32 156, BF16/FP16 312 (dense), 40 GB HBM2 1,555 GB/s (SXM),
+    # 80 GB HBM2e 2,039 GB/s (SXM). nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf
+    _spec("a100-40gb", "NVIDIA A100 40GB", 40960, 19.5, 156, 312, 312, 1555, "ampere", "8.0",
+          "NVIDIA A100 Tensor Core GPU datasheet (40GB SXM)", ["a10040gb", "a100sxm440gb", "a100pcie40gb"]),
+    _spec("a100-80gb", "NVIDIA A100 80GB", 81920, 19.5, 156, 312, 312, 2039, "ampere", "8.0",
+          "NVIDIA A100 Tensor Core GPU datasheet (80GB SXM)", ["a100", "a10080gb", "a100sxm480gb", "a10080gbpcie"]),
+    # NVIDIA L4 datasheet: FP32 30.3, TF32 120*, BF16/FP16 242* (*sparsity), 24 GB GDDR6 300 GB/s
+    _spec("l4", "NVIDIA L4", 23034, 30.3, 60, 121, 121, 300, "ada", "8.9",
+          "NVIDIA L4 Tensor Core GPU datasheet", ["l4"]),
+    # NVIDIA L40S datasheet: FP32 91.6, TF32 366*, BF16/FP16 733* (*sparsity), 48 GB GDDR6 864 GB/s
+    _spec("l40s", "NVIDIA L40S", 46068, 91.6, 183, 366, 366, 864, "ada", "8.9",
+          "NVIDIA L40S GPU datasheet", ["l40s"]),
+    # NVIDIA A10 datasheet: FP32 31.2, TF32 125*, BF16/FP16 250* (*sparsity), 24 GB GDDR6 600 GB/s
+    _spec("a10", "NVIDIA A10", 23028, 31.2, 62.5, 125, 125, 600, "ampere", "8.6",
+          "NVIDIA A10 Tensor Core GPU datasheet", ["a10"]),
+    # NVIDIA T4 datasheet: FP32 8.1, mixed FP16/FP32 65; no TF32/BF16 tensor cores; 16 GB GDDR6 320 GB/s
+    _spec("t4", "Tesla T4", 15360, 8.1, None, None, 65, 320, "turing", "7.5",
+          "NVIDIA T4 Tensor Core GPU datasheet", ["t4"]),
+    # NVIDIA V100 datasheet (SXM2): FP32 15.7, tensor FP16 125; no TF32/BF16; HBM2 900 GB/s, 16 or 32 GB
+    _spec("v100-16gb", "Tesla V100 16GB", 16160, 15.7, None, None, 125, 900, "volta", "7.0",
+          "NVIDIA Tesla V100 GPU datasheet (SXM2 16GB)", ["v100", "v10016gb", "v100sxm216gb", "v100pcie16gb"]),
+    _spec("v100-32gb", "Tesla V100 32GB", 32510, 15.7, None, None, 125, 900, "volta", "7.0",
+          "NVIDIA Tesla V100 GPU datasheet (SXM2 32GB)", ["v10032gb", "v100sxm232gb", "v100pcie32gb"]),
+    # NVIDIA Ampere GA102 GPU architecture whitepaper, RTX 3090: FP32 35.6; TF32 35.6; FP16/BF16 tensor with
+    # FP32 accumulate 71 (dense); 24 GB GDDR6X 936 GB/s
+    _spec("rtx-3090", "NVIDIA GeForce RTX 3090", 24576, 35.6, 35.6, 71, 71, 936, "ampere", "8.6",
+          "NVIDIA Ampere GA102 GPU Architecture whitepaper (RTX 3090)", ["rtx3090", "3090"]),
+    # NVIDIA Ada GPU architecture whitepaper, RTX 4090: FP32 82.6; TF32 82.6; FP16/BF16 tensor with FP32
+    # accumulate 165.2 (dense); 24 GB GDDR6X 1008 GB/s
+    _spec("rtx-4090", "NVIDIA GeForce RTX 4090", 24564, 82.6, 82.6, 165.2, 165.2, 1008, "ada", "8.9",
+          "NVIDIA Ada GPU Architecture whitepaper (RTX 4090)", ["rtx4090", "4090"]),
+]}
+
+
+def _compact(name: str) -> str:
+    text = name.lower()
+    for word in ("nvidia", "geforce", "tesla", "tensor core", "gpu"):
+        text = text.replace(word, "")
+    return re.sub(r"[^a-z0-9]", "", text)
+
+
+def lookup(name: str) -> GpuSpec:
+    """The catalog entry for a GPU name as NVML, nvidia-smi or a person writes it."""
+    key = _compact(name)
+    if not key:
+        raise GpuwiseError(f"empty GPU name; known GPUs: {', '.join(CATALOG)}")
+    best: tuple[int, GpuSpec] | None = None
+    for spec in CATALOG.values():
+        for alias in (_compact(spec.id), *spec.aliases):
+            if key == alias:
+                return spec
+            # a prefix counts only at a word boundary: "l40" is not an "l4", "a100" not an "a10"
+            rest = key[len(alias):]
+            if key.startswith(alias) and not rest[:1].isdigit() and (best is None or len(alias) > best[0]):
+                best = (len(alias), spec)
+    if best is not None:
+        return best[1]
+    choices = {spec.id: spec for spec in CATALOG.values()}
+    names = list(choices) + [s.name for s in CATALOG.values()]
+    close = difflib.get_close_matches(name.lower(), [n.lower() for n in names], n=3, cutoff=0.4)
+    close_ids = []
+    for c in close:
+        for s in CATALOG.values():
+            if c in (s.id, s.name.lower()) and s.id not in close_ids:
+                close_ids.append(s.id)
+    hint = f"did you mean {', '.join(close_ids)}? " if close_ids else ""
+    raise GpuwiseError(f"unknown GPU {name!r}: {hint}known GPUs: {', '.join(CATALOG)}")
+
+
+def gpu_slug(name: str) -> str:
+    """File-name form of a GPU name, as used for benchmarks/truth/<slug>.jsonl: 'NVIDIA H200' -> 'nvidia-h200'."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")

@@ -1,0 +1,186 @@
+"""`gpuwise.estimate`: a training step's memory, FLOPs and largest batch, predicted without a GPU.
+
+    trace (fake tensors) -> events -> [cuda: + library workspaces -> caching-allocator replay
+    -> + context] -> breakdown at the peak -> FLOPs -> roofline and capacity on a named GPU
+
+The JSON form (`Estimate.to_dict()`) is DESIGN.md's `gpuwise estimate --json` contract; extra keys
+(peak phase/op/module, top modules, roofline, curve) follow the contract's keys.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import GpuwiseError
+from ..step import StepConfig
+from ..workload import Workload, load_workload
+from .allocator import AllocatorResult, replay
+from .catalog import GpuSpec, lookup
+from .curve import DEFAULT_MARGIN_PCT, Capacity, CurvePoint, find_capacity
+from .events import CATEGORIES, MemoryTrace, live_peak
+from .flops import Roofline, count_flops, roofline, traffic_bytes
+from .overheads import DEFAULT_ARCH, Overheads, add_workspaces
+
+TARGETS = ("cuda", "cpu")
+TOP_MODULES = 8
+
+
+@dataclass
+class Estimate:
+    """One step's predicted memory and compute (DESIGN.md `estimate --json` contract, plus extras)."""
+
+    workload: str
+    batch_size: int
+    target: str
+    optimizer: str
+    precision: str
+    method: str
+    peak_allocated_bytes: int         # cuda: torch.cuda.max_memory_allocated (block sizes); cpu: tensor bytes
+    peak_reserved_bytes: int          # cuda: caching-allocator reserved at its steady-state peak; cpu: = allocated
+    device_used_bytes: int            # cuda: what nvidia-smi shows for the process; cpu: = allocated
+    by_category: dict[str, int]       # tensor bytes live at the peak, per category (all 7 keys)
+    flops_per_step: int
+    max_batch_size: int | None        # with a GPU: the largest batch whose device_used fits (margin applied)
+    gpu: str | None
+    checkpointing: bool = False
+    peak_phase: str = ""
+    peak_op: str = ""
+    peak_module: str = ""
+    by_module: dict[str, int] = field(default_factory=dict)
+    tensor_peak_bytes: int = 0        # live tensor bytes at the peak, before the allocator's rounding
+    fits: bool | None = None
+    gpu_memory_bytes: int | None = None
+    overheads: Overheads | None = None
+    allocator: AllocatorResult | None = None
+    roofline: Roofline | None = None
+    capacity: Capacity | None = None
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    trace: MemoryTrace | None = field(default=None, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {k: getattr(self, k) for k in (
+            "workload", "batch_size", "target", "optimizer", "precision", "method", "peak_allocated_bytes",
+            "peak_reserved_bytes", "device_used_bytes", "by_category", "flops_per_step", "max_batch_size", "gpu",
+            "checkpointing", "peak_phase", "peak_op", "peak_module", "by_module", "tensor_peak_bytes", "fits",
+            "gpu_memory_bytes", "notes", "seconds")}
+        d["by_category"] = {c: int(self.by_category.get(c, 0)) for c in CATEGORIES}
+        if self.overheads is not None:
+            o = self.overheads
+            d["overheads"] = {"arch": o.arch, "context_bytes": o.context_bytes, "cudnn_bytes": o.cudnn_bytes,
+                              "workspace_bytes": o.workspace_bytes,
+                              "workspaces": [{"name": n, "bytes": b} for n, b in o.workspaces]}
+        if self.allocator is not None:
+            a = self.allocator
+            d["allocator"] = {"segments": a.segments, "fragmentation": a.fragmentation,
+                              "max_reserved_bytes": a.max_reserved_bytes, "peak_requested_bytes": a.peak_requested_bytes}
+        if self.roofline is not None:
+            d["roofline"] = self.roofline.to_dict()
+        if self.capacity is not None:
+            d["curve"] = self.capacity.to_dict()
+        return d
+
+
+@dataclass(frozen=True)
+class _Cuda:
+    trace: MemoryTrace
+    overheads: Overheads
+    result: AllocatorResult
+
+    @property
+    def device_used_bytes(self) -> int:
+        return self.result.peak_reserved_bytes + self.overheads.outside_allocator_bytes
+
+
+def _cuda_memory(trace: MemoryTrace, arch: str) -> _Cuda:
+    with_ws, overheads = add_workspaces(trace, arch)
+    return _Cuda(with_ws, overheads, replay(with_ws))
+
+
+def _trace(wl: Workload, batch_size: int, config: StepConfig, target: str) -> MemoryTrace:
+    from .trace import trace_step
+
+    try:
+        return trace_step(wl, batch_size, config, target=target)
+    except GpuwiseError:
+        raise
+    except Exception as exc:  # the user's model failed in its step: one line, the cause chained for --debug
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise GpuwiseError(f"{wl.spec}: the training step raised {type(exc).__name__}: {first}") from exc
+
+
+def estimate(workload: str | Workload, batch_size: int, optimizer: str | None = None, precision: str = "fp32",
+             checkpointing: bool = False, target: str = "cuda", gpu: str | GpuSpec | None = None, *,
+             margin_pct: float = DEFAULT_MARGIN_PCT, search_max_batch: bool = True,
+             optimizer_impl: str = "default") -> Estimate:
+    """Predict the memory and compute of one steady-state training step of `workload` at `batch_size`.
+
+    `target="cuda"` replays the trace through the caching-allocator model and adds library workspaces
+    and the CUDA context (for `gpu`'s architecture; Hopper when no GPU is named). With `gpu`, also a
+    roofline bound and the largest batch that fits with `margin_pct` percent of its memory kept free.
+    """
+    started = time.perf_counter()
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise GpuwiseError(f"batch size must be a positive integer, got {batch_size!r}")
+    if target not in TARGETS:
+        raise GpuwiseError(f"unknown target {target!r}; choose from: {', '.join(TARGETS)}")
+    spec = gpu if isinstance(gpu, GpuSpec) or gpu is None else lookup(gpu)
+    if spec is not None and target != "cuda":
+        raise GpuwiseError("a GPU was named but the target is 'cpu': use target='cuda' (--target cuda) with --gpu")
+    if not 0 <= margin_pct < 100:
+        raise GpuwiseError(f"margin must be a percentage in [0, 100), got {margin_pct!r}")
+    config = StepConfig(optimizer=optimizer, precision=precision, checkpointing=checkpointing,
+                        optimizer_impl=optimizer_impl)
+    wl = load_workload(workload)
+    trace = _trace(wl, batch_size, config, target)
+    notes = list(trace.notes)
+    arch = spec.arch if spec is not None else DEFAULT_ARCH
+    opt_name = config.optimizer or ("workload optimizer()" if wl.optimizer_fn is not None else "adamw")
+
+    flops = int(getattr(trace, "flops_per_step", 0) or 0)
+    if not flops:
+        counted = count_flops(wl, batch_size)
+        if counted:
+            flops = counted
+            notes.append("FLOPs counted on meta tensors (forward + backward)")
+
+    if target == "cpu":
+        peak = live_peak(trace)
+        est = Estimate(wl.spec, batch_size, target, opt_name, config.precision, trace.method, peak.allocated_bytes,
+                       peak.allocated_bytes, peak.allocated_bytes, dict(peak.by_category), flops, None, None,
+                       checkpointing, tensor_peak_bytes=peak.allocated_bytes)
+    else:
+        cuda = _cuda_memory(trace, arch)
+        peak = live_peak(cuda.trace, round_to=512)  # breakdown in allocator-rounded sizes, workspaces included
+        if spec is None:
+            notes.append(f"no GPU named: context and workspaces of a {arch} GPU assumed")
+        est = Estimate(wl.spec, batch_size, target, opt_name, config.precision, trace.method,
+                       cuda.result.peak_allocated_bytes, cuda.result.peak_reserved_bytes, cuda.device_used_bytes,
+                       dict(peak.by_category), flops, None, spec.name if spec else None, checkpointing,
+                       tensor_peak_bytes=live_peak(trace).allocated_bytes, overheads=cuda.overheads,
+                       allocator=cuda.result)
+    est.peak_phase, est.peak_op, est.peak_module = peak.phase, peak.op, peak.module
+    est.by_module = dict(list(peak.by_module.items())[:TOP_MODULES])
+    est.trace = trace
+
+    if spec is not None:
+        est.gpu_memory_bytes = spec.memory_bytes
+        est.roofline = roofline(flops, traffic_bytes(est.by_category), batch_size, spec, config.precision)
+        if search_max_batch:
+            first = CurvePoint(batch_size, est.peak_allocated_bytes, est.peak_reserved_bytes, est.device_used_bytes)
+
+            def point(b: int) -> CurvePoint:
+                c = _cuda_memory(_trace(wl, b, config, target), arch)
+                return CurvePoint(b, c.result.peak_allocated_bytes, c.result.peak_reserved_bytes, c.device_used_bytes)
+
+            est.capacity = find_capacity(point, batch_size, spec.memory_bytes, margin_pct, first=first)
+            est.max_batch_size = est.capacity.max_batch_size
+            if not est.capacity.settled:
+                notes.append("largest-batch search stopped at its trace budget: max_batch_size is a lower bound")
+        limit = spec.memory_bytes * (1 - margin_pct / 100)
+        est.fits = est.device_used_bytes <= limit
+    est.notes = notes
+    est.seconds = round(time.perf_counter() - started, 3)
+    return est
