@@ -1,0 +1,52 @@
+"""`gpuwise estimate`: predict a training step's memory, FLOPs and largest batch without a GPU."""
+
+from __future__ import annotations
+
+from ..report import console
+from .common import add_workload_arguments
+
+HELP = "predict a training step's GPU memory, FLOPs and largest batch (no GPU needed)"
+EXAMPLES = """\
+  gpuwise estimate examples:gpt-mini --batch-size 16
+  gpuwise estimate examples:gpt-mini -b 16 --gpu H100 --precision bf16 --plot memory.png
+  gpuwise estimate path/to/job.py -b 32 --optimizer sgd --target cpu --json
+  gpuwise estimate examples:resnet -b 64 --gpu "NVIDIA A100-SXM4-40GB" --margin 10
+--target cuda (default) replays the step through a model of PyTorch's CUDA caching allocator and adds
+the cuBLAS workspaces and CUDA context: peak allocated, reserved and what nvidia-smi would show.
+--target cpu predicts the CPU peak. --gpu NAME adds fits / largest batch and a roofline bound.
+"""
+
+
+def add_arguments(p) -> None:
+    add_workload_arguments(p, batch_required=True)
+    p.add_argument("--target", choices=["cuda", "cpu"], default="cuda", help="device to predict for (default cuda)")
+    p.add_argument("--gpu", metavar="NAME", help="GPU from the catalog, e.g. H100, A100-40GB, L4, 'NVIDIA H200'")
+    p.add_argument("--margin", type=float, default=None, metavar="PCT",
+                   help="percent of GPU memory kept free when finding the largest batch (default 5)")
+    p.add_argument("--no-max-batch", action="store_true", help="with --gpu: skip the largest-batch search")
+    p.add_argument("--plot", metavar="FILE", help="write a chart (memory breakdown, memory vs batch size) to FILE")
+
+
+def run(args) -> int:
+    from ..plan import estimate
+    from ..plan.curve import DEFAULT_MARGIN_PCT
+
+    if not args.json:
+        console.err.print("[dim]tracing the step with fake tensors…[/dim]")
+    est = estimate(args.workload, args.batch_size, optimizer=args.optimizer, precision=args.precision,
+                   checkpointing=args.checkpointing, target=args.target, gpu=args.gpu,
+                   margin_pct=DEFAULT_MARGIN_PCT if args.margin is None else args.margin,
+                   search_max_batch=not args.no_max_batch)
+    if args.plot:
+        from ..report.plan import plot_estimate
+
+        plot_estimate(est, args.plot)
+    if args.json:
+        console.emit_json(est.to_dict())
+        return 0
+    from ..report.plan import render_estimate
+
+    render_estimate(est)
+    if args.plot:
+        console.err.print(f"chart written to {args.plot}")
+    return 0
