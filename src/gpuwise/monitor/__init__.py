@@ -6,11 +6,25 @@
     mon.summary()   # {"steps", "step_time_s": {"median"}, "data_wait_fraction", ..., "findings": [...]}
 """
 
+import sys
+
 from .core import PHASES, Monitor, monitor
+from .ranks import merge_rank_files, merged_summary
 from .rules import RULES, Finding, diagnose, rule, suggest_num_workers
 from .summary import summarize
 from .timeline import ENV_DIR, Sample, StepRecord, Timeline, merge_timelines, read_rank_files, read_timeline
 
 __all__ = ["ENV_DIR", "PHASES", "RULES", "Finding", "Monitor", "Sample", "StepRecord", "Timeline", "diagnose",
-           "merge_timelines", "monitor", "read_rank_files", "read_timeline", "rule", "suggest_num_workers",
+           "merge_rank_files", "merge_timelines", "merged_summary", "monitor", "read_rank_files", "read_timeline", "rule", "suggest_num_workers",
            "summarize"]
+
+
+class _CallableModule(type(sys.modules[__name__])):
+    """`gpuwise.monitor` is this package once any submodule is imported (Python sets the attribute), and the
+    function `monitor` before that (gpuwise's lazy `__getattr__`): calling the package calls the function."""
+
+    def __call__(self, *args, **kwargs) -> Monitor:
+        return monitor(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

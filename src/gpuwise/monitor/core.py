@@ -52,6 +52,7 @@ class Monitor:
         self._step_start: float | None = None
         self._acc = {"data": 0.0, "copy": 0.0, "compute": 0.0}
         self._phase_used = {"data": False, "copy": False, "compute": False}
+        self._in_loader_step = False
         self._pinned_seen = [0, 0]  # pinned batches, batches checked
         self._events: list[tuple[int, Any, Any, Any]] = []  # (step, previous end, start, end) CUDA events to resolve
         self._prev_end_event = None
@@ -84,8 +85,8 @@ class Monitor:
         return self
 
     def stop(self, error: bool = False) -> None:
-        if self._step_start is not None and not error:
-            self._end_step(time.perf_counter(), partial=True)
+        if self._step_start is not None and not error and (self._in_loader_step or any(self._phase_used.values())):
+            self._end_step(time.perf_counter(), partial=True)  # a loop left early: its last step did run
         if self._sampler is not None:
             self._sampler.stop()
             self.timeline.notes.extend(f"sampler error: {e}" for e in self._sampler.errors)
@@ -127,6 +128,7 @@ class Monitor:
             self._phase_used["data"] = True
             if self._pinned_seen[1] < 8:
                 self._look_at_batch(batch)
+            self._in_loader_step = True
             yield batch
 
     def step(self) -> None:
@@ -152,6 +154,32 @@ class Monitor:
             self._phase_used[name] = True
             if name == "compute" and self.timeline.meta.get("precision") is None:
                 self._look_at_autocast()
+
+    def begin_step(self) -> None:
+        """Start a step now (framework hooks: the first `on_train_batch_start`)."""
+        self._begin_step(time.perf_counter())
+
+    def cancel_step(self) -> None:
+        """Drop the step in progress (a framework's last boundary opens a step that never runs)."""
+        self._step_start = None
+        self._start_event = None
+        self._acc = {"data": 0.0, "copy": 0.0, "compute": 0.0}
+
+    def add_time(self, phase: str, seconds: float) -> None:
+        """Add time measured elsewhere to the current step's phase (framework hooks that see only boundaries)."""
+        if phase not in PHASES:
+            raise ValueError(f"unknown phase {phase!r}; choose from {PHASES}")
+        self._acc[phase] += seconds
+        self._phase_used[phase] = True
+
+    def observe_batch(self, batch) -> None:
+        """Note the batch size, bytes and (for CPU tensors bound for a GPU) whether it is pinned."""
+        if self._pinned_seen[1] < 8:
+            self._look_at_batch(batch)
+
+    def describe_loader(self, loader) -> None:
+        """Record a DataLoader's num_workers / pin_memory / persistent_workers / prefetch_factor / batch_size."""
+        self._describe_loader(loader)
 
     def to_device(self, batch, device=None, non_blocking: bool = True):
         """Move a Tensor / tuple / list / dict batch to the device, timing it as the copy phase."""
@@ -195,6 +223,8 @@ class Monitor:
         if not partial or total > 0:
             self.timeline.steps.append(rec)
         self._acc = {"data": 0.0, "copy": 0.0, "compute": 0.0}
+        self._phase_used = {"data": False, "copy": False, "compute": False}
+        self._in_loader_step = False
         self._step_start = None
 
     def _cuda_end(self, rec: StepRecord) -> None:
