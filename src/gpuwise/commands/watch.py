@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 from ..errors import GpuwiseError
 from ..report import console
 
@@ -32,7 +30,7 @@ def run(args) -> int:
         raise GpuwiseError("no command given: use `gpuwise watch -- python train.py ...`")
     # With --json our stdout carries exactly one JSON object, so the command's stdout goes to stderr.
     result = watch_command(cmd, interval_s=args.interval, steps_dir=args.steps_dir,
-                           stdout=sys.stderr if args.json else None)
+                           stdout=2 if args.json else None)  # fd 2: stderr
     summary = result.summary()
     summary["exit_code"] = result.exit_code
     summary["interrupted"] = result.interrupted

@@ -101,7 +101,7 @@ def watch_command(cmd: list[str], interval_s: float = 0.1, steps_dir: str | None
     except OSError as exc:
         if own_dir:
             shutil.rmtree(directory, ignore_errors=True)
-        raise GpuwiseError(f"cannot start {cmd[0]!r}: {exc.strerror}") from exc
+        raise GpuwiseError(f"cannot start {cmd[0]!r}: {exc.strerror or exc}") from exc
 
     def gpu_indices() -> list[int]:
         return gpus_of_pids(set(process_tree(proc.pid))) or fallback

@@ -1,0 +1,101 @@
+"""`gpuwise watch -- CMD`: exit codes pass through, crashes and Ctrl-C still leave a report, pids -> GPUs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from gpuwise.cli import main
+
+PY = sys.executable
+
+
+def watch(capsys, *args: str) -> tuple[int, dict]:
+    code = main(["watch", "--json", "--interval", "0.05", *args])
+    out = capsys.readouterr().out
+    return code, json.loads(out)  # exactly one JSON object on stdout
+
+
+def test_exit_code_zero_and_three_pass_through(capsys):
+    code, s = watch(capsys, "--", PY, "-c", "print('to stderr under --json')")
+    assert code == 0 and s["exit_code"] == 0
+    code, s = watch(capsys, "--", PY, "-c", "import sys, time; time.sleep(0.2); sys.exit(3)")
+    assert code == 3 and s["exit_code"] == 3
+    assert s["steps"] == 0 and s["data_wait_fraction"] is None  # no monitor in the command: no step split
+    assert any("does not use gpuwise.monitor" in n for n in s["notes"])
+    assert s["utilization"]["samples"] == 0 and s["host"]["rss_peak_bytes"] > 0
+
+
+def test_crashing_child_still_writes_the_report(capsys, tmp_path):
+    report = tmp_path / "crash.html"
+    code, s = watch(capsys, "--report", str(report), "--", PY, "-c",
+                    "raise RuntimeError('boom')", "<script>alert(1)</script>")
+    assert code == 1 and s["exit_code"] == 1
+    page = report.read_text()
+    assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def test_missing_command_is_a_one_line_error(capsys):
+    assert main(["watch", "--", "/nonexistent/trainer"]) == 2
+    assert "cannot start" in capsys.readouterr().err
+    assert main(["watch"]) == 2
+
+
+def test_per_step_split_from_a_child_using_the_monitor(capsys, tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import time, torch, gpuwise\n"
+        "torch.set_num_threads(1)\n"
+        "with gpuwise.monitor(device='cpu') as mon:\n"
+        "    for _ in range(6):\n"
+        "        time.sleep(0.02)  # waiting for data (not wrapped)\n"
+        "        with mon.phase('compute'):\n"
+        "            time.sleep(0.002)\n"
+        "        mon.step()\n")
+    code, s = watch(capsys, "--", PY, str(script))
+    assert code == 0 and s["steps"] == 6
+    assert s["data_wait_fraction"] > 0.5
+    assert "data_starvation" in [f["kind"] for f in s["findings"]]
+
+
+def test_gpus_are_attributed_by_the_process_tree(capsys, tmp_path, monkeypatch):
+    # The child writes a fake-GPU file naming its own pid on GPU 1 (97% busy): watch must match it.
+    gpus = tmp_path / "gpus.json"
+    entry = {"index": 0, "name": "NVIDIA A100-SXM4-40GB", "memory_total_mib": 40960, "memory_used_mib": 10,
+             "utilization_pct": 0, "processes": []}
+    gpus.write_text(json.dumps([entry]))
+    monkeypatch.setenv("GPUWISE_FAKE_GPUS", str(gpus))
+    child = (
+        "import json, os, time\n"
+        f"entries = [{entry!r}, dict({entry!r}, index=1, utilization_pct=97, memory_used_mib=30000,\n"
+        "               processes=[{'pid': os.getpid(), 'used_mib': 29990}])]\n"
+        f"tmp = {str(gpus)!r} + '.tmp'\n"
+        "json.dump(entries, open(tmp, 'w'))\n"
+        f"os.replace(tmp, {str(gpus)!r})\n"
+        "time.sleep(1.6)\n")
+    code, s = watch(capsys, "--", PY, "-c", child)
+    assert code == 0
+    util = s["utilization"]
+    assert util["samples"] >= 3 and util["mean_pct"] == 97.0  # only GPU 1, never the idle GPU 0
+    assert s["memory"]["device_total_bytes"] == 40960 * 2**20
+
+
+def test_ctrl_c_stops_the_child_and_still_writes_the_report(tmp_path):
+    report = tmp_path / "stopped.html"
+    started = tmp_path / "started"
+    child = f"import time, pathlib; pathlib.Path({str(started)!r}).touch(); time.sleep(60)"
+    proc = subprocess.Popen([PY, "-m", "gpuwise", "watch", "--json", "--report", str(report), "--", PY, "-c", child],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    deadline = time.monotonic() + 30
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)  # to watch only: it forwards SIGINT to the child after a second
+    out, _ = proc.communicate(timeout=30)
+    s = json.loads(out)
+    assert s["interrupted"] is True and s["exit_code"] != 0
+    assert proc.returncode == s["exit_code"]
+    assert report.exists() and os.path.getsize(report) > 1000
