@@ -96,6 +96,7 @@ def measure(workload, batch_size: int, optimizer: str | None = None, precision: 
     if steps < 1 or warmup < 1:
         raise GpuwiseError("measure needs --steps >= 1 and a warm-up of >= 1 step (steady state starts after it)")
     config = StepConfig(optimizer=optimizer, precision=precision, checkpointing=checkpointing)
+    optimizer_used = config.optimizer or (None if wl.optimizer_fn is not None else "adamw")
     dev = resolve_device(device)
     if snapshot and not dev.startswith("cuda"):
         raise GpuwiseError("--snapshot records the CUDA caching allocator: it needs a cuda device")
@@ -103,7 +104,7 @@ def measure(workload, batch_size: int, optimizer: str | None = None, precision: 
               "precision": config.precision, "checkpointing": checkpointing, "device": dev, "steps": steps,
               "warmup": warmup, "snapshot": snapshot}
     res = run_isolated("gpuwise.measure.runner:run_measurement", kwargs, timeout_s=timeout_s, env=env)
-    base = {"workload": wl.spec, "batch_size": batch_size, "optimizer": config.optimizer,
+    base = {"workload": wl.spec, "batch_size": batch_size, "optimizer": optimizer_used,
             "precision": config.precision, "checkpointing": checkpointing, "device": dev, "steps": steps,
             "warmup": warmup, "seconds": res.seconds}
     if res.ok:

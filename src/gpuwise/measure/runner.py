@@ -20,6 +20,8 @@ import time
 from typing import Any
 
 from .oom import maybe_fake_oom
+from .snapshot import PhaseMarks
+from .snapshot import save as save_snapshot
 
 # device-used memory of each CUDA device before this process started CUDA (index -> bytes)
 _BASELINE_USED: dict[int, int | None] = {}
@@ -85,9 +87,10 @@ def _measure(spec, batch_size, optimizer, precision, checkpointing, dev, steps, 
     wl = load_workload(spec)
     config = StepConfig(optimizer=optimizer, precision=precision, checkpointing=checkpointing)
     cuda = dev.type == "cuda"
-    if cuda and snapshot:
-        torch.cuda.memory._record_memory_history(max_entries=1_000_000)
+    if cuda and snapshot:  # python stacks only: C++ unwinding would slow every allocation down
+        torch.cuda.memory._record_memory_history(max_entries=2_000_000, stacks="python")
     step = TrainStep(wl, config, dev)
+    marks = PhaseMarks(step, dev.index) if cuda and snapshot else None
     batch = wl.build_batch(batch_size)
     maybe_fake_oom(batch_size)
     for _ in range(warmup):
@@ -96,8 +99,8 @@ def _measure(spec, batch_size, optimizer, precision, checkpointing, dev, steps, 
     steady_start = None
     if cuda:
         torch.cuda.reset_peak_memory_stats(dev)
-        if snapshot:  # where the steady steps begin in the allocator's trace
-            steady_start = len(torch.cuda.memory._snapshot()["device_traces"][dev.index])
+        if marks is not None:  # where the steady steps begin in the allocator's trace
+            steady_start = marks.trace_length()
     times_s = _timed_steps(step, batch, dev, steps)
     result: dict[str, Any] = {
         "workload": wl.spec, "batch_size": batch_size, "optimizer": config.optimizer or _optimizer_name(step),
@@ -116,7 +119,8 @@ def _measure(spec, batch_size, optimizer, precision, checkpointing, dev, steps, 
         used, method = device_used_bytes(dev.index)
         result["device_used_bytes"], result["device_used_method"] = used, method
         if snapshot:
-            _save_snapshot(snapshot, dev.index, steady_start)
+            save_snapshot(snapshot, dev.index, steady_start, marks.marks)
+            marks.remove()
             result["snapshot"] = os.path.abspath(snapshot)
     elif cpu_peak:
         result["peak_allocated_bytes"], result["peak_method"] = cpu_peak_bytes(wl, step, batch, batch_size, config)
@@ -276,19 +280,6 @@ def environment(dev) -> dict[str, Any]:
         env["gpu_name"] = None
         env["cpu_name"] = platform.processor() or platform.machine()
     return env
-
-
-def _save_snapshot(path: str, cuda_index: int, steady_start: int | None) -> None:
-    """Pickle the allocator snapshot (the format of torch.cuda.memory._dump_snapshot, readable by
-    pytorch.org/memory_viz), with where the steady steps start in this device's trace."""
-    import pickle
-
-    import torch
-
-    snap = torch.cuda.memory._snapshot()
-    snap["gpuwise"] = {"device": cuda_index, "steady_start": steady_start}
-    with open(path, "wb") as f:
-        pickle.dump(snap, f)
 
 
 def _first_line(exc: BaseException) -> str:
