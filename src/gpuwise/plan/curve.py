@@ -40,6 +40,12 @@ class LinearFit:
         return max(0, min(MAX_BATCH, int((limit_bytes - self.fixed_bytes) // self.per_sample_bytes)))
 
 
+def resolution(batch_size: int) -> int:
+    """How exactly the largest batch is settled: to one sample up to 1000, then to 0.1% (tracing every
+    sample of a 400,000-sample staircase of 2 MiB segments would cost ~20 traces for nothing useful)."""
+    return max(1, batch_size // 1000)
+
+
 def fit_line(a: tuple[int, int], b: tuple[int, int]) -> LinearFit:
     """The line through two (batch_size, bytes) points."""
     (x1, y1), (x2, y2) = sorted([a, b])
@@ -74,7 +80,7 @@ class Capacity:
     check_error_pct: float | None         # line vs trace there
     points: list[CurvePoint] = field(default_factory=list)
     traces: int = 0
-    settled: bool = True                  # False when the trace budget ran out before b fits, b + 1 does not
+    settled: bool = True                  # b fits and b + resolution(b) does not (traced); False: budget ran out
 
     def to_dict(self) -> dict:
         return {
@@ -88,7 +94,7 @@ class Capacity:
 
 def find_capacity(point: Callable[[int], CurvePoint], batch_size: int, memory_bytes: int,
                   margin_pct: float = DEFAULT_MARGIN_PCT, first: CurvePoint | None = None,
-                  max_traces: int = 12) -> Capacity:
+                  max_traces: int = 16) -> Capacity:
     """Fit memory vs batch size and find the largest batch whose `device_used_bytes` stays under
     `memory_bytes * (1 - margin_pct/100)`. `point(b)` traces batch b; `first` is the asked batch, if
     already traced."""
@@ -118,20 +124,37 @@ def find_capacity(point: Callable[[int], CurvePoint], batch_size: int, memory_by
             first_fail = p.batch_size
     check_b: int | None = None
     settled = False
+    order = [p1.batch_size, p2.batch_size]
+    last_side, streak, last_move = None, 0, 1
+    bracketed = 0
     for step in range(max_traces):
-        hint = guess if step == 0 else _secant_hint(cache, known_fit, first_fail, limit)
+        if first_fail is not None and first_fail - known_fit <= resolution(known_fit):
+            settled = True
+            break
+        if step == 0:
+            hint = guess
+        elif first_fail is not None and bracketed % 2 == 1:
+            hint = None  # every other step once bracketed is a bisection: the bracket at least halves
+        else:
+            hint = _hint(cache, order, known_fit, first_fail, limit, last_side, streak, last_move)
+        bracketed += first_fail is not None
         b = next_candidate(known_fit, first_fail, hint)
         if b is None:
             settled = True
             break
         if b not in (p1.batch_size, p2.batch_size) and check_b is None:
             check_b = b
-        if fits(b):
-            known_fit = b
+        order.append(b)
+        side = "fit" if fits(b) else "fail"
+        if side == "fit":
+            last_move, known_fit = max(1, b - known_fit), b
         else:
+            last_move = max(1, first_fail - b) if first_fail is not None else max(1, b - known_fit)
             first_fail = b if first_fail is None else min(first_fail, b)
+        streak = streak + 1 if side == last_side else 1
+        last_side = side
     else:
-        settled = next_candidate(known_fit, first_fail) is None
+        settled = first_fail is not None and first_fail - known_fit <= resolution(known_fit)
     if known_fit >= MAX_BATCH:
         settled = True
     check_err = None
@@ -142,11 +165,23 @@ def find_capacity(point: Callable[[int], CurvePoint], batch_size: int, memory_by
                     list(cache.values()), len(cache) - (first is not None), settled)
 
 
-def _secant_hint(cache: dict[int, CurvePoint], known_fit: int, first_fail: int | None, limit: int) -> int | None:
-    """Where the line through the tightest bracketing traced points crosses the limit; when that is the
-    batch known to fit, its neighbour above (to prove it is the largest)."""
-    if first_fail is None or known_fit < 1 or known_fit not in cache or first_fail not in cache:
+def _hint(cache: dict[int, CurvePoint], order: list[int], known_fit: int, first_fail: int | None, limit: int,
+          last_side: str | None, streak: int, last_move: int) -> int | None:
+    """Next batch to trace: where the line through the last two traced points crosses the limit (the
+    secant method), kept inside the bracket. Memory is a staircase of 2 MiB segments and may curve, so a
+    secant can creep by one sample at a time; when the same side moved twice in a row its step at least
+    doubles instead (then the bracket closes by bisection through `next_candidate`)."""
+    a, b = order[-2], order[-1]
+    ua, ub = cache[a].device_used_bytes, cache[b].device_used_bytes
+    if a != b and ua != ub:
+        x = int(b + (limit - ub) * (b - a) / (ub - ua))
+    elif first_fail is not None:
+        x = (known_fit + first_fail) // 2
+    else:
         return None
-    line = fit_line((known_fit, cache[known_fit].device_used_bytes), (first_fail, cache[first_fail].device_used_bytes))
-    hint = line.largest_within(limit)
-    return known_fit + 1 if hint <= known_fit else hint
+    if streak >= 2 and last_side == "fit":
+        x = max(x, known_fit + 2 * last_move)
+    elif streak >= 2 and last_side == "fail" and first_fail is not None:
+        x = min(x, first_fail - 2 * last_move)
+    upper = (first_fail - 1) if first_fail is not None else MAX_BATCH
+    return min(max(x, known_fit + 1), upper)
