@@ -184,3 +184,44 @@ def estimate(workload: str | Workload, batch_size: int, optimizer: str | None = 
     est.notes = notes
     est.seconds = round(time.perf_counter() - started, 3)
     return est
+
+
+# -- GPU truth records (DESIGN.md contract): the estimate recomputed on the CPU vs a real GPU's numbers --
+
+TRUTH_DIR = "benchmarks/truth"
+
+
+def load_truth_records(folder: str = TRUTH_DIR) -> list[dict[str, Any]]:
+    """Every record of every `<gpu-slug>.jsonl` in `folder` (none when the folder is empty or absent)."""
+    import json
+    from pathlib import Path
+
+    records = []
+    for path in sorted(Path(folder).glob("*.jsonl")):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if line.strip():
+                rec = json.loads(line)
+                rec.setdefault("_source", f"{path.name}:{n}")
+                records.append(rec)
+    return records
+
+
+def truth_errors(record: dict[str, Any]) -> dict[str, Any]:
+    """Recompute `record`'s estimate (target cuda, its GPU) and return signed errors in percent of the truth."""
+    from ..step import OPTIMIZERS
+
+    optimizer = record.get("optimizer")
+    est = estimate(record["workload"], int(record["batch_size"]),
+                   optimizer=optimizer if optimizer in OPTIMIZERS else None,
+                   precision=record.get("precision", "fp32"), checkpointing=bool(record.get("checkpointing")),
+                   target="cuda", gpu=record.get("gpu_name"), search_max_batch=False)
+
+    def err(key: str) -> float | None:
+        truth = record.get(key)
+        return round(100 * (getattr(est, key) - truth) / truth, 3) if truth else None
+
+    return {"source": record.get("_source", ""), "workload": record["workload"], "batch_size": record["batch_size"],
+            "optimizer": optimizer, "precision": record.get("precision"), "oom": bool(record.get("oom")),
+            "predicted_fits": est.fits,
+            "peak_allocated_err_pct": err("peak_allocated_bytes"), "peak_reserved_err_pct": err("peak_reserved_bytes"),
+            "device_used_err_pct": err("device_used_bytes"), "estimate_s": est.seconds}

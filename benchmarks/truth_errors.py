@@ -1,0 +1,62 @@
+"""Estimate vs GPU truth: recompute every record of benchmarks/truth/*.jsonl on the CPU and print the errors.
+
+    python benchmarks/truth_errors.py            # table on stdout, full rows in benchmarks/results/truth_errors.json
+
+The records are measured on a real GPU (`gpuwise measure`, DESIGN.md "GPU truth records"); the targets
+(tests/test_plan_truth.py) are: peak allocated median |error| <= 1.5%, max <= 4%; device used (nvidia-smi)
+median <= 3%, max <= 6%.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+from gpuwise.plan.estimate import load_truth_records, truth_errors  # noqa: E402
+
+TARGETS = {"peak_allocated_err_pct": (1.5, 4.0), "device_used_err_pct": (3.0, 6.0)}
+
+
+def summarize(rows: list[dict]) -> dict[str, dict[str, float]]:
+    out = {}
+    for key in ("peak_allocated_err_pct", "peak_reserved_err_pct", "device_used_err_pct"):
+        vals = [abs(r[key]) for r in rows if r[key] is not None and not r["oom"]]
+        if vals:
+            out[key] = {"median_abs": round(statistics.median(vals), 3), "max_abs": round(max(vals), 3), "n": len(vals)}
+    return out
+
+
+def main() -> int:
+    records = load_truth_records(str(ROOT / "benchmarks" / "truth"))
+    if not records:
+        print("no truth records in benchmarks/truth/ yet: measure on a GPU first (see DESIGN.md 'GPU truth records')")
+        return 0
+    rows = [truth_errors(r) for r in records]
+    print(f"{'workload':28} {'batch':>6} {'opt':>8} {'prec':>6} {'alloc err':>10} {'reserved err':>13} "
+          f"{'device err':>11} {'oom':>4} {'fits?':>6}")
+    for r in rows:
+        def f(v):
+            return "-" if v is None else f"{v:+.2f}%"
+        print(f"{r['workload']:28} {r['batch_size']:>6} {str(r['optimizer']):>8} {str(r['precision']):>6} "
+              f"{f(r['peak_allocated_err_pct']):>10} {f(r['peak_reserved_err_pct']):>13} {f(r['device_used_err_pct']):>11} "
+              f"{'yes' if r['oom'] else '':>4} {str(r['predicted_fits']):>6}")
+    summary = summarize(rows)
+    print()
+    for key, s in summary.items():
+        target = TARGETS.get(key)
+        goal = f"  (target median <= {target[0]}%, max <= {target[1]}%)" if target else ""
+        print(f"{key:24} median |err| {s['median_abs']:.2f}%  max |err| {s['max_abs']:.2f}%  n={s['n']}{goal}")
+    out = ROOT / "benchmarks" / "results" / "truth_errors.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"rows": rows, "summary": summary}, indent=1))
+    print(f"\nfull results: {out.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
