@@ -5,4 +5,5 @@ EXAMPLES = {
     "lenet": "gpuwise.examples.lenet",
     "resnet": "gpuwise.examples.resnet",
     "gpt-mini": "gpuwise.examples.gpt_mini",
+    "imagefolder": "gpuwise.examples.imagefolder",
 }

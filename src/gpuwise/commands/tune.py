@@ -1,0 +1,87 @@
+"""`gpuwise tune`: the batch size, DataLoader settings and precision with the most samples/s, measured."""
+
+from __future__ import annotations
+
+from ..errors import GpuwiseError
+from ..report import console
+from ..units import parse_duration
+from .common import positive_int
+
+HELP = "find the batch size, DataLoader settings and precision that train fastest (measured, resumable)"
+EXAMPLES = """\
+  gpuwise tune examples:imagefolder --budget 5m
+  gpuwise tune train_job.py --device cuda:0 --results tune.jsonl --plot tune-charts/
+  gpuwise tune examples:resnet --batch-sizes 32,64,128 --json | jq .best
+  # killed? run the same command again: finished trials are read back from --results, not repeated
+"""
+
+
+def add_arguments(p) -> None:
+    p.add_argument("workload", metavar="WORKLOAD", help="path/to/job.py, pkg.module or examples:NAME")
+    p.add_argument("--budget", default="5m", help="time for the whole search, e.g. 90s, 5m (default 5m)")
+    p.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda when there is one, else cpu)")
+    p.add_argument("--results", help="JSONL file: every trial is appended as it finishes; a rerun resumes from it")
+    p.add_argument("--plot", metavar="DIR", help="write charts (samples/s vs batch size and vs workers) here")
+    p.add_argument("-b", "--batch-size", type=positive_int, help="the batch as given (baseline, search start; default 32)")
+    p.add_argument("--batch-sizes", help="comma-separated batch sizes to try instead of the search")
+    p.add_argument("--precision", default="fp32", help="the precision as given (baseline; default fp32)")
+    p.add_argument("--precisions", help="comma-separated candidates (default: what the device does cheaply)")
+    p.add_argument("--optimizer", help="override the workload's optimizer (default: its own, else adamw)")
+    p.add_argument("--measure", default="2s", help="timed part of each trial (default 2s)")
+    p.add_argument("--max-workers", type=int, help="upper bound for num_workers (default 2 x usable CPUs)")
+
+
+def _ints(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise GpuwiseError(f"--batch-sizes: expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise GpuwiseError(f"--batch-sizes: expected positive integers, got {text!r}")
+    return values
+
+
+def run(args) -> int:
+    from ..report import tune as report
+    from ..step import check_precision
+    from ..tune import tune
+
+    budget_s = parse_duration(args.budget)
+    precisions = [check_precision(p) for p in args.precisions.split(",")] if args.precisions else None
+    with report.TuneProgress(budget_s) as bar:
+        result = tune(args.workload, budget_s=budget_s, device=args.device, results=args.results,
+                      batch_sizes=_ints(args.batch_sizes), batch_size=args.batch_size,
+                      precision=check_precision(args.precision), precisions=precisions,
+                      optimizer=args.optimizer, measure_s=parse_duration(args.measure),
+                      max_workers=args.max_workers, on_trial=bar)
+    charts = report.plot(result, args.plot) if args.plot else []
+    text = report.snippet(result)
+    if args.json:
+        d = result.to_dict()
+        d["snippet"] = text
+        d["charts"] = charts
+        console.emit_json(d)
+        return 0
+    console.out.print(report.summary_table(result))
+    console.out.print(report.precision_table(result))
+    if args.debug:
+        console.out.print(report.trials_table(result))
+    bs = f"throughput-optimal batch {result.throughput_batch_size}"
+    bs += (f", largest safe batch {result.largest_safe_batch_size}" if result.largest_safe_searched
+           else " (largest safe batch not searched: no out-of-memory on this device)")
+    console.out.print(bs + (f"; {result.batch_stop_reason}" if result.batch_stop_reason else ""))
+    if result.loader_samples_per_s_per_worker:
+        console.out.print(f"loader alone, one process: {result.loader_samples_per_s_per_worker:,.0f} samples/s; "
+                          f"compute alone: {result.limit_samples_per_s or 0:,.0f} samples/s "
+                          f"-> about {result.workers_estimate} worker(s) needed")
+    for note in result.notes:
+        console.out.print(f"[yellow]note:[/yellow] {note}")
+    console.out.print(f"{len(result.trials)} trials ({result.resumed_trials} resumed) in "
+                      f"{result.elapsed_s:.0f}s of a {budget_s:.0f}s budget"
+                      + (f"; results in {args.results}" if args.results else ""))
+    console.out.print("\n" + text)
+    for path in charts:
+        console.out.print(f"chart: {path}")
+    return 0

@@ -1,0 +1,177 @@
+"""Rendering a `TuneResult`: the ready-to-paste snippet, the tables, the charts and the progress bar."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from rich.table import Table
+
+from ..units import fmt_bytes, fmt_duration
+
+
+def snippet(result) -> str:
+    """The answer as code: DataLoader arguments, the batch size, autocast/GradScaler for the precision."""
+    b = result.best
+    lines = [f"# gpuwise tune {result.workload} on {result.device}: {_rate(b.get('samples_per_s'))} samples/s"
+             + (f" (x{result.speedup:.2f} the defaults)" if result.speedup else "")]
+    args = [f"batch_size={b['batch_size']}", "shuffle=True", f"num_workers={b['num_workers']}",
+            f"pin_memory={b['pin_memory']}"]
+    if b.get("num_workers"):
+        args.append(f"persistent_workers={b['persistent_workers']}")
+        if b.get("prefetch_factor") is not None:
+            args.append(f"prefetch_factor={b['prefetch_factor']}")
+    lines.append(f"loader = torch.utils.data.DataLoader(dataset, {', '.join(args)})")
+    if b.get("num_threads") and b.get("num_workers"):
+        lines.append(f"torch.set_num_threads({b['num_threads']})  # leave the DataLoader workers their CPU cores")
+    nb = "non_blocking=True" if b.get("pin_memory") else ""
+    dev = "cuda" if result.device.startswith("cuda") else result.device
+    prec = b.get("precision", "fp32")
+    if prec == "tf32":
+        lines.append("torch.backends.cuda.matmul.allow_tf32 = True; torch.backends.cudnn.allow_tf32 = True")
+    if prec == "fp16":
+        lines.append(f"scaler = torch.amp.GradScaler('{dev}')")
+    lines.append("for x, y in loader:")
+    lines.append(f"    x, y = x.to(device{', ' + nb if nb else ''}), y.to(device{', ' + nb if nb else ''})")
+    if prec in ("bf16", "fp16"):
+        dt = "bfloat16" if prec == "bf16" else "float16"
+        lines.append(f"    with torch.autocast('{dev}', dtype=torch.{dt}):")
+        lines.append("        loss = loss_fn(model(x), y)")
+    else:
+        lines.append("    loss = loss_fn(model(x), y)")
+    if prec == "fp16":
+        lines += ["    scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update()"]
+    else:
+        lines += ["    loss.backward(); optimizer.step()"]
+    lines.append("    optimizer.zero_grad(set_to_none=True)")
+    if result.lr_note:
+        lines.append(f"# {result.lr_note}")
+    return "\n".join(lines)
+
+
+def _rate(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.0f}"
+
+
+def summary_table(result) -> Table:
+    t = Table(title=f"gpuwise tune {result.workload} ({result.device})", title_justify="left")
+    for col in ("", "batch", "workers", "pin", "prefetch", "persistent", "precision", "samples/s"):
+        t.add_column(col, justify="right" if col in ("batch", "workers", "samples/s") else "left")
+    for name, d in (("defaults", result.baseline), ("tuned", result.best)):
+        t.add_row(name, str(d.get("batch_size")), str(d.get("num_workers")), str(d.get("pin_memory")),
+                  str(d.get("prefetch_factor")), str(d.get("persistent_workers")), str(d.get("precision")),
+                  _rate(d.get("samples_per_s")))
+    t.add_row("compute only", str(result.best.get("batch_size")), "-", "-", "-", "-",
+              str(result.best.get("precision")), _rate(result.limit_samples_per_s))
+    return t
+
+
+def precision_table(result) -> Table:
+    t = Table(title="precision (compute only, starting batch)", title_justify="left")
+    for col in ("precision", "samples/s", "peak memory", "note"):
+        t.add_column(col)
+    for p, d in result.precisions.items():
+        mem = d.get("peak_memory_bytes")
+        kind = " (host RSS)" if d.get("memory_kind") == "host_rss" else ""
+        t.add_row(p, _rate(d.get("samples_per_s")), (fmt_bytes(mem) + kind) if mem else "-",
+                  d.get("skipped") or d.get("status", ""))
+    return t
+
+
+def trials_table(result) -> Table:
+    t = Table(title=f"{len(result.trials)} trials", title_justify="left")
+    for col in ("kind", "batch", "precision", "workers", "pin", "prefetch", "persist", "samples/s", "status", "time"):
+        t.add_column(col)
+    for r in result.trials:
+        status = r["status"] + (" (resumed)" if r.get("resumed") else "")
+        t.add_row(r["kind"], str(r["batch_size"]), str(r.get("precision") or "-"), _opt(r.get("num_workers")),
+                  _opt(r.get("pin_memory")), _opt(r.get("prefetch_factor")), _opt(r.get("persistent_workers")),
+                  _rate(r.get("samples_per_s")), status, fmt_duration(r.get("seconds") or 0))
+    return t
+
+
+def _opt(v: Any) -> str:
+    return "-" if v is None else str(v)
+
+
+def plot(result, folder: str) -> list[str]:
+    """samples/s vs batch size (compute-only trials) and vs num_workers (end-to-end trials), as PNGs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(folder, exist_ok=True)
+    paths = []
+    prec = result.best.get("precision")
+    pts = sorted((r["batch_size"], r["samples_per_s"]) for r in result.trials
+                 if r["kind"] == "compute" and r["status"] == "ok" and r.get("precision") == prec)
+    pts = list(dict(pts).items())
+    if pts:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=f"compute only ({prec})")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("batch size")
+        ax.set_ylabel("samples/s")
+        if result.largest_safe_batch_size:
+            ax.axvline(result.largest_safe_batch_size, color="red", ls="--", label="largest safe batch")
+        ax.axvline(result.best["batch_size"], color="green", ls=":", label="chosen")
+        ax.set_title(f"{result.workload}: samples/s vs batch size")
+        ax.legend()
+        paths.append(_save(fig, folder, "samples_per_s_vs_batch_size.png"))
+    b = result.best["batch_size"]
+    pts = sorted((r["num_workers"], r["samples_per_s"]) for r in result.trials
+                 if r["kind"] == "train" and r["status"] == "ok" and r["batch_size"] == b
+                 and not r.get("persistent_workers") and r.get("prefetch_factor") is None)
+    pts = list(dict(pts).items())
+    if pts:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=f"end to end, batch {b}")
+        if result.limit_samples_per_s:
+            ax.axhline(result.limit_samples_per_s, color="gray", ls="--", label="compute-only limit")
+        ax.set_xlabel("num_workers")
+        ax.set_ylabel("samples/s")
+        ax.set_title(f"{result.workload}: samples/s vs DataLoader workers")
+        ax.legend()
+        paths.append(_save(fig, folder, "samples_per_s_vs_num_workers.png"))
+    return paths
+
+
+def _save(fig, folder: str, name: str) -> str:
+    import matplotlib.pyplot as plt
+
+    path = os.path.join(folder, name)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+class TuneProgress:
+    """A progress bar on stderr: trials done, and the budget spent."""
+
+    def __init__(self, budget_s: float, enabled: bool = True):
+        from .console import progress
+
+        self.budget_s = budget_s
+        self.bar = progress() if enabled else None
+
+    def __enter__(self):
+        if self.bar is not None:
+            self.bar.__enter__()
+            self.trials = self.bar.add_task("trials", total=None)
+            self.budget = self.bar.add_task(f"budget {fmt_duration(self.budget_s)}", total=self.budget_s)
+        return self
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
+
+    def __call__(self, record: dict[str, Any], elapsed_s: float) -> None:
+        if self.bar is None:
+            return
+        what = f"{record['kind']} b={record['batch_size']}"
+        if record.get("num_workers") is not None:
+            what += f" w={record['num_workers']}"
+        self.bar.update(self.trials, advance=1, description=f"trials (last: {what} {_rate(record.get('samples_per_s'))}/s)")
+        self.bar.update(self.budget, completed=min(elapsed_s, self.budget_s))

@@ -1,0 +1,369 @@
+"""`gpuwise.tune`: find, by measurement, the batch size, DataLoader settings and precision that train fastest.
+
+The order follows what each setting depends on:
+
+1. baseline: the workload as given (DataLoader defaults: num_workers=0, pin_memory=False), end to end;
+2. precision: compute-only trials at the starting batch for each precision the device supports;
+3. batch size: compute-only trials (`search.search_batch`): the throughput-optimal batch, and on a
+   GPU the largest safe batch (seeded by the planner when it can predict one); the compute-only rate
+   at the chosen batch is `limit_samples_per_s`;
+4. DataLoader: one loader-only trial (no model, no workers) gives one worker's rate; compute rate /
+   that rate estimates the workers needed; a hill climb on end-to-end trials finds the best count (and
+   notices when more workers get slower); then pin_memory (CUDA only), prefetch_factor (when the step
+   still waits on data) and persistent_workers (when restarting workers is a visible share of an epoch).
+
+Every trial runs in a spawned child, is appended to the results file as it finishes, and is reused
+on a rerun with the same settings. The budget is checked before each trial and bounds its timeout.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..errors import GpuwiseError
+from ..measure.child import run_isolated
+from ..measure.oom import fake_oom_threshold
+from ..workload import Workload, load_workload
+from . import search
+from .store import TrialStore, key_of
+from .trials import cpu_has_native_bf16, step_threads, usable_cpus
+
+SETTINGS = ("batch_size", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "precision")
+DEFAULT_BATCH = 32
+BATCH_LIMIT = 65536          # never grow the batch beyond this without a dataset
+TRIAL_TIMEOUT_S = 600.0      # one trial, whatever the budget
+# seconds a trial costs besides its timed part (spawn + import torch; + CUDA context on a GPU), a first guess
+OVERHEAD_GUESS_S = {"cpu": 5.0, "cuda": 20.0}
+
+
+@dataclass
+class TuneResult:
+    workload: str
+    device: str
+    best: dict[str, Any]
+    baseline: dict[str, Any]
+    limit_samples_per_s: float | None
+    trials: list[dict[str, Any]]
+    throughput_batch_size: int | None = None
+    largest_safe_batch_size: int | None = None
+    largest_safe_searched: bool = False
+    batch_stop_reason: str = ""
+    loader_samples_per_s_per_worker: float | None = None
+    workers_estimate: int | None = None
+    precisions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    lr_note: str = ""
+    budget_s: float = 0.0
+    elapsed_s: float = 0.0
+    out_of_budget: bool = False
+    resumed_trials: int = 0
+
+    @property
+    def speedup(self) -> float | None:
+        b, t = self.baseline.get("samples_per_s"), self.best.get("samples_per_s")
+        return t / b if b and t else None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["speedup"] = self.speedup
+        return d
+
+
+def tune(workload: str | Workload, budget_s: float = 300, device: str | None = None, results: str | None = None,
+         batch_sizes: list[int] | None = None, *, batch_size: int | None = None, precision: str = "fp32",
+         precisions: list[str] | None = None, optimizer: str | None = None, measure_s: float = 2.0,
+         max_workers: int | None = None, min_gain: float = search.MIN_GAIN,
+         on_trial: Callable[[dict[str, Any], float], None] | None = None) -> TuneResult:
+    """Tune `workload` on `device` within `budget_s` seconds; every trial goes to `results` (JSONL).
+
+    `batch_sizes` replaces the batch search by these candidates; `batch_size` is the batch of the
+    baseline and the search's start (default 32); `precision` the baseline's precision; `precisions`
+    the candidates (default: what the device supports cheaply). `on_trial(record, elapsed_s)` is called
+    after each trial (the CLI's progress bar).
+    """
+    wl = load_workload(workload)
+    return _Tuner(wl, budget_s, device or _default_device(), results, batch_sizes, batch_size, precision,
+                  precisions, optimizer, measure_s, max_workers, min_gain, on_trial).run()
+
+
+def _default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def precision_candidates(device_type: str, info: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
+    """(precisions worth a trial, {skipped precision: why}) for a device."""
+    if device_type == "cuda":
+        cands, skipped = ["fp32"], {}
+        for p, ok, why in (("tf32", info.get("tf32"), "TF32 needs compute capability >= 8.0"),
+                           ("bf16", info.get("bf16"), "bf16 needs compute capability >= 8.0"),
+                           ("fp16", info.get("fp16", True), "")):
+            (cands.append(p) if ok else skipped.__setitem__(p, why))
+        return cands, skipped
+    skipped = {"tf32": "TF32 is a CUDA tensor-core mode; on the CPU it is fp32",
+               "fp16": "fp16 autocast + GradScaler is a CUDA recipe; CPU fp16 is emulated and slower"}
+    if device_type == "cpu" and info.get("cpu_bf16_native"):
+        return ["fp32", "bf16"], skipped
+    skipped["bf16"] = "this CPU has no native bf16 (AVX512-BF16/AMX): emulated bf16 is slower than fp32"
+    return ["fp32"], skipped
+
+
+def lr_note(old_batch: int, new_batch: int) -> str:
+    """The learning-rate scaling rules for a batch change (Goyal et al. 2017 linear rule for SGD, with
+    warm-up; square-root rule often used for Adam-family, Krizhevsky 2014 / Malladi et al. 2022)."""
+    if old_batch == new_batch:
+        return ""
+    k = new_batch / old_batch
+    return (f"batch {old_batch} -> {new_batch} (x{k:g}): scale the learning rate x{k:g} for SGD (linear rule, "
+            f"with a few epochs of warm-up) or x{k ** 0.5:.2g} for Adam/AdamW (square-root rule), and re-check accuracy")
+
+
+class _Tuner:
+    def __init__(self, wl, budget_s, device, results, batch_sizes, batch_size, precision, precisions, optimizer,
+                 measure_s, max_workers, min_gain, on_trial):
+        if budget_s <= 0:
+            raise GpuwiseError(f"the budget must be positive, got {budget_s}s")
+        self.wl, self.budget_s, self.device = wl, float(budget_s), str(device)
+        self.dtype = self.device.split(":")[0]
+        self.store = TrialStore(results)
+        self.batch_sizes, self.batch_size, self.precision = batch_sizes, batch_size, precision
+        self.precisions, self.optimizer, self.measure_s = precisions, optimizer, float(measure_s)
+        self.max_workers, self.min_gain, self.on_trial = max_workers, min_gain, on_trial
+        self.start = time.monotonic()
+        self.trials: list[dict[str, Any]] = []
+        self.ran_s: list[float] = []
+        self.out_of_budget = False
+        self.notes: list[str] = []
+        self.resumed = 0
+        self.session: dict[str, dict[str, Any]] = {}
+
+    # --- budget and trials -------------------------------------------------------------------
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    def remaining(self) -> float:
+        return self.budget_s - self.elapsed()
+
+    def expected_trial_s(self) -> float:
+        if self.ran_s:
+            return statistics.median(self.ran_s)
+        return OVERHEAD_GUESS_S.get(self.dtype, 5.0) + self.measure_s
+
+    def out_of_time(self) -> bool:
+        if self.remaining() < 0.5 * self.expected_trial_s():
+            self.out_of_budget = True
+        return self.out_of_budget
+
+    def trial(self, kind: str, batch_size: int, precision: str | None = None, num_workers: int | None = None,
+              pin_memory: bool | None = None, prefetch_factor: int | None = None,
+              persistent_workers: bool | None = None) -> dict[str, Any] | None:
+        """Run (or reuse) one trial; None when the budget is spent."""
+        if kind in ("compute", "fit"):
+            num_workers = pin_memory = prefetch_factor = persistent_workers = None
+        if kind == "loader":
+            precision = None
+        settings = {"workload": self.wl.spec, "device": self.device, "kind": kind, "batch_size": batch_size,
+                    "precision": precision, "optimizer": self.optimizer if kind != "loader" else None,
+                    "num_workers": num_workers, "pin_memory": pin_memory, "prefetch_factor": prefetch_factor,
+                    "persistent_workers": persistent_workers,
+                    "measure_s": 0.0 if kind == "fit" else self.measure_s}
+        key = key_of(settings)
+        if key in self.session:  # asked again in this run (e.g. the batch search's start): same answer
+            return self.session[key]
+        old = self.store.get(settings)
+        if old is not None:
+            record = {**old, "resumed": True}
+            self.resumed += 1
+        else:
+            if self.out_of_time():
+                return None
+            kwargs = {k: v for k, v in settings.items() if k not in ("measure_s",)}
+            kwargs["measure_s"] = self.measure_s
+            kwargs["num_threads"] = step_threads(self.dtype, num_workers, usable_cpus()) if kind == "train" else None
+            res = run_isolated("gpuwise.tune.trials:run_trial", kwargs,
+                               timeout_s=max(1.0, min(self.remaining(), TRIAL_TIMEOUT_S)))
+            self.ran_s.append(res.seconds)
+            value = res.value or {}
+            record = {**settings, "status": res.status, "oom": res.status == "oom",
+                      "samples_per_s": value.get("samples_per_s"), "seconds": round(res.seconds, 3),
+                      "steps": value.get("steps"), "startup_s": value.get("startup_s"),
+                      "num_threads": value.get("num_threads"),
+                      "peak_memory_bytes": value.get("peak_memory_bytes"), "memory_kind": value.get("memory_kind"),
+                      "error": res.error or None}
+            self.store.add(record)
+            record = {**record, "resumed": False}
+        self.session[key] = record
+        self.trials.append(record)
+        if self.on_trial is not None:
+            self.on_trial(record, self.elapsed())
+        return record
+
+    def rate(self, record: dict[str, Any] | None) -> float | None:
+        if record is None or record.get("status") != "ok":
+            return None
+        return record.get("samples_per_s")
+
+    # --- phases --------------------------------------------------------------------------------
+    def run(self) -> TuneResult:
+        wl = self.wl
+        ds_len = len(wl.build_dataset()) if wl.has_dataset else None
+        b0 = self.batch_size or DEFAULT_BATCH
+        if ds_len is not None:
+            if ds_len < 1:
+                raise GpuwiseError(f"{wl.spec}: dataset() is empty")
+            b0 = min(b0, ds_len)
+        limit = ds_len or BATCH_LIMIT
+        baseline_settings = {"batch_size": b0, "num_workers": 0, "pin_memory": False, "prefetch_factor": None,
+                             "persistent_workers": False, "precision": self.precision}
+        if ds_len is None:
+            self.notes.append(f"{wl.spec} defines no dataset(): only batch size and precision were tuned")
+        # 1. baseline
+        base = (self.trial("train", b0, self.precision, 0, False, None, False) if ds_len
+                else self.trial("compute", b0, self.precision))
+        # 2. precision
+        prec_rates, chosen_prec = self.tune_precision(b0)
+        # 3. batch size
+        bs = self.tune_batch(b0, chosen_prec, limit)
+        best_b = bs.best_batch_size or b0
+        limit_rec = self.trial("compute", best_b, chosen_prec)
+        limit_rate = self.rate(limit_rec)
+        # 4. DataLoader
+        loader_rate, w_est, best = None, None, None
+        if ds_len is not None:
+            loader_rate, w_est, best = self.tune_loader(best_b, chosen_prec, limit_rate, ds_len)
+        if best is None:  # no dataset (or no budget left for loader trials): the compute answer
+            best = {**baseline_settings, "batch_size": best_b, "precision": chosen_prec,
+                    "samples_per_s": limit_rate if ds_len is None else None}
+        base_d = {**baseline_settings, "samples_per_s": self.rate(base)}
+        if self.out_of_budget:
+            self.notes.append(f"the budget ({self.budget_s:g}s) ran out: the answer is the best found so far")
+        note = lr_note(b0, best["batch_size"])
+        return TuneResult(
+            workload=wl.spec, device=self.device, best=best, baseline=base_d, limit_samples_per_s=limit_rate,
+            trials=self.trials, throughput_batch_size=bs.best_batch_size,
+            largest_safe_batch_size=bs.largest_safe_batch_size if bs.largest_safe_searched else None,
+            largest_safe_searched=bs.largest_safe_searched, batch_stop_reason=bs.stop_reason,
+            loader_samples_per_s_per_worker=loader_rate, workers_estimate=w_est, precisions=prec_rates,
+            notes=self.notes, lr_note=note, budget_s=self.budget_s, elapsed_s=round(self.elapsed(), 3),
+            out_of_budget=self.out_of_budget, resumed_trials=self.resumed)
+
+    def tune_precision(self, b0: int) -> tuple[dict[str, dict[str, Any]], str]:
+        info = self.device_info()
+        cands, skipped = precision_candidates(self.dtype, info)
+        if self.precisions:
+            skipped = {p: why for p, why in skipped.items() if p not in self.precisions}
+            cands = list(self.precisions)
+        table: dict[str, dict[str, Any]] = {p: {"skipped": why} for p, why in skipped.items()}
+        for p in cands:
+            rec = self.trial("compute", b0, p)
+            table[p] = {"samples_per_s": self.rate(rec), "peak_memory_bytes": rec and rec.get("peak_memory_bytes"),
+                        "memory_kind": rec and rec.get("memory_kind"), "status": rec["status"] if rec else "skipped"}
+        measured = {p: v["samples_per_s"] for p, v in table.items() if v.get("samples_per_s")}
+        if not measured:
+            return table, self.precision
+        chosen = max(measured, key=lambda p: measured[p])
+        ref = measured.get(self.precision)
+        if ref and measured[chosen] < ref * 1.03:  # within noise: keep what the user asked for
+            chosen = self.precision
+        return table, chosen
+
+    def device_info(self) -> dict[str, Any]:
+        if self.dtype == "cuda":
+            res = run_isolated("gpuwise.tune.trials:device_info", {"device": self.device}, timeout_s=120)
+            if not res.ok:
+                raise GpuwiseError(f"cannot use {self.device}: {res.error}")
+            return res.value
+        return {"type": self.dtype, "cpu_bf16_native": cpu_has_native_bf16() if self.dtype == "cpu" else False}
+
+    def tune_batch(self, b0: int, precision: str, limit: int) -> search.BatchSearch:
+        def measure(b: int, timed: bool) -> search.Probe:
+            rec = self.trial("compute" if timed else "fit", b, precision)
+            if rec is None:
+                return search.Probe(b, timed, "skipped")
+            return search.Probe(b, timed, rec["status"], rec.get("samples_per_s"))
+
+        if self.batch_sizes:
+            probes = [measure(b, True) for b in sorted(set(self.batch_sizes)) if not self.out_of_time()]
+            ok = [p for p in probes if p.status == "ok"]
+            best = max(ok, key=lambda p: p.samples_per_s or 0).batch_size if ok else None
+            return search.BatchSearch(best, max((p.batch_size for p in ok), default=None), probes,
+                                      "the given batch sizes", any(p.status == "oom" for p in probes))
+        oom_possible = self.dtype == "cuda" or fake_oom_threshold() is not None
+        seed = self.planner_seed(b0, precision) if self.dtype == "cuda" else None
+        return search.search_batch(measure, b0, oom_possible=oom_possible, seed=seed, limit=limit,
+                                   min_gain=self.min_gain, out_of_time=self.out_of_time)
+
+    def planner_seed(self, b0: int, precision: str) -> int | None:
+        """The planner's predicted max batch for this GPU, when the planner is there and can say."""
+        try:
+            from ..plan import estimate
+
+            est = estimate(self.wl, batch_size=b0, target="cuda", optimizer=self.optimizer, precision=precision)
+            seed = getattr(est, "max_batch_size", None)
+        except Exception as exc:  # noqa: BLE001 - the seed is optional; the search works without it
+            self.notes.append(f"no planner seed for the batch search ({type(exc).__name__}); searched from {b0}")
+            return None
+        return int(seed) if seed else None
+
+    def tune_loader(self, b: int, precision: str, limit_rate: float | None, ds_len: int):
+        loader = self.trial("loader", b, None, 0, False, None, False)
+        one_rate = self.rate(loader)
+        cpus = usable_cpus()
+        max_w = self.max_workers if self.max_workers is not None else min(2 * cpus, 32)
+        est = search.workers_estimate(limit_rate or 0.0, one_rate or 0.0, min(cpus, max_w))
+        pin = self.dtype == "cuda"
+        rates: dict[int, float] = {}
+        recs: dict[int, dict] = {}
+        while (w := search.next_workers(rates, est, max_w)) is not None:
+            rec = self.trial("train", b, precision, w, pin and w >= 0, None, False)
+            if rec is None:
+                break
+            recs[w] = rec
+            rates[w] = self.rate(rec) if rec["status"] == "ok" else -1.0  # never the best
+            if rec["status"] != "ok":
+                self.notes.append(f"num_workers={w}: {rec['status']}: {rec.get('error')}")
+        if not rates or max(rates.values()) < 0:
+            return one_rate, est, None
+        best_w = max(rates, key=lambda w: rates[w])
+        slower = sorted(w for w in rates if w > best_w and 0 <= rates[w] < rates[best_w])
+        if slower:
+            self.notes.append(f"more workers got slower: {best_w} -> {slower[0]} workers "
+                              f"{rates[best_w]:.0f} -> {rates[slower[0]]:.0f} samples/s")
+        best = {"num_workers": best_w, "pin_memory": pin, "prefetch_factor": None, "persistent_workers": False}
+        best_rec = recs[best_w]
+        candidates = [best_rec]
+
+        def variant(**change) -> dict[str, Any] | None:
+            s = {**best, **change}
+            rec = self.trial("train", b, precision, s["num_workers"], s["pin_memory"], s["prefetch_factor"],
+                             s["persistent_workers"])
+            if rec is not None and (self.rate(rec) or 0) > (self.rate(best_rec) or 0):
+                return rec
+            return None
+
+        if pin:  # pinned + non_blocking copies vs pageable: only a CUDA question
+            won = variant(pin_memory=False)
+            if won:
+                best_rec, best = won, {**best, "pin_memory": False}
+                candidates.append(won)
+        if best_w > 0 and limit_rate and (self.rate(best_rec) or 0) < 0.9 * limit_rate:
+            won = variant(prefetch_factor=4)  # still waiting on data: a deeper queue may smooth the bursts
+            if won:
+                best_rec, best = won, {**best, "prefetch_factor": 4}
+        if best_w > 0:
+            rate = self.rate(best_rec) or 0
+            epoch_s = ds_len / rate if rate else 0
+            startup = best_rec.get("startup_s") or 0
+            if epoch_s and startup > 0.02 * epoch_s:  # restarting workers each epoch is visible
+                won = variant(persistent_workers=True)
+                if won:
+                    best_rec, best = won, {**best, "persistent_workers": True}
+        best_d = {"batch_size": b, **best, "precision": precision, "samples_per_s": self.rate(best_rec)}
+        if self.dtype == "cpu" and best_rec.get("num_threads"):
+            best_d["num_threads"] = best_rec["num_threads"]  # the step's threads next to the workers
+        return one_rate, est, best_d
