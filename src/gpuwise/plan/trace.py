@@ -23,7 +23,7 @@ from typing import Any
 from ..errors import GpuwiseError
 from ..step import StepConfig, TrainStep
 from .events import MemEvent, MemoryTrace
-from .kernels import workspace_bytes
+from .kernels import output_bytes, workspace
 
 TARGETS = ("cpu", "cuda")
 
@@ -70,6 +70,17 @@ class _TraceMode(_dispatch_mode_base()):
         self._flop_registry = fc.flop_registry if count_flops else {}
         self.item_default: Any = None  # value for .item() while a GradScaler asks whether grads are finite
         self.saved: set[int] = set()  # forward blocks still alive when backward starts: saved activations
+        self.notes: list[str] = []
+        self._paused = False
+
+    @contextlib.contextmanager
+    def paused(self):
+        """Ops run inside are not recorded (e.g. building a real model that is then copied to fake)."""
+        self._paused = True
+        try:
+            yield
+        finally:
+            self._paused = False
 
     # --- storages -------------------------------------------------------------------------------
     def module(self) -> str:
@@ -100,13 +111,13 @@ class _TraceMode(_dispatch_mode_base()):
         if entry is not None:
             self.free_block(entry[0])
 
-    def see(self, t, op: str) -> None:
+    def see(self, t, op: str, nbytes: int | None = None) -> None:
         if t.device.type != self.device_type:
             return
         st = t.untyped_storage()
         if id(st) in self.live:
             return
-        nbytes = st.nbytes()
+        nbytes = st.nbytes() if nbytes is None else nbytes
         if nbytes:
             self.alloc(nbytes, op, st)
 
@@ -119,6 +130,8 @@ class _TraceMode(_dispatch_mode_base()):
         import torch
 
         kwargs = kwargs or {}
+        if self._paused:
+            return func(*args, **kwargs)
         if self.phase in ("forward", "backward") and torch._C._current_graph_task_id() != -1:
             if self.phase == "forward":
                 self.saved |= {i for i, b in enumerate(self.rec.blocks) if b.phase == "forward" and not b.freed}
@@ -128,11 +141,11 @@ class _TraceMode(_dispatch_mode_base()):
         if func is torch.ops.aten._local_scalar_dense.default and self.item_default is not None:
             return self.item_default
         name = str(func.overloadpacket) if hasattr(func, "overloadpacket") else str(func)
-        extra = workspace_bytes(name, self.target, args, kwargs)
-        ws = self.alloc(extra, f"kernel workspace: {name}") if extra else None
+        scratch = workspace(name, self.target, args, kwargs)
+        if scratch.before_bytes:
+            self.free_block(self.alloc(scratch.before_bytes, f"kernel workspace: {name}"), name)
+        during = self.alloc(scratch.during_bytes, f"kernel workspace: {name}") if scratch.during_bytes else None
         out = func(*args, **kwargs)
-        if ws is not None:
-            self.free_block(ws, name)
         if self.count_flops:
             formula = self._flop_registry.get(func.overloadpacket)
             if formula is not None:
@@ -140,13 +153,16 @@ class _TraceMode(_dispatch_mode_base()):
         if isinstance(out, torch.Tensor):
             self.see(out, name)
         elif isinstance(out, (tuple, list)):
-            for t in out:
+            sizes = output_bytes(name, self.target, args, kwargs)
+            for i, t in enumerate(out):
                 if isinstance(t, torch.Tensor):
-                    self.see(t, name)
+                    self.see(t, name, sizes.get(i))
                 elif isinstance(t, (tuple, list)):
                     for u in t:
                         if isinstance(u, torch.Tensor):
                             self.see(u, name)
+        if during is not None:
+            self.free_block(during, name)
         return out
 
 
@@ -165,11 +181,39 @@ def _storages(obj, device_type: str):
             yield from _storages(v, device_type)
 
 
-def _label(mode: _TraceMode, objs, category: str) -> None:
+def _label(mode: _TraceMode, objs, category: str, create: bool = False) -> None:
+    """Set the category of these tensors' blocks; `create` registers storages no traced op made."""
     for st in _storages(objs, mode.device_type):
         entry = mode.live.get(id(st))
+        if entry is None and create and st.nbytes():
+            mode.alloc(st.nbytes(), "(built outside the trace)", st)
+            entry = mode.live.get(id(st))
         if entry is not None and not mode.rec.blocks[entry[0]].category:
             mode.rec.blocks[entry[0]].category = category
+
+
+def _build_model(workload, fake_mode, mode: _TraceMode):
+    """The workload's model: built under fake tensors, or, when its construction needs real data
+    (e.g. initialisers calling `.item()`), built with real weights and copied into fake tensors."""
+    if fake_mode is None:
+        return workload.build_model()
+    try:
+        return workload.build_model()
+    except Exception as exc:  # noqa: BLE001 - only fake-tensor limits are handled here
+        from .fallback import is_fake_limit
+
+        if not is_fake_limit(exc):
+            raise
+    import copy
+
+    from torch._subclasses.fake_tensor import FakeCopyMode, unset_fake_temporarily
+
+    with unset_fake_temporarily(), mode.paused():
+        real = workload.build_model()
+    with FakeCopyMode(fake_mode):
+        model = copy.deepcopy(real)
+    mode.notes.append("model built with real weights (its initialisation reads data), then traced with fake tensors")
+    return model
 
 
 @contextlib.contextmanager
@@ -262,12 +306,12 @@ def _run(workload, batch_size: int, config: StepConfig, target: str, fake: bool)
         if cuda_like:
             stack.enter_context(sdpa_as_gpu_runs_it())
             stack.enter_context(_foreach_by_default())
-        model = workload.build_model()
+        model = _build_model(workload, fake_mode if fake else None, mode)
         step = _fake_train_step(workload, config, model) if fake else TrainStep(workload, config, "cpu", model)
         batch = step.to_device(workload.build_batch(batch_size))
-        _label(mode, list(step.model.parameters()), "parameters")
-        _label(mode, list(step.model.buffers()), "buffers")
-        _label(mode, batch, "inputs")
+        _label(mode, list(step.model.parameters()), "parameters", create=True)
+        _label(mode, list(step.model.buffers()), "buffers", create=True)
+        _label(mode, batch, "inputs", create=True)
         steady_start = 0
         for i in range(2):
             if i == 1:
@@ -284,7 +328,7 @@ def _run(workload, batch_size: int, config: StepConfig, target: str, fake: bool)
         flops = mode.flops
         events = _settle(mode)
         del step, batch, model
-    trace = MemoryTrace(events, steady_start, target, "fake-trace", flops_per_step=flops)
+    trace = MemoryTrace(events, steady_start, target, "fake-trace", notes=list(mode.notes), flops_per_step=flops)
     if cuda_like:
         trace.notes.append("cuda: traced on CPU tensors with CUDA's attention kernels and optimizer defaults; "
                            "autocast follows the CPU op lists")
