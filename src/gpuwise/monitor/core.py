@@ -57,7 +57,7 @@ class Monitor:
         self._events: list[tuple[int, Any, Any, Any]] = []  # (step, previous end, start, end) CUDA events to resolve
         self._prev_end_event = None
         self._start_event = None
-        self._summary: dict | None = None
+        self._autocast_hook = None
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def __enter__(self) -> Monitor:
@@ -70,6 +70,11 @@ class Monitor:
         self._t0 = time.perf_counter()
         self.timeline.meta["t0_unix"] = time.time()
         self._describe_device()
+        if self._cuda and self.timeline.meta.get("precision") is None:
+            import torch
+
+            # one call: the first module forward inside the monitored loop says whether autocast is on
+            self._autocast_hook = torch.nn.modules.module.register_module_forward_pre_hook(self._look_at_autocast)
         if self.out_dir:
             self._writer = TimelineWriter(rank_file(self.out_dir, self.rank), self.timeline.meta)
         if self.sample:
@@ -92,6 +97,9 @@ class Monitor:
             self.timeline.notes.extend(f"sampler error: {e}" for e in self._sampler.errors)
             self._sampler = None
         self._resolve_events(wait=True)
+        if self._autocast_hook is not None:
+            self._autocast_hook.remove()
+            self._autocast_hook = None
         meta = self.timeline.meta
         if self._pinned_seen[1]:
             meta["pinned_fraction"] = self._pinned_seen[0] / self._pinned_seen[1]
@@ -152,8 +160,6 @@ class Monitor:
         finally:
             self._acc[name] += time.perf_counter() - t
             self._phase_used[name] = True
-            if name == "compute" and self.timeline.meta.get("precision") is None:
-                self._look_at_autocast()
 
     def begin_step(self) -> None:
         """Start a step now (framework hooks: the first `on_train_batch_start`)."""
@@ -275,15 +281,22 @@ class Monitor:
             self._pinned_seen[0] += all(t.is_pinned() for t in tensors)
             self._pinned_seen[1] += 1
 
-    def _look_at_autocast(self) -> None:
+    def _look_at_autocast(self, *_args) -> None:
+        """Precision of the first module forward (a global pre-hook, removed at once): autocast dtype, else tf32/fp32."""
         import torch
 
+        if self._autocast_hook is not None:
+            self._autocast_hook.remove()
+            self._autocast_hook = None
         meta = self.timeline.meta
-        if self._cuda and torch.is_autocast_enabled("cuda"):
+        if not self._cuda or meta.get("precision") is not None:
+            return
+        if torch.is_autocast_enabled("cuda"):
             dtype = torch.get_autocast_dtype("cuda")
             meta["precision"] = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, str(dtype))
-        elif self._cuda:  # the first compute phase ran without autocast
-            meta["precision"] = "tf32" if torch.backends.cuda.matmul.allow_tf32 else "fp32"
+        else:
+            tf32 = torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() != "highest"
+            meta["precision"] = "tf32" if tf32 else "fp32"
 
     def _describe_device(self) -> None:
         meta = self.timeline.meta

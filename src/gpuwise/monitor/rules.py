@@ -53,6 +53,7 @@ LOW_MEMORY_FRACTION = 0.5    # less than half the GPU memory used: room for a la
 COMPUTE_FRACTION = 0.8       # the step is the bottleneck, not its inputs
 RANK_SPREAD = 1.10           # slowest rank's median step >= 10% above the fastest's
 WORKER_HEADROOM = 1.25       # workers to keep ahead of the GPU despite jitter (one in four spare)
+IO_BOUND_CPU_PCT = 50.0     # per loading process: below half a core busy, the loader waits on I/O, not CPU
 LOW_UTIL_PCT_TXT = "10%"     # summary.LOW_UTIL_PCT, as text
 HIGH_UTIL_PCT_TXT = "90%"    # summary.HIGH_UTIL_PCT
 
@@ -93,10 +94,10 @@ def data_starvation(s: dict) -> Finding | None:
         return None
     if _num(wait) and wait < DATA_WAIT_FRACTION / 2 and oscillating:
         return None  # the loop hardly waits: the oscillation has another cause (cpu_bound, syncs)
+    step = (s.get("step_time_s") or {}).get("median")
+    data = ((s.get("split") or {}).get("data_wait_s") or {}).get("median")
     parts = []
     if _num(wait):
-        step = s["step_time_s"]["median"]
-        data = (s.get("split") or {}).get("data_wait_s", {}).get("median")
         parts.append(f"{_pct(wait)} of step time waits for the next batch"
                      + (f" (median {fmt_duration(data)} of a {fmt_duration(step)} step)" if _num(data) and _num(step) else ""))
     if oscillating:
@@ -106,16 +107,21 @@ def data_starvation(s: dict) -> Finding | None:
     workers = loader.get("num_workers")
     cpus = (s.get("host") or {}).get("cpu_count")
     fixes = []
-    step = (s.get("step_time_s") or {}).get("median")
-    data = ((s.get("split") or {}).get("data_wait_s") or {}).get("median")
     if _num(step) and _num(data):
         needed = suggest_num_workers(step, data, workers, None)
-        n = suggest_num_workers(step, data, workers, cpus)
+        # Loading that hardly uses the CPU waits on I/O (storage, network): workers beyond the CPU count help.
+        proc_cpu = (s.get("host") or {}).get("process_cpu_mean_pct")
+        # The training process is busy (~one core) whenever it is not waiting; the rest is the loader's.
+        loader_cpu = proc_cpu - 100.0 * (1 - wait) if _num(proc_cpu) and _num(wait) else None
+        io_bound = _num(loader_cpu) and loader_cpu < IO_BOUND_CPU_PCT * max(workers or 0, 1)
+        n = suggest_num_workers(step, data, workers, None if io_bound else cpus)
         now = f"now {workers}" if workers is not None else "now unknown"
-        fixes.append(f"DataLoader(num_workers={n}) ({now}; {cpus} CPUs)")
+        why = f"; loading waits on I/O: it used ~{max(loader_cpu, 0):.0f}% CPU" if io_bound else ""
+        if n > (workers or 0):
+            fixes.append(f"DataLoader(num_workers={n}) ({now}; {cpus} CPUs{why})")
         if needed > n:
-            fixes.append(f"keeping up needs ~{needed} workers, more than this machine's CPUs: make samples cheaper "
-                         "(pre-decode / cache / smaller inputs) or move augmentation to the GPU")
+            fixes.append(f"keeping up needs ~{needed} workers, more than this machine's {cpus} CPUs: make samples "
+                         "cheaper (pre-decode / cache / smaller inputs) or move augmentation to the GPU")
     else:
         fixes.append("more DataLoader workers (num_workers); run the script with gpuwise.monitor for a number")
     if _is_gpu(s) and loader.get("pin_memory") is not True:
@@ -123,8 +129,7 @@ def data_starvation(s: dict) -> Finding | None:
     if workers and loader.get("persistent_workers") is not True:
         fixes.append("persistent_workers=True (workers restart every epoch otherwise)")
     fixes.append("or measure the best settings with `gpuwise tune WORKLOAD`")
-    return Finding("data_starvation", "; ".join(parts), ", ".join(fixes))
-
+    return Finding("data_starvation", "; ".join(parts), "; ".join(fixes))
 
 
 @rule("cpu_bound")

@@ -54,8 +54,8 @@ class Sampler:
     """Samples every `interval_s` into `timeline.samples` until `stop()`.
 
     `gpu_indices` (NVML indices) may be a callable re-evaluated every `rescan_s` (watch: the GPUs the
-    child's process tree is using). `pids` (a callable) gives the process tree to attribute CPU and RSS
-    to; default this process. `on_tick` runs after each sample (the monitor flushes its file there).
+    child's process tree is using). `pids` (a callable, also re-evaluated every `rescan_s`) gives the
+    processes to attribute CPU and RSS to; default this process and its children (DataLoader workers). `on_tick` runs after each sample (the monitor flushes its file there).
     """
 
     def __init__(self, timeline: Timeline, interval_s: float = 0.1, gpu_indices=(), gpu_source: GpuSource | None = None,
@@ -69,7 +69,8 @@ class Sampler:
         self.gpu_source = gpu_source
         self._gpu_indices = gpu_indices
         self._indices: list[int] = [] if callable(gpu_indices) else list(gpu_indices)
-        self._pids = pids or (lambda: [os.getpid()])
+        self._pids = pids or (lambda: process_tree(os.getpid()))  # this process and its DataLoader workers
+        self._pid_list: list[int] = []
         self._procs: dict[int, object] = {}
         self.t0 = time.perf_counter() if t0 is None else t0
         self.rank = rank
@@ -100,7 +101,7 @@ class Sampler:
         cpu = 0.0
         rss = 0
         alive = {}
-        for pid in self._pids():
+        for pid in self._pid_list:
             proc = self._procs.get(pid)
             try:
                 if proc is None:
@@ -117,8 +118,10 @@ class Sampler:
     def sample_once(self) -> None:
         try:
             now = time.perf_counter()
-            if callable(self._gpu_indices) and now - self._last_scan >= self.rescan_s:
-                self._indices = list(self._gpu_indices())
+            if now - self._last_scan >= self.rescan_s:  # process trees and GPU processes: once a second
+                self._pid_list = list(self._pids())
+                if callable(self._gpu_indices):
+                    self._indices = list(self._gpu_indices())
                 self._last_scan = now
             cpu, rss = self._cpu_and_rss()
             s = Sample(t_s=now - self.t0, cpu_pct=self._psutil.cpu_percent(None), proc_cpu_pct=cpu, rss_bytes=rss,
