@@ -54,6 +54,7 @@ class Monitor:
         self._phase_used = {"data": False, "copy": False, "compute": False}
         self._in_loader_step = False
         self._pinned_seen = [0, 0]  # pinned batches, batches checked
+        self._looked = 0  # batches looked at (the first 8)
         self._events: list[tuple[int, Any, Any, Any]] = []  # (step, previous end, start, end) CUDA events to resolve
         self._prev_end_event = None
         self._start_event = None
@@ -79,10 +80,10 @@ class Monitor:
             self._writer = TimelineWriter(rank_file(self.out_dir, self.rank), self.timeline.meta)
         if self.sample:
             source, note = (self._gpu_source, "") if self._gpu_source is not None else default_gpu_source()
-            if note and self._cuda:
-                self.timeline.notes.append(note)
-            elif source is None:
+            if not self._cuda:
                 self.timeline.notes.append("no GPU in use: sampled CPU and RAM only")
+            elif note:
+                self.timeline.notes.append(note)
             index = nvml_index_for(self.device) if self._cuda else None
             indices = [index] if index is not None and source is not None else []
             self._sampler = Sampler(self.timeline, self.interval_s, indices, source, t0=self._t0, rank=self.rank,
@@ -134,7 +135,7 @@ class Monitor:
             self._begin_step(t)
             self._acc["data"] += now - t
             self._phase_used["data"] = True
-            if self._pinned_seen[1] < 8:
+            if self._looked < 8:
                 self._look_at_batch(batch)
             self._in_loader_step = True
             yield batch
@@ -180,7 +181,7 @@ class Monitor:
 
     def observe_batch(self, batch) -> None:
         """Note the batch size, bytes and (for CPU tensors bound for a GPU) whether it is pinned."""
-        if self._pinned_seen[1] < 8:
+        if self._looked < 8:
             self._look_at_batch(batch)
 
     def describe_loader(self, loader) -> None:
@@ -189,7 +190,7 @@ class Monitor:
 
     def to_device(self, batch, device=None, non_blocking: bool = True):
         """Move a Tensor / tuple / list / dict batch to the device, timing it as the copy phase."""
-        if self._pinned_seen[1] < 8:
+        if self._looked < 8:
             self._look_at_batch(batch)
         with self.phase("copy"):
             return move_to(batch, device or self.device, non_blocking=non_blocking)
@@ -268,6 +269,8 @@ class Monitor:
                 self._writer.flush(self.timeline)
 
     def _look_at_batch(self, batch) -> None:
+        """The first few batches only: batch size, bytes, pinned or not."""
+        self._looked += 1
         tensors = _tensors(batch)
         if not tensors:
             return
