@@ -91,7 +91,8 @@ class _Cuda:
 
     @property
     def device_used_bytes(self) -> int:
-        return self.result.peak_reserved_bytes + self.overheads.outside_allocator_bytes
+        # nvidia-smi sees the most ever reserved (cached segments are not returned without empty_cache)
+        return self.result.max_reserved_bytes + self.overheads.outside_allocator_bytes
 
 
 def _cuda_memory(trace: MemoryTrace, arch: str) -> _Cuda:
