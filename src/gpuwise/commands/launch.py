@@ -61,7 +61,7 @@ def run(args) -> int:
         plan.release()
         code = 0
     else:
-        code = launching.launch(plan)
+        code = launching.launch(plan, stdout_to_stderr=args.json)
     if args.json:
         console.emit_json({**plan.to_dict(), "command": cmd, "exit_code": code, "dry_run": args.dry_run})
     elif args.dry_run:

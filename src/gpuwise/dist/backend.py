@@ -18,9 +18,10 @@ from collections.abc import Mapping
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 
 
-def run_torchrun(argv: list[str], env: Mapping[str, str]) -> int:
-    """Run torchrun with `argv` in `env` (the full environment); its exit code (128+N for signal N)."""
-    proc = subprocess.Popen(TORCHRUN + list(argv), env=dict(env))
+def run_torchrun(argv: list[str], env: Mapping[str, str], stdout_to_stderr: bool = False) -> int:
+    """Run torchrun with `argv` in `env` (the full environment); its exit code (128+N for signal N).
+    `stdout_to_stderr` keeps the ranks' prints off stdout (for --json)."""
+    proc = subprocess.Popen(TORCHRUN + list(argv), env=dict(env), stdout=2 if stdout_to_stderr else None)  # fd 2
     while True:
         try:
             code = proc.wait()

@@ -43,7 +43,7 @@ def run_job(mode: str, config, *, nproc: int | None, max_restarts: int = 0, devi
                                  device=device, command=f"gpuwise {mode} {getattr(config, 'workload', '')}")
         if on_plan is not None:
             on_plan(plan)
-        code = launching.launch(plan, extra_env)
+        code = launching.launch(plan, extra_env, stdout_to_stderr=True)
         result = None
         if os.path.exists(config.result_path):
             with open(config.result_path) as fh:

@@ -57,10 +57,16 @@ def launch_environment(*, cuda_visible_devices: str | None, nproc_per_node: int,
     """The variables to add for the ranks (pure). GPUs: the chosen ones in PCI-bus order, NCCL.
     CPU ranks: gloo, and the cores split between the ranks (OMP_NUM_THREADS, unless already set;
     torchrun would otherwise set 1)."""
+    env = {}
+    if "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in base_env:
+        # torchrun's c10d rendezvous shares its TCPStore with the workers' init_process_group by default;
+        # after a restart the new group then hangs in init_process_group (seen here with gloo, torch 2.13;
+        # pytorch/pytorch#135712). A store of their own per attempt restarts cleanly.
+        env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     if cuda_visible_devices is not None:
-        return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": cuda_visible_devices,
+        return {**env, "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": cuda_visible_devices,
                 "GPUWISE_DIST_BACKEND": "nccl"}
-    env = {"GPUWISE_DIST_BACKEND": "gloo"}
+    env["GPUWISE_DIST_BACKEND"] = "gloo"
     if "OMP_NUM_THREADS" not in base_env:
         env["OMP_NUM_THREADS"] = str(max(1, cpu_count // max(1, nproc_per_node)))
     return env
@@ -137,11 +143,11 @@ def prepare(target: list[str], *, nproc_per_node: int | None = None, nnodes: int
     return LaunchPlan(nproc_per_node, nnodes, kind, backend.backend_for(kind), args, env, reservation)
 
 
-def launch(plan: LaunchPlan, extra_env: Mapping[str, str] | None = None) -> int:
+def launch(plan: LaunchPlan, extra_env: Mapping[str, str] | None = None, stdout_to_stderr: bool = False) -> int:
     """Run torchrun for `plan`; releases the GPUs afterwards; returns torchrun's exit code."""
     env = dict(os.environ, **plan.env, **(extra_env or {}))
     try:
-        return backend.run_torchrun(plan.torchrun_args, env)
+        return backend.run_torchrun(plan.torchrun_args, env, stdout_to_stderr)
     finally:
         plan.release()
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -134,7 +135,7 @@ def train(cfg: TrainConfig) -> TrainResult:
         checkpoint.set_rng_state(ckpt.rng[rank])
     if rank == 0 and ckpt is not None:
         print(f"[gpuwise train] resuming from step {start_step} ({checkpoint.checkpoint_path(cfg.checkpoint_dir)})",
-              flush=True)
+              file=sys.stderr, flush=True)
 
     crash_at = int(os.environ.get(CRASH_ENV, "-1"))
     crash_rank = int(os.environ.get(CRASH_RANK_ENV, "1"))
@@ -153,7 +154,7 @@ def train(cfg: TrainConfig) -> TrainResult:
             backend.synchronize(device)
             t0 = time.perf_counter()
         if cfg.log_every and done % cfg.log_every == 0 and rank == 0:
-            print(f"[gpuwise train] step {done}/{cfg.steps} loss {loss.item():.4f}", flush=True)
+            print(f"[gpuwise train] step {done}/{cfg.steps} loss {loss.item():.4f}", file=sys.stderr, flush=True)
         if cfg.checkpoint_dir and ((cfg.checkpoint_every and done % cfg.checkpoint_every == 0) or done == cfg.steps):
             rngs = backend.gather(checkpoint.rng_state())  # collective: every rank at the same step
             if rank == 0:
@@ -161,6 +162,7 @@ def train(cfg: TrainConfig) -> TrainResult:
                     step=done, epoch=epoch, model=ts.model.module.state_dict(), optimizer=ts.optimizer.state_dict(),
                     scaler=ts.scaler.state_dict() if ts.scaler is not None else None, rng=rngs,
                     world_size=world, meta={"workload": cfg.workload, "per_rank_batch_size": cfg.batch_size}))
+            backend.barrier()  # no rank moves on (or dies) while rank 0 is still writing
     backend.synchronize(device)
     elapsed = time.perf_counter() - t0 if t0 is not None else 0.0
     timed_steps = max(len(done_this_attempt) - 1, 0)
