@@ -107,8 +107,11 @@ class Sampler:
                 if proc is None:
                     proc = psutil.Process(pid)
                     proc.cpu_percent(None)  # prime; counts from the next tick
+                mem = proc.memory_info().rss
+                if mem == 0:  # a zombie: ended, not yet reaped
+                    continue
                 cpu += proc.cpu_percent(None)
-                rss += proc.memory_info().rss
+                rss += mem
                 alive[pid] = proc
             except (psutil.Error, OSError):
                 continue

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import os
 import time
 
 from ..units import fmt_bytes, fmt_duration
@@ -50,6 +51,10 @@ def _plot_utilization(ax, tl) -> None:
     cpu = [s.cpu_pct for s in tl.samples]
     if any(c is not None for c in cpu):
         ax.plot(t, [c if c is not None else float("nan") for c in cpu], label="CPU (machine)", lw=1, alpha=0.7)
+    cores = tl.meta.get("cpu_count") or os.cpu_count() or 1
+    proc = [(s.t_s, s.proc_cpu_pct / cores) for s in tl.samples if s.proc_cpu_pct is not None]
+    if proc:
+        ax.plot([a for a, _ in proc], [b for _, b in proc], label="CPU (the job, % of all cores)", lw=1, alpha=0.8)
     ax.set_ylim(-2, 102)
     ax.set_ylabel("%")
     ax.set_title("Utilisation" + ("" if indices else " (no GPU sampled: CPU only)"))
