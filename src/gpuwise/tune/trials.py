@@ -23,7 +23,8 @@ LOADER_KEYS = ("num_workers", "pin_memory", "prefetch_factor", "persistent_worke
 
 
 def make_loader(dataset, batch_size: int, num_workers: int = 0, pin_memory: bool = False,
-                prefetch_factor: int | None = None, persistent_workers: bool = False, collate_fn=None):
+                prefetch_factor: int | None = None, persistent_workers: bool = False, collate_fn=None,
+                multiprocessing_context: str | None = None):
     """The DataLoader a trial (and the user's snippet) builds; worker-only options only with workers."""
     import torch
 
@@ -33,6 +34,8 @@ def make_loader(dataset, batch_size: int, num_workers: int = 0, pin_memory: bool
         kwargs["collate_fn"] = collate_fn
     if num_workers > 0:
         kwargs["persistent_workers"] = persistent_workers
+        if multiprocessing_context is not None:
+            kwargs["multiprocessing_context"] = multiprocessing_context
         if prefetch_factor is not None:
             kwargs["prefetch_factor"] = prefetch_factor
     return torch.utils.data.DataLoader(dataset, **kwargs)
@@ -76,7 +79,7 @@ def run_trial(workload: str, kind: str, batch_size: int, *, device: str = "cpu",
         if batch_size > len(ds):
             raise ValueError(f"batch size {batch_size} is larger than the dataset ({len(ds)} samples)")
         loader = make_loader(ds, batch_size, num_workers or 0, bool(pin_memory), prefetch_factor,
-                             bool(persistent_workers), wl.collate_fn)
+                             bool(persistent_workers), wl.collate_fn, multiprocessing_context=_platform_start_method())
         batches = _cycle(loader)
         if num_workers:
             warmup_steps = max(warmup_steps, num_workers * (prefetch_factor or 2) + 1)
@@ -109,6 +112,15 @@ def run_trial(workload: str, kind: str, batch_size: int, *, device: str = "cpu",
     elapsed = time.perf_counter() - t0
     return {"samples_per_s": steps * batch_size / elapsed, "steps": steps, "measured_s": elapsed,
             "startup_s": startup_s, "num_threads": torch.get_num_threads(), **_peak_memory(dev)}
+
+
+def _platform_start_method() -> str:
+    """The start method a user's script gets by default on this platform (fork on Linux before Python
+    3.14). A spawned trial child inherits 'spawn' from the tuner instead, which would pickle the dataset
+    and fail for a workload file that is not an importable module."""
+    import multiprocessing
+
+    return multiprocessing.get_all_start_methods()[0]
 
 
 def _allow_worker_processes() -> None:

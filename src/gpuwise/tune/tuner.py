@@ -141,6 +141,7 @@ class _Tuner:
         self.notes: list[str] = []
         self.resumed = 0
         self.session: dict[str, dict[str, Any]] = {}
+        self.info: dict[str, Any] = {}
 
     # --- budget and trials -------------------------------------------------------------------
     def elapsed(self) -> float:
@@ -155,7 +156,8 @@ class _Tuner:
         return OVERHEAD_GUESS_S.get(self.dtype, 5.0) + self.measure_s
 
     def out_of_time(self) -> bool:
-        if self.remaining() < 0.5 * self.expected_trial_s():
+        """True once the time left cannot fit a typical trial (80% of the median so far, or a first guess)."""
+        if self.remaining() < 0.8 * self.expected_trial_s():
             self.out_of_budget = True
         return self.out_of_budget
 
@@ -212,7 +214,7 @@ class _Tuner:
     def run(self) -> TuneResult:
         wl = self.wl
         ds_len = len(wl.build_dataset()) if wl.has_dataset else None
-        b0 = self.batch_size or DEFAULT_BATCH
+        b0 = self.batch_size or (min(self.batch_sizes) if self.batch_sizes else DEFAULT_BATCH)
         if ds_len is not None:
             if ds_len < 1:
                 raise GpuwiseError(f"{wl.spec}: dataset() is empty")
@@ -273,6 +275,10 @@ class _Tuner:
         return table, chosen
 
     def device_info(self) -> dict[str, Any]:
+        self.info = self._device_info()
+        return self.info
+
+    def _device_info(self) -> dict[str, Any]:
         if self.dtype == "cuda":
             res = run_isolated("gpuwise.tune.trials:device_info", {"device": self.device}, timeout_s=120)
             if not res.ok:
@@ -303,7 +309,8 @@ class _Tuner:
         try:
             from ..plan import estimate
 
-            est = estimate(self.wl, batch_size=b0, target="cuda", optimizer=self.optimizer, precision=precision)
+            est = estimate(self.wl, b0, optimizer=self.optimizer, precision=precision, target="cuda",
+                           gpu=self.info.get("name"))
             seed = getattr(est, "max_batch_size", None)
         except Exception as exc:  # noqa: BLE001 - the seed is optional; the search works without it
             self.notes.append(f"no planner seed for the batch search ({type(exc).__name__}); searched from {b0}")
