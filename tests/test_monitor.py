@@ -191,3 +191,18 @@ def test_lightning_callback_duck_typed(tmp_path):
     assert cb.result["data_wait_fraction"] > cb.result["compute_fraction"]
     assert (tmp_path / "pl.html").exists()
     assert lightning_precision("16-mixed") == "fp16" and lightning_precision("bf16-true") == "bf16-pure"
+
+
+def test_successive_monitors_in_one_process_keep_their_files(tmp_path):
+    # one monitor per epoch: 3 + 4 steps in two files of rank 0, merged on one clock
+    for steps in (3, 4):
+        with Monitor(device="cpu", out_dir=str(tmp_path), rank=0, sample=False) as mon:
+            for _ in range(steps):
+                with mon.phase("compute"):
+                    time.sleep(0.001)
+                mon.step()
+    assert sorted(os.listdir(tmp_path)) == ["monitor-rank0.1.jsonl", "monitor-rank0.jsonl"]
+    tl = gpuwise.monitor.merge_rank_files(str(tmp_path))
+    assert len(tl.steps) == 7
+    starts = [s.start_s for s in tl.steps]
+    assert starts == sorted(starts)  # the second epoch's steps come after the first's

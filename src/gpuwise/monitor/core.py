@@ -22,7 +22,7 @@ from typing import Any
 
 from ..step import batch_bytes, move_to
 from .sampler import Sampler, default_gpu_source, nvml_index_for
-from .timeline import ENV_DIR, StepRecord, Timeline, TimelineWriter, rank_file
+from .timeline import ENV_DIR, StepRecord, Timeline, TimelineWriter, free_rank_file
 
 PHASES = ("data", "copy", "compute")
 
@@ -77,7 +77,7 @@ class Monitor:
             # one call: the first module forward inside the monitored loop says whether autocast is on
             self._autocast_hook = torch.nn.modules.module.register_module_forward_pre_hook(self._look_at_autocast)
         if self.out_dir:
-            self._writer = TimelineWriter(rank_file(self.out_dir, self.rank), self.timeline.meta)
+            self._writer = TimelineWriter(free_rank_file(self.out_dir, self.rank), self.timeline.meta)
         if self.sample:
             source, note = (self._gpu_source, "") if self._gpu_source is not None else default_gpu_source()
             if not self._cuda:

@@ -81,8 +81,28 @@ def step_from_dict(d: dict) -> StepRecord:
     return StepRecord(**{k: v for k, v in d.items() if k in StepRecord.__dataclass_fields__})
 
 
-def rank_file(directory: str, rank: int) -> str:
-    return os.path.join(directory, f"monitor-rank{rank}.jsonl")
+def rank_file(directory: str, rank: int, part: int = 0) -> str:
+    """`monitor-rank{rank}.jsonl`; a process's later monitors (one per epoch, say) add `.{part}`."""
+    return os.path.join(directory, f"monitor-rank{rank}.jsonl" if part == 0 else f"monitor-rank{rank}.{part}.jsonl")
+
+
+def free_rank_file(directory: str, rank: int) -> str:
+    """The file this process's next monitor writes: a file left by another process (an earlier run) is
+    replaced, one written by this process is kept and the next part used."""
+    part = 0
+    while True:
+        path = rank_file(directory, rank, part)
+        if not os.path.exists(path) or _file_pid(path) != os.getpid():
+            return path
+        part += 1
+
+
+def _file_pid(path: str) -> int | None:
+    try:
+        with open(path) as fh:
+            return json.loads(fh.readline()).get("pid")
+    except (OSError, ValueError):
+        return None
 
 
 class TimelineWriter:
@@ -140,18 +160,29 @@ def read_timeline(path: str) -> Timeline:
 
 
 def merge_timelines(timelines: list[Timeline]) -> Timeline:
-    """One timeline from several ranks' (DDP): steps and samples keep their rank; meta from the lowest rank,
-    with `world_size` and each rank's device listed."""
+    """One timeline from several files: DDP ranks, or one process's successive monitors. Steps and samples
+    keep their rank; times move onto the earliest file's clock (`t0_unix`); meta comes from the lowest
+    rank, with `world_size` and each rank's device."""
     merged = Timeline()
-    ordered = sorted(timelines, key=lambda t: t.meta.get("rank", 0))
+    ordered = sorted(timelines, key=lambda t: (t.meta.get("rank", 0), t.meta.get("t0_unix", 0.0)))
+    starts = [t.meta["t0_unix"] for t in ordered if "t0_unix" in t.meta]
+    t0 = min(starts) if starts else None
     for tl in ordered:
+        shift = tl.meta["t0_unix"] - t0 if t0 is not None and "t0_unix" in tl.meta else 0.0
+        for st in tl.steps:
+            st.start_s += shift
+        for sa in tl.samples:
+            sa.t_s += shift
         merged.steps.extend(tl.steps)
         merged.samples.extend(tl.samples)
         merged.notes.extend(n for n in tl.notes if n not in merged.notes)
     if ordered:
         merged.meta = dict(ordered[0].meta)
-        merged.meta["world_size"] = len(ordered)
+        ranks = sorted({t.meta.get("rank", 0) for t in ordered})
+        merged.meta["world_size"] = max(len(ranks), int(merged.meta.get("world_size") or 1))
         merged.meta["rank_devices"] = {str(t.meta.get("rank", 0)): t.meta.get("device") for t in ordered}
+        if t0 is not None:
+            merged.meta["t0_unix"] = t0
     merged.samples.sort(key=lambda s: s.t_s)
     return merged
 
