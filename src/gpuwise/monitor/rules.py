@@ -197,7 +197,8 @@ def low_memory_use(s: dict) -> Finding | None:
     return Finding("low_memory_use", evidence, fix + "; scale the learning rate with it", severity="info")
 
 
-# Compute capability by GPU name, for fake GPUs and external watches where torch did not report it.
+# Compute capability by GPU name, for fake GPUs and external watches where torch did not report it,
+# when the planner's catalog does not list the GPU.
 # Source: NVIDIA, "CUDA GPUs - Compute Capability", developer.nvidia.com/cuda-gpus. Longest match wins.
 _CAPABILITY = {"V100": (7, 0), "T4": (7, 5), "RTX 20": (7, 5), "A100": (8, 0), "A30": (8, 0), "A10": (8, 6),
                "A40": (8, 6), "RTX 30": (8, 6), "A6000": (8, 6), "L4": (8, 9), "L40": (8, 9), "RTX 40": (8, 9),
@@ -206,6 +207,16 @@ _CAPABILITY = {"V100": (7, 0), "T4": (7, 5), "RTX 20": (7, 5), "A100": (8, 0), "
 
 
 def tensor_core_capability(name: str) -> tuple[int, int] | None:
+    """Compute capability for a GPU name: the planner's catalog (gpuwise.plan.catalog) first, else the table above."""
+    if not name:
+        return None
+    try:
+        from ..plan.catalog import lookup
+
+        major, minor = lookup(name).compute_capability.split(".")[:2]
+        return int(major), int(minor)
+    except Exception:  # no catalog, or a GPU it does not list
+        pass
     hits = [(len(k), v) for k, v in _CAPABILITY.items() if k.lower() in name.lower()]
     return max(hits)[1] if hits else None
 
