@@ -84,11 +84,7 @@ class _TraceMode(_dispatch_mode_base()):
 
     # --- storages -------------------------------------------------------------------------------
     def module(self) -> str:
-        parents = self.tracker.parents
-        if len(parents) <= 1:
-            return ""
-        deepest = max(parents, key=lambda n: n.count("."))
-        return deepest.partition(".")[2] if "." in deepest else ""
+        return self.tracker.current()
 
     def alloc(self, nbytes: int, op: str, storage=None) -> int:
         block = len(self.rec.blocks)
@@ -134,12 +130,18 @@ class _TraceMode(_dispatch_mode_base()):
             return func(*args, **kwargs)
         if self.phase in ("forward", "backward") and torch._C._current_graph_task_id() != -1:
             if self.phase == "forward":
+                self.tracker.backward_starts()
                 self.saved |= {i for i, b in enumerate(self.rec.blocks) if b.phase == "forward" and not b.freed}
             self.phase = "backward"
         elif self.phase == "backward":
             self.phase = "optimizer"
         if func is torch.ops.aten._local_scalar_dense.default and self.item_default is not None:
-            return self.item_default
+            try:  # constants (e.g. an optimizer's step count) still have values under fake tensors
+                return func(*args, **kwargs)
+            except Exception as exc:  # noqa: BLE001
+                if type(exc).__name__ != "DataDependentOutputException":
+                    raise
+                return self.item_default
         name = str(func.overloadpacket) if hasattr(func, "overloadpacket") else str(func)
         scratch = workspace(name, self.target, args, kwargs)
         if scratch.before_bytes:
@@ -294,11 +296,11 @@ def _run(workload, batch_size: int, config: StepConfig, target: str, fake: bool)
     attention runs the kernel the GPU would pick (plan/sdpa.py), optimizers default to foreach as on
     CUDA, and kernel workspaces come from the target's registry entries."""
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.utils.module_tracker import ModuleTracker
 
+    from .scope import ModuleScope
     from .sdpa import sdpa_as_gpu_runs_it
 
-    tracker = ModuleTracker()
+    tracker = ModuleScope()
     mode = _TraceMode(target, tracker)
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True) if fake else contextlib.nullcontext()
     cuda_like = target == "cuda"
