@@ -267,6 +267,7 @@ def environment(dev) -> dict[str, Any]:
     env: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda, "gpu_name": None, "driver": None}
     if torch.device(dev).type == "cuda":
         env["gpu_name"] = torch.cuda.get_device_name(dev)
+        env["gpu_memory_total_bytes"] = int(torch.cuda.get_device_properties(dev).total_memory)
         from ..devices import nvml
 
         try:

@@ -1,0 +1,338 @@
+"""Reproduce the GPU truth corpus: real measurements the planner is judged against.
+
+    python benchmarks/truth/collect.py                        # on a GPU: the whole corpus (~20 min on an H200)
+    python benchmarks/truth/collect.py --dry-run              # list what it would measure, run nothing
+    python benchmarks/truth/collect.py --device cpu --quick   # the plumbing on a CPU, a tiny subset
+
+13 workloads (bundled examples and `benchmarks/truth/workloads/*.py`: CNN, ResNet, LSTM, GRU, MLP,
+embedding-heavy, encoder, decoders, encoder-decoder, vision transformer) x {sgd, momentum, adamw} x
+{fp32, bf16 autocast} x 3 batch sizes, a few with activation checkpointing, and the true max batch of 6.
+
+Organisation (to fit ~20 minutes of GPU time): one child process per workload runs all of its
+configurations, with `gc.collect()`, cuBLAS workspaces cleared, `empty_cache()` and
+`reset_peak_memory_stats()` between them (`gpuwise.measure.runner.measure_here`); the max batch is
+searched in that process too (OOMs caught), then confirmed by two fresh processes (max fits, max+1
+does not). A few configurations are re-measured in fresh processes and compared (the "fresh check"),
+so the shortcut is shown to give a fresh process's numbers.
+
+Records (DESIGN.md truth-record contract, plus `kind`, `samples_per_s`, `steps` ...) are appended one
+per line, atomically, to `benchmarks/truth/<gpu-slug>.jsonl`; a re-run skips records already there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))  # lets spawned children import this file as `collect`
+
+OPTIMIZERS = ("sgd", "momentum", "adamw")
+PRECISIONS = ("fp32", "bf16")
+STEPS, WARMUP = 5, 2
+QUICK_STEPS, QUICK_WARMUP = 2, 1
+W = "benchmarks/truth/workloads/"
+
+# workload -> three batch sizes (all fit an H200 with AdamW in fp32; chosen so memory spans ~10x)
+GRID: dict[str, tuple[int, int, int]] = {
+    "examples:mlp": (256, 4096, 65536),
+    "examples:lenet": (64, 512, 4096),
+    "examples:resnet": (32, 128, 512),
+    "examples:gpt-mini": (8, 32, 128),
+    W + "convnet.py": (32, 128, 512),
+    W + "lstm.py": (16, 64, 256),
+    W + "gru.py": (16, 64, 256),
+    W + "embedding.py": (1024, 8192, 65536),
+    W + "bert.py": (8, 32, 128),
+    W + "gpt2.py": (4, 16, 64),
+    W + "llama.py": (4, 16, 64),
+    W + "t5.py": (8, 32, 128),
+    W + "vit.py": (16, 64, 256),
+}
+# activation checkpointing: (workload, batch, optimizer, precision)
+CHECKPOINTED = [("examples:gpt-mini", 32, "adamw", "fp32"), (W + "bert.py", 32, "adamw", "bf16"),
+                (W + "gpt2.py", 16, "adamw", "bf16"), (W + "llama.py", 16, "adamw", "fp32"),
+                (W + "vit.py", 64, "adamw", "bf16")]
+# true max batch (AdamW, fp32), searched upwards from the grid's largest batch, never above the limit
+MAX_BATCH = ["examples:resnet", "examples:gpt-mini", W + "bert.py", W + "gpt2.py", W + "llama.py", W + "vit.py"]
+MAX_BATCH_LIMIT = 1 << 16
+FRESH_CHECKS = 4
+
+QUICK_GRID = {"examples:mlp": (2, 4)}
+QUICK_CHECKPOINTED = [("examples:lenet", 2, "sgd", "fp32")]
+QUICK_MAX_BATCH, QUICK_LIMIT = ["examples:mlp"], 16
+
+KEY_FIELDS = ("kind", "workload", "batch_size", "optimizer", "precision", "checkpointing")
+
+
+def plan(quick: bool) -> list[dict]:
+    """Every configuration to measure, grouped later by workload."""
+    grid = QUICK_GRID if quick else GRID
+    opts, precs = (("sgd", "adamw"), ("fp32",)) if quick else (OPTIMIZERS, PRECISIONS)
+    configs = [{"kind": "measure", "workload": w, "batch_size": b, "optimizer": o, "precision": p,
+                "checkpointing": False}
+               for w, batches in grid.items() for o in opts for p in precs for b in batches]
+    for w, b, o, p in QUICK_CHECKPOINTED if quick else CHECKPOINTED:
+        configs.append({"kind": "measure", "workload": w, "batch_size": b, "optimizer": o, "precision": p,
+                        "checkpointing": True})
+    return configs
+
+
+def max_batch_plan(quick: bool) -> list[dict]:
+    names, limit = (QUICK_MAX_BATCH, QUICK_LIMIT) if quick else (MAX_BATCH, MAX_BATCH_LIMIT)
+    grid = QUICK_GRID if quick else GRID
+    return [{"kind": "max_batch", "workload": w, "optimizer": "adamw", "precision": "fp32", "checkpointing": False,
+             "start": max(grid[w]), "limit": limit} for w in names]
+
+
+def key(rec: dict) -> tuple:
+    return tuple(rec.get(k) if k != "batch_size" or rec.get("kind") != "max_batch" else None for k in KEY_FIELDS)
+
+
+def read_records(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a line cut by a crash: measured again
+    return out
+
+
+def append_record(path: Path, rec: dict) -> None:
+    """One line, one write() on an O_APPEND descriptor: a crash never leaves half a record mid-file."""
+    line = (json.dumps(rec, sort_keys=False) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def to_record(cfg: dict, m: dict, env: dict) -> dict:
+    """The DESIGN.md truth record (contract fields first), from a measurement dict."""
+    rec = {k: cfg[k] for k in ("workload", "batch_size", "optimizer", "precision", "checkpointing")}
+    rec.update({k: env.get(k) for k in ("gpu_name", "torch", "cuda", "driver")})
+    rec.update({k: m.get(k) for k in ("peak_allocated_bytes", "peak_reserved_bytes", "device_used_bytes",
+                                      "step_time_s")})
+    rec["oom"] = bool(m.get("oom"))
+    rec.update({"kind": cfg["kind"], "samples_per_s": m.get("samples_per_s"), "steps": m.get("steps"),
+                "warmup": m.get("warmup"), "device": m.get("device") or env.get("device"),
+                "peak_method": m.get("peak_method"), "device_used_method": m.get("device_used_method"),
+                "gpu_memory_total_bytes": env.get("gpu_memory_total_bytes")})
+    return rec
+
+
+# ---- child side ----------------------------------------------------------------------------------
+
+def run_group(out: str, device: str, configs: list[dict], max_batches: list[dict] | None = None,
+              steps: int = STEPS, warmup: int = WARMUP) -> dict:
+    """In one child: measure each configuration (appending its record), then search each max batch."""
+    from gpuwise.measure.oom import is_oom
+    from gpuwise.measure.runner import cleanup, measure_here
+
+    env = device_environment(device)
+    failures = []
+    for cfg in configs:
+        m, error = None, None
+        try:
+            m = measure_here(cfg["workload"], cfg["batch_size"], optimizer=cfg["optimizer"],
+                             precision=cfg["precision"], checkpointing=cfg["checkpointing"], device=device,
+                             steps=steps, warmup=warmup)
+        except Exception as exc:  # noqa: BLE001 - an OOM is a record; anything else is reported, not fatal
+            m = {"oom": True} if is_oom(exc) else None
+            error = None if m else f"{cfg['workload']} b={cfg['batch_size']}: {type(exc).__name__}: {exc}"
+        if error is not None or m.get("oom"):
+            cleanup(device)  # outside the except block: the traceback no longer holds the step's tensors
+        if error is not None:
+            failures.append(error)
+            continue
+        append_record(Path(out), to_record(cfg, m, env))
+    found = {mb["workload"]: search_in_process(mb, device) for mb in max_batches or []}
+    return {"failures": failures, "max_batch": found}
+
+
+def search_in_process(mb: dict, device: str) -> int | None:
+    """The max batch by trials in this process (OOMs caught, memory released between trials)."""
+    from gpuwise.measure.maxbatch import OK, OOM, TrialOutcome, search
+    from gpuwise.measure.oom import is_oom
+    from gpuwise.measure.runner import cleanup, measure_here
+
+    def trial(batch: int) -> TrialOutcome:
+        t0, status = time.monotonic(), OK
+        try:
+            measure_here(mb["workload"], batch, optimizer=mb["optimizer"], precision=mb["precision"],
+                         device=device, steps=1, warmup=1, cpu_peak=False)
+        except Exception as exc:  # noqa: BLE001
+            if not is_oom(exc):
+                raise
+            status = OOM
+        cleanup(device)
+        return TrialOutcome(status, time.monotonic() - t0)
+
+    return search(trial, mb["start"], limit=mb["limit"]).max_batch_size
+
+
+def device_environment(device: str) -> dict:
+    from gpuwise.measure.runner import environment
+
+    return {**environment(device), "device": device}
+
+
+# ---- parent side ---------------------------------------------------------------------------------
+
+def gpu_slug(device: str) -> str:
+    """'NVIDIA H200' -> 'nvidia-h200' (read in a child: the parent never starts CUDA)."""
+    if not device.startswith("cuda"):
+        return "cpu"
+    from gpuwise.measure.child import run_isolated
+
+    res = run_isolated("collect:device_environment", {"device": device}, timeout_s=300)
+    if not res.ok:
+        sys.exit(f"collect: cannot read the GPU: {res.error}")
+    return re.sub(r"[^a-z0-9]+", "-", res.value["gpu_name"].lower()).strip("-")
+
+
+def confirm_max_batch(mb: dict, found: int | None, device: str, out: Path, timeout_s: float) -> dict:
+    """Confirm the in-process answer with fresh processes (found fits, found+1 does not) and record it."""
+    from gpuwise.measure.maxbatch import find_max_batch
+
+    res = find_max_batch(mb["workload"], optimizer=mb["optimizer"], precision=mb["precision"], device=device,
+                         seed=found or 1, step=1, limit=mb["limit"], timeout_s=timeout_s)
+    best = res.values.get(res.max_batch_size, {}) if res.max_batch_size else {}
+    cfg = dict(mb, batch_size=res.max_batch_size)
+    rec = to_record(cfg, best, best)
+    rec.update({"max_batch_size": res.max_batch_size, "max_batch_in_process": found, "max_batch_capped": res.capped,
+                "max_batch_confirm_trials": res.to_dict()["trials"], "max_batch_limit": mb["limit"]})
+    if res.error:
+        rec["error"] = res.error
+    append_record(out, rec)
+    return rec
+
+
+def fresh_check(records: list[dict], device: str, n: int, timeout_s: float, steps: int = STEPS,
+                warmup: int = WARMUP) -> list[dict]:
+    """Re-measure the last configuration of the first `n` groups in fresh processes and compare."""
+    from gpuwise.measure import measure
+
+    last_per_workload: dict[str, dict] = {}
+    for rec in records:
+        if rec.get("kind") == "measure" and not rec.get("oom") and rec.get("process", "shared") == "shared":
+            last_per_workload[rec["workload"]] = rec
+    rows = []
+    for rec in list(last_per_workload.values())[:n]:
+        m = measure(rec["workload"], rec["batch_size"], optimizer=rec["optimizer"], precision=rec["precision"],
+                    checkpointing=rec["checkpointing"], steps=steps, warmup=warmup, device=device, timeout_s=timeout_s)
+        row = {k: rec[k] for k in ("workload", "batch_size", "optimizer", "precision", "checkpointing")}
+        for f in ("peak_allocated_bytes", "peak_reserved_bytes", "device_used_bytes", "step_time_s"):
+            row[f"shared_{f}"], row[f"fresh_{f}"] = rec.get(f), getattr(m, f)
+        row["same_peaks"] = all(rec.get(f) == getattr(m, f) for f in ("peak_allocated_bytes", "peak_reserved_bytes"))
+        rows.append(row)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu (default cuda)")
+    ap.add_argument("--quick", action="store_true", help="a tiny subset (for the plumbing, e.g. on a CPU)")
+    ap.add_argument("--dry-run", action="store_true", help="print the plan and exit")
+    ap.add_argument("--out", type=Path, help="records file (default benchmarks/truth/<gpu-slug>.jsonl; "
+                                             "on the CPU benchmarks/results/truth/cpu.jsonl)")
+    ap.add_argument("--only", help="regular expression: only workloads matching it")
+    ap.add_argument("--fresh-checks", type=int, default=None, help=f"fresh-process checks (default {FRESH_CHECKS}, quick 1)")
+    ap.add_argument("--timeout", type=float, default=900, help="seconds per child process (default 900)")
+    args = ap.parse_args(argv)
+
+    configs, maxes = plan(args.quick), max_batch_plan(args.quick)
+    steps, warmup = (QUICK_STEPS, QUICK_WARMUP) if args.quick else (STEPS, WARMUP)
+    if args.only:
+        configs = [c for c in configs if re.search(args.only, c["workload"])]
+        maxes = [m for m in maxes if re.search(args.only, m["workload"])]
+    workloads = list(dict.fromkeys(c["workload"] for c in configs))
+    if args.dry_run:
+        print(f"{len(configs)} measurements of {len(workloads)} workloads, {len(maxes)} max-batch searches")
+        for w in workloads:
+            mine = [c for c in configs if c["workload"] == w]
+            print(f"  {w}: {len(mine)} configs, batches {sorted({c['batch_size'] for c in mine})}"
+                  + ("  + max batch" if any(m["workload"] == w for m in maxes) else ""))
+        return 0
+
+    os.chdir(ROOT)  # workload paths in records are relative to the repository root
+    from gpuwise.measure.child import run_isolated
+
+    slug = gpu_slug(args.device)
+    out = args.out or (HERE / f"{slug}.jsonl" if slug != "cpu" else ROOT / "benchmarks/results/truth/cpu.jsonl")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    done = {key(r) for r in read_records(out)}
+    t0 = time.monotonic()
+    failures: list[str] = []
+    groups = [workloads] if args.quick else [[w] for w in workloads]  # quick: one process for all
+    for names in groups:
+        pending = [c for c in configs if c["workload"] in names and key(c) not in done]
+        searches = [m for m in maxes if m["workload"] in names and key(m) not in done]
+        if not pending and not searches:
+            continue
+        print(f"[{time.monotonic() - t0:6.0f}s] {', '.join(names)}: {len(pending)} configs"
+              + (f" + {len(searches)} max batch" if searches else ""), flush=True)
+        res = run_isolated("collect:run_group", {"out": str(out), "device": args.device, "configs": pending,
+                                                 "max_batches": searches, "steps": steps, "warmup": warmup},
+                           timeout_s=args.timeout)
+        if not res.ok:
+            failures.append(f"{names}: the group process ended: {res.status}: {res.error} (re-run to resume)")
+            continue
+        failures += res.value["failures"]
+        for mb in searches:
+            found = res.value["max_batch"].get(mb["workload"])
+            rec = confirm_max_batch(mb, found, args.device, out, args.timeout)
+            print(f"         {mb['workload']}: max batch {rec['max_batch_size']} (in-process search: {found})",
+                  flush=True)
+    records = read_records(out)
+    n_checks = args.fresh_checks if args.fresh_checks is not None else (1 if args.quick else FRESH_CHECKS)
+    checks = fresh_check(records, args.device, n_checks, args.timeout, steps, warmup) if n_checks else []
+    check_path = out.with_suffix(".fresh-check.json")
+    check_path.write_text(json.dumps(checks, indent=1) + "\n")
+    print_summary(records, checks, failures, time.monotonic() - t0, out)
+    return 1 if failures or not all(c["same_peaks"] for c in checks) else 0
+
+
+def print_summary(records: list[dict], checks: list[dict], failures: list[str], seconds: float, out: Path) -> None:
+    from gpuwise.units import fmt_bytes, fmt_duration
+
+    measured = [r for r in records if r.get("kind") == "measure"]
+    print(f"\n{len(records)} records in {out} ({len(measured)} measurements, "
+          f"{len({r['workload'] for r in records})} workloads), this run {seconds:.0f}s")
+    print(f"{'workload':40} {'records':>7} {'oom':>4} {'peak min':>10} {'peak max':>10} {'median step':>12}")
+    for w in dict.fromkeys(r["workload"] for r in measured):
+        mine = [r for r in measured if r["workload"] == w]
+        ok = [r for r in mine if not r["oom"] and r["peak_allocated_bytes"] is not None]
+        peaks = [r["peak_allocated_bytes"] for r in ok]
+        steps = [r["step_time_s"] for r in ok if r["step_time_s"]]
+        print(f"{w:40} {len(mine):>7} {len(mine) - len(ok):>4} {fmt_bytes(min(peaks) if peaks else None):>10} "
+              f"{fmt_bytes(max(peaks) if peaks else None):>10} "
+              f"{fmt_duration(statistics.median(steps) if steps else None):>12}")
+    for r in (r for r in records if r.get("kind") == "max_batch"):
+        print(f"max batch  {r['workload']:40} {r.get('max_batch_size')} "
+              f"(in-process {r.get('max_batch_in_process')}, peak {fmt_bytes(r.get('peak_allocated_bytes'))})")
+    for c in checks:
+        print(f"fresh check {c['workload']} b={c['batch_size']} {c['optimizer']} {c['precision']}: "
+              f"peak allocated {c['shared_peak_allocated_bytes']} shared vs {c['fresh_peak_allocated_bytes']} fresh, "
+              f"reserved {c['shared_peak_reserved_bytes']} vs {c['fresh_peak_reserved_bytes']}, "
+              f"device used {c['shared_device_used_bytes']} vs {c['fresh_device_used_bytes']}: "
+              f"{'SAME' if c['same_peaks'] else 'DIFFERENT'}")
+    for f in failures:
+        print(f"FAILED {f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""The truth-corpus script's plumbing, on the CPU with a tiny subset (the corpus itself needs a GPU)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuwise.measure.api import TRUTH_FIELDS
+from gpuwise.workload import load_workload
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "truth" / "collect.py"
+sys.path.insert(0, str(SCRIPT.parent))
+import collect  # noqa: E402
+
+
+def test_the_corpus_plan_meets_the_issue():
+    configs, maxes = collect.plan(quick=False), collect.max_batch_plan(quick=False)
+    workloads = {c["workload"] for c in configs}
+    assert len(workloads) >= 12
+    assert len(configs) >= 216
+    for w in workloads:
+        grid = {(c["optimizer"], c["precision"]) for c in configs if c["workload"] == w and not c["checkpointing"]}
+        assert grid == {(o, p) for o in ("sgd", "momentum", "adamw") for p in ("fp32", "bf16")}
+        assert len({c["batch_size"] for c in configs if c["workload"] == w}) >= 3
+    assert len(maxes) >= 5 and sum(c["checkpointing"] for c in configs) >= 3
+    assert len({collect.key(c) for c in configs}) == len(configs)  # resumable: keys are unique
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "benchmarks/truth/workloads").glob("[!_]*.py")), ids=lambda p: p.stem)
+def test_corpus_workloads_load_and_make_batches(path):
+    wl = load_workload(str(path))
+    assert wl.build_batch(2) is not None
+
+
+def run(*args, env=None):
+    import os
+
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, **(env or {})))
+
+
+def test_quick_cpu_run_writes_resumable_records(tmp_path):
+    out = tmp_path / "cpu.jsonl"
+    proc = run("--device", "cpu", "--quick", "--out", str(out), env={"GPUWISE_FAKE_OOM_ABOVE": "5"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    measured = [r for r in records if r["kind"] == "measure"]
+    # examples:mlp x {sgd, adamw} x fp32 x {2, 4} = 4, plus examples:lenet with checkpointing = 5
+    assert len(measured) == 5 and sum(r["checkpointing"] for r in measured) == 1
+    for r in records:
+        assert set(TRUTH_FIELDS) <= set(r) and r["torch"] and r["device"] == "cpu"
+    assert all(r["peak_allocated_bytes"] > 0 and r["step_time_s"] > 0 for r in measured)
+    (mb,) = [r for r in records if r["kind"] == "max_batch"]
+    # in one process: 4 ok, 8 x, 6 x, 5 ok -> 5; confirmed by fresh processes: 5 ok, 6 out of memory
+    assert mb["max_batch_in_process"] == 5 and mb["max_batch_size"] == mb["batch_size"] == 5
+    assert [(t["batch_size"], t["status"]) for t in mb["max_batch_confirm_trials"]] == [(5, "ok"), (6, "oom")]
+    (check,) = json.loads(out.with_suffix(".fresh-check.json").read_text())
+    assert check["same_peaks"] and check["shared_peak_allocated_bytes"] == check["fresh_peak_allocated_bytes"]
+    assert "fresh check" in proc.stdout and "SAME" in proc.stdout
+
+    again = run("--device", "cpu", "--quick", "--out", str(out), "--fresh-checks", "0")
+    assert again.returncode == 0, again.stderr
+    assert "configs" not in again.stdout.split("records in")[0]  # nothing left to measure
+    assert out.read_text().count("\n") == len(records)
+
+
+def test_dry_run_lists_the_plan():
+    proc = run("--dry-run")
+    assert proc.returncode == 0
+    assert proc.stdout.startswith("239 measurements of 13 workloads, 6 max-batch searches")
