@@ -99,3 +99,28 @@ def test_ctrl_c_stops_the_child_and_still_writes_the_report(tmp_path):
     assert s["interrupted"] is True and s["exit_code"] != 0
     assert proc.returncode == s["exit_code"]
     assert report.exists() and os.path.getsize(report) > 1000
+
+
+def test_process_tree_finds_grandchildren_like_psutil(tmp_path):
+    import psutil
+
+    from gpuwise.monitor.sampler import process_tree
+
+    ready = tmp_path / "ready"
+    code = ("import subprocess, sys, time, pathlib; "
+            "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(20)']); "
+            f"pathlib.Path({str(ready)!r}).touch(); time.sleep(20)")
+    child = subprocess.Popen([PY, "-c", code])
+    try:
+        deadline = time.monotonic() + 20
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        tree = process_tree(child.pid)
+        expected = [child.pid] + [c.pid for c in psutil.Process(child.pid).children(recursive=True)]
+        assert sorted(tree) == sorted(expected) and len(tree) == 2  # the child and its grandchild
+    finally:
+        for c in psutil.Process(child.pid).children(recursive=True):
+            c.kill()
+        child.kill()
+        child.wait()
+    assert process_tree(child.pid) == []  # ended

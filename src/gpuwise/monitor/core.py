@@ -123,6 +123,7 @@ class Monitor:
         self._describe_loader(iterable)
         it = iter(iterable)
         clock = time.perf_counter
+        acc, used, cuda = self._acc, self._phase_used, self._cuda  # the hot loop: locals, containers reused
         while True:
             t = clock()
             if self._step_start is not None:
@@ -132,9 +133,12 @@ class Monitor:
             except StopIteration:
                 return
             now = clock()
-            self._begin_step(t)
-            self._acc["data"] += now - t
-            self._phase_used["data"] = True
+            if cuda:
+                self._begin_step(t)
+            else:
+                self._step_start = t
+            acc["data"] += now - t
+            used["data"] = True
             if self._looked < 8:
                 self._look_at_batch(batch)
             self._in_loader_step = True
@@ -170,7 +174,7 @@ class Monitor:
         """Drop the step in progress (a framework's last boundary opens a step that never runs)."""
         self._step_start = None
         self._start_event = None
-        self._acc = {"data": 0.0, "copy": 0.0, "compute": 0.0}
+        self._acc["data"] = self._acc["copy"] = self._acc["compute"] = 0.0
 
     def add_time(self, phase: str, seconds: float) -> None:
         """Add time measured elsewhere to the current step's phase (framework hooks that see only boundaries)."""
@@ -212,25 +216,27 @@ class Monitor:
             self._start_event.record()
 
     def _end_step(self, t: float, partial: bool = False) -> None:
+        # the hot path (once per step): plain arithmetic, one record, no new containers
         start = self._step_start
         if start is None:
             return
         acc, used = self._acc, self._phase_used
         total = t - start
-        rest = max(total - acc["data"] - acc["copy"] - acc["compute"], 0.0)
-        data, compute = acc["data"], acc["compute"]
-        if used["compute"] and not used["data"]:
-            data += rest  # the unwrapped part of a loop is where it waits for the loader
-        else:
-            compute += rest
-        rec = StepRecord(step=len(self.timeline.steps), start_s=start - self._t0, total_s=total, data_s=data,
-                         copy_s=acc["copy"], compute_s=compute, rank=self.rank)
+        data, copy, compute = acc["data"], acc["copy"], acc["compute"]
+        rest = total - data - copy - compute
+        if rest > 0:
+            if used["compute"] and not used["data"]:
+                data += rest  # the unwrapped part of a loop is where it waits for the loader
+            else:
+                compute += rest
+        steps = self.timeline.steps
+        rec = StepRecord(len(steps), start - self._t0, total, data, copy, compute, None, None, None, self.rank)
         if self._cuda and self._start_event is not None:
             self._cuda_end(rec)
         if not partial or total > 0:
-            self.timeline.steps.append(rec)
-        self._acc = {"data": 0.0, "copy": 0.0, "compute": 0.0}
-        self._phase_used = {"data": False, "copy": False, "compute": False}
+            steps.append(rec)
+        acc["data"] = acc["copy"] = acc["compute"] = 0.0
+        used["data"] = used["copy"] = used["compute"] = False
         self._in_loader_step = False
         self._step_start = None
 

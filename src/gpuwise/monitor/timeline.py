@@ -16,7 +16,7 @@ from typing import Any
 ENV_DIR = "GPUWISE_MONITOR_DIR"  # set by `gpuwise watch`: the monitor in the child writes its steps here
 
 
-@dataclass
+@dataclass(slots=True)
 class StepRecord:
     """One training step: from asking for batch i to asking for batch i+1 (wall clock, seconds)."""
 
@@ -29,7 +29,7 @@ class StepRecord:
     gpu_s: float | None = None          # CUDA events around the step's device work (GPU only)
     gpu_idle_s: float | None = None     # CUDA events: device idle between the last step's end and this one's start
     memory_allocated_bytes: int | None = None  # torch.cuda.memory_allocated at the step's end (GPU only)
-    rank: int = 0
+    rank: int = 0  # field order is used positionally in Monitor._end_step
 
 
 @dataclass
