@@ -238,7 +238,12 @@ class _Tuner:
         loader_rate, w_est, best = None, None, None
         if ds_len is not None:
             loader_rate, w_est, best = self.tune_loader(best_b, chosen_prec, limit_rate, ds_len)
-        if best is None:  # no dataset (or no budget left for loader trials): the compute answer
+        if best is None and ds_len is not None:  # the budget ran out first: the fastest end-to-end trial
+            ran = [t for t in self.trials if t["kind"] == "train" and t["status"] == "ok"]
+            if ran:
+                top = max(ran, key=lambda t: t["samples_per_s"])
+                best = {k: top[k] for k in SETTINGS} | {"samples_per_s": top["samples_per_s"]}
+        if best is None:  # no dataset (or no end-to-end trial at all): the compute answer
             best = {**baseline_settings, "batch_size": best_b, "precision": chosen_prec,
                     "samples_per_s": limit_rate if ds_len is None else None}
         base_d = {**baseline_settings, "samples_per_s": self.rate(base)}
