@@ -129,6 +129,9 @@ def plot(result, folder: str) -> list[str]:
         ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=f"end to end, batch {b}")
         if result.limit_samples_per_s:
             ax.axhline(result.limit_samples_per_s, color="gray", ls="--", label="compute-only limit")
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("num_workers")
         ax.set_ylabel("samples/s")
         ax.set_title(f"{result.workload}: samples/s vs DataLoader workers")

@@ -1,0 +1,45 @@
+"""The tune answer as text and charts, from a hand-made result (no trials run)."""
+
+from gpuwise.report import tune as report
+from gpuwise.tune import TuneResult
+
+
+def _result(**best):
+    settings = {"batch_size": 128, "num_workers": 3, "pin_memory": True, "prefetch_factor": 4,
+                "persistent_workers": True, "precision": "bf16", "samples_per_s": 900.0, **best}
+    trials = [{"kind": "compute", "batch_size": b, "precision": "bf16", "status": "ok", "samples_per_s": r,
+               "num_workers": None, "seconds": 3.0} for b, r in ((32, 500.0), (64, 800.0), (128, 950.0))]
+    trials += [{"kind": "train", "batch_size": 128, "precision": "bf16", "status": "ok", "samples_per_s": r,
+                "num_workers": w, "pin_memory": True, "prefetch_factor": None, "persistent_workers": False,
+                "seconds": 5.0} for w, r in ((2, 600.0), (3, 880.0), (4, 850.0))]
+    return TuneResult(workload="examples:imagefolder", device="cuda:0", best=settings,
+                      baseline={**settings, "batch_size": 32, "num_workers": 0, "pin_memory": False,
+                                "prefetch_factor": None, "persistent_workers": False, "precision": "fp32",
+                                "samples_per_s": 300.0},
+                      limit_samples_per_s=950.0, trials=trials, lr_note="batch 32 -> 128 (x4): ...")
+
+
+def test_snippet_has_the_loader_arguments_autocast_and_the_lr_note():
+    text = report.snippet(_result())
+    assert ("DataLoader(dataset, batch_size=128, shuffle=True, num_workers=3, pin_memory=True, "
+            "persistent_workers=True, prefetch_factor=4)") in text
+    assert "x.to(device, non_blocking=True)" in text
+    assert "torch.autocast('cuda', dtype=torch.bfloat16)" in text
+    assert "(x3.00 the defaults)" in text  # 900 / 300
+    assert "# batch 32 -> 128 (x4)" in text
+    fp16 = report.snippet(_result(precision="fp16", num_workers=0, pin_memory=False))
+    assert "GradScaler('cuda')" in fp16 and "scaler.scale(loss).backward()" in fp16
+    assert "persistent_workers" not in fp16.splitlines()[1]  # worker-only options only with workers
+
+
+def test_charts_are_written(tmp_path):
+    paths = report.plot(_result(), str(tmp_path))
+    assert [p.rsplit("/", 1)[1] for p in paths] == ["samples_per_s_vs_batch_size.png", "samples_per_s_vs_num_workers.png"]
+    for p in paths:
+        assert open(p, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_result_json_has_the_contract_keys():
+    d = _result().to_dict()
+    assert {"best", "baseline", "limit_samples_per_s", "trials"} <= set(d)
+    assert d["speedup"] == 3.0
