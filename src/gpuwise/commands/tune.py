@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..errors import GpuwiseError
 from ..report import console
+from ..step import OPTIMIZERS
 from ..units import parse_duration
 from .common import positive_int
 
@@ -26,7 +27,7 @@ def add_arguments(p) -> None:
     p.add_argument("--batch-sizes", help="comma-separated batch sizes to try instead of the search")
     p.add_argument("--precision", default="fp32", help="the precision as given (baseline; default fp32)")
     p.add_argument("--precisions", help="comma-separated candidates (default: what the device does cheaply)")
-    p.add_argument("--optimizer", help="override the workload's optimizer (default: its own, else adamw)")
+    p.add_argument("--optimizer", choices=list(OPTIMIZERS), help="override the workload's optimizer (default: its own, else adamw)")
     p.add_argument("--measure", default="2s", help="timed part of each trial (default 2s)")
     p.add_argument("--max-workers", type=int, help="upper bound for num_workers (default 2 x usable CPUs)")
 

@@ -86,8 +86,20 @@ def tune(workload: str | Workload, budget_s: float = 300, device: str | None = N
     after each trial (the CLI's progress bar).
     """
     wl = load_workload(workload)
-    return _Tuner(wl, budget_s, device or _default_device(), results, batch_sizes, batch_size, precision,
+    return _Tuner(wl, budget_s, _check_device(device) if device else _default_device(), results, batch_sizes, batch_size, precision,
                   precisions, optimizer, measure_s, max_workers, min_gain, on_trial).run()
+
+
+def _check_device(device: str) -> str:
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise GpuwiseError(f"unknown device {device!r}; use cpu, cuda or cuda:N") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise GpuwiseError(f"device {device!r}: this PyTorch sees no CUDA GPU")
+    return str(dev)
 
 
 def _default_device() -> str:
