@@ -43,3 +43,14 @@ def test_result_json_has_the_contract_keys():
     d = _result().to_dict()
     assert {"best", "baseline", "limit_samples_per_s", "trials"} <= set(d)
     assert d["speedup"] == 3.0
+
+
+def test_gpuwise_tune_is_callable_before_and_after_the_package_import():
+    import pytest
+
+    import gpuwise
+    from gpuwise.errors import GpuwiseError
+
+    for _ in range(2):  # the second lookup finds the package object, which must still be callable
+        with pytest.raises(GpuwiseError, match="budget must be positive"):
+            gpuwise.tune("examples:mlp", budget_s=0)
