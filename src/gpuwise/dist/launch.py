@@ -145,7 +145,7 @@ def prepare(target: list[str], *, nproc_per_node: int | None = None, nnodes: int
 
 def launch(plan: LaunchPlan, extra_env: Mapping[str, str] | None = None, stdout_to_stderr: bool = False) -> int:
     """Run torchrun for `plan`; releases the GPUs afterwards; returns torchrun's exit code."""
-    env = dict(os.environ, **plan.env, **(extra_env or {}))
+    env = {**os.environ, **plan.env, **(extra_env or {})}
     try:
         return backend.run_torchrun(plan.torchrun_args, env, stdout_to_stderr)
     finally:

@@ -1,7 +1,7 @@
 """Measured data-parallel scaling: samples/s at 1, 2, 4... ranks with the per-rank batch held constant,
 and where the time goes (compute vs gradient communication) at each size.
 
-Method. Each rank trains the DDP-wrapped gpuwise step on a batch already on its device (compute only,
+Method. Each rank (one CPU thread per CPU rank; one GPU per GPU rank) trains the DDP-wrapped gpuwise step on a batch already on its device (compute only,
 no data loading). Steps alternate between a normal step and one inside `DDP.no_sync()`, which skips
 the gradient allreduce; the per-rank medians are taken and the slowest rank counts (a synchronous step
 waits for it). So per step
@@ -23,6 +23,7 @@ be no faster than one. `fixed_global_speedup` estimates it as t(1) / (t(1)/n + c
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
@@ -162,9 +163,12 @@ def measure_scaling(cfg: ScaleConfig, nprocs: list[int], *, device: str = "auto"
     from .job import require_result, run_job
 
     sizes = sorted(set(nprocs) | {1})
+    # CPU ranks: one thread each at every size, so a rank has the same resources at 1 and at n ranks
+    # (like one GPU per rank); a 1-rank job with all cores would not be the 1-GPU reference.
+    extra_env = {} if "OMP_NUM_THREADS" in os.environ else {"OMP_NUM_THREADS": "1"}
     timings = []
     for n in sizes:
-        outcome = run_job("scale", cfg, nproc=n, device=device, **launch_kwargs)
+        outcome = run_job("scale", cfg, nproc=n, device=device, extra_env=extra_env, **launch_kwargs)
         timing = RankTiming(**require_result(outcome, f"scale -n {n}"))
         timings.append(timing)
         if on_point is not None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from rich.table import Table
 
 from ..dist.scale import ScaleResult
@@ -39,8 +41,11 @@ def explain(result: ScaleResult) -> list[str]:
         lines.append("To scale better: a larger per-rank batch (more compute per allreduce), bf16 gradients, "
                      "fewer parameters to synchronise, or faster links (NVLink/InfiniBand).")
     if result.device == "cpu":
-        lines.append("CPU ranks share this machine's cores (OMP_NUM_THREADS is split between them), so CPU "
-                     "efficiency says little about GPUs: run it where the GPUs are.")
+        cores = os.cpu_count() or 1
+        busiest = max(p.nproc for p in result.points)
+        lines.append(f"CPU ranks run one thread each on this machine's {cores} core(s)"
+                     + (f"; {busiest} ranks oversubscribe them" if busiest > cores else "")
+                     + ": CPU efficiency says little about GPUs, run it where the GPUs are.")
     lines.append(f"Learning rate: {result.lr_rule}.")
     return lines
 
