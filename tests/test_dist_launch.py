@@ -48,7 +48,9 @@ def test_torchrun_args_single_and_multi_node():
     assert launching.torchrun_args(["t.py"], nproc_per_node=8, nnodes=2, node_rank=1, rdzv_endpoint="n0:29400",
                                    rdzv_id="job1") == [
         "--nproc-per-node", "8", "--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "n0:29400",
-        "--rdzv-id", "job1", "--node-rank", "1", "t.py"]
+        "--rdzv-id", "job1", "t.py"]  # c10d assigns node ranks on arrival
+    assert launching.torchrun_args(["t.py"], nproc_per_node=8, nnodes=2, node_rank=1, rdzv_endpoint="n0:29400",
+                                   rdzv_backend="static")[-3:] == ["--node-rank", "1", "t.py"]
     with pytest.raises(GpuwiseError, match="rdzv-endpoint"):
         launching.torchrun_args(["t.py"], nproc_per_node=1, nnodes=2)
 

@@ -60,6 +60,8 @@ def run(args) -> int:
                       **launch_kwargs(args))
     if outcome.exit_code == 0 and outcome.result is None and args.nnodes > 1:
         console.err.print("gpuwise train: done (rank 0 ran on another node and holds the result)")
+        if args.json:
+            console.emit_json({"workload": args.workload, "result_on_this_node": False, "exit_code": 0})
         return 0
     result = require_result(outcome, "training")
     if args.json:

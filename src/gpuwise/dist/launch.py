@@ -95,7 +95,8 @@ def torchrun_args(target: list[str], *, nproc_per_node: int, nnodes: int = 1, no
                   rdzv_endpoint: str | None = None, rdzv_backend: str = "c10d", rdzv_id: str | None = None,
                   max_restarts: int = 0) -> list[str]:
     """torchrun's argument list (pure). One node: `--standalone` (a c10d store on a free local port).
-    Several nodes: the same `--rdzv-*` on every node, `--node-rank` used by the static backend."""
+    Several nodes: the same `--rdzv-*` on every node; `--node-rank` only for the static backend
+    (torchrun ignores it, with a warning, for c10d)."""
     args = ["--nproc-per-node", str(nproc_per_node)]
     if nnodes == 1 and rdzv_endpoint is None:
         args.append("--standalone")
@@ -104,7 +105,7 @@ def torchrun_args(target: list[str], *, nproc_per_node: int, nnodes: int = 1, no
             raise GpuwiseError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (the same on every node)")
         args += ["--nnodes", str(nnodes), "--rdzv-backend", rdzv_backend, "--rdzv-endpoint", rdzv_endpoint,
                  "--rdzv-id", rdzv_id or "gpuwise"]
-        if node_rank is not None:
+        if node_rank is not None and rdzv_backend == "static":  # c10d assigns node ranks itself
             args += ["--node-rank", str(node_rank)]
     if max_restarts:
         args += ["--max-restarts", str(max_restarts)]
