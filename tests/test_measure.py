@@ -11,6 +11,7 @@ import pytest
 from conftest import run_cli
 
 import gpuwise
+from gpuwise.cli import main
 from gpuwise.errors import GpuwiseError
 from gpuwise.measure import Measurement, measure
 from gpuwise.measure.api import TRUTH_FIELDS
@@ -77,22 +78,24 @@ def test_fake_oom_in_a_trial_leaves_the_parent_unchanged(tmp_path, monkeypatch):
     assert multiprocessing.active_children() == []             # and the child is gone
 
 
-def test_cli_oom_exits_3_with_json(monkeypatch):
-    proc = run_cli("measure", "examples:mlp", "-b", "8", "--device", "cpu", "--json",
-                   env={"GPUWISE_FAKE_OOM_ABOVE": "4"})
-    assert proc.returncode == 3
-    d = json.loads(proc.stdout)
+def test_cli_oom_exits_3_with_json(monkeypatch, capsys):
+    monkeypatch.setenv("GPUWISE_FAKE_OOM_ABOVE", "4")
+    assert main(["measure", "examples:mlp", "-b", "8", "--device", "cpu", "--json"]) == 3
+    captured = capsys.readouterr()
+    d = json.loads(captured.out)
     assert d["oom"] is True and d["peak_allocated_bytes"] is None
-    assert "out of memory at batch size 8" in proc.stderr
+    assert "out of memory at batch size 8" in captured.err
 
 
-def test_cli_bad_input_is_one_line_exit_2():
-    for args, needle in ((["examples:nope", "-b", "8", "--device", "cpu"], "no bundled example"),
-                         (["examples:mlp", "--device", "cpu"], "--batch-size"),
-                         (["examples:mlp", "-b", "8", "--device", "tpu:0"], "device")):
-        proc = run_cli("measure", *args)
-        assert proc.returncode == 2, (args, proc.stderr)
-        assert needle in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+@pytest.mark.parametrize("args, needle", [
+    (["examples:nope", "-b", "8", "--device", "cpu"], "no bundled example"),
+    (["examples:mlp", "--device", "cpu"], "--batch-size"),
+    (["examples:mlp", "-b", "8", "--device", "tpu:0"], "device"),
+])
+def test_cli_bad_input_is_one_line_exit_2(args, needle, capsys):
+    assert main(["measure", *args]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1
 
 
 def test_measure_rejects_cuda_without_a_gpu():
@@ -106,11 +109,11 @@ def test_measure_rejects_cuda_without_a_gpu():
         measure("examples:mlp", 8, device="cpu", snapshot="x.pickle")
 
 
-def test_cli_max_batch_json(monkeypatch):
-    proc = run_cli("measure", "examples:mlp", "-b", "2", "--max-batch", "--limit", "3", "--device", "cpu",
-                   "--optimizer", "sgd", "--json", env={"GPUWISE_FAKE_OOM_ABOVE": "2"})
-    assert proc.returncode == 0, proc.stderr
-    d = json.loads(proc.stdout)
+def test_cli_max_batch_json(monkeypatch, capsys):
+    monkeypatch.setenv("GPUWISE_FAKE_OOM_ABOVE", "2")
+    assert main(["measure", "examples:mlp", "-b", "2", "--max-batch", "--limit", "3", "--device", "cpu",
+                 "--optimizer", "sgd", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
     # start 2 fits; 2 * 2 = 4 capped at --limit 3 fails; 3 - 2 = 1: done
     assert [t["batch_size"] for t in d["trials"]] == [2, 3]
     assert [t["status"] for t in d["trials"]] == ["ok", "oom"]

@@ -107,9 +107,9 @@ def test_isolated_trials_with_a_real_fake_oom(monkeypatch):
     """Each trial is a spawned child that raises a real torch.OutOfMemoryError above the threshold."""
     monkeypatch.setenv("GPUWISE_FAKE_OOM_ABOVE", "4")
     trial = isolated_trial("examples:mlp", optimizer="sgd", device="cpu", timeout_s=120)
-    res = find_max_batch("examples:mlp", seed=3, step=1, trial=trial)
-    # 3 ok, 4 ok, 4 + max(1, 1) = 5 fails; 5 - 4 = 1: done
-    assert res.batch_sizes_tried == [3, 4, 5]
-    assert [t.status for t in res.trials] == [OK, OK, OOM]
+    res = find_max_batch("examples:mlp", seed=4, step=1, trial=trial)
+    # the seed 4 runs, 4 + 1 = 5 fails; 5 - 4 = 1: done
+    assert res.batch_sizes_tried == [4, 5]
+    assert [t.status for t in res.trials] == [OK, OOM]
     assert res.max_batch_size == 4
     assert res.values[4]["batch_size"] == 4 and res.values[4]["oom"] is False

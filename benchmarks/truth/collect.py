@@ -62,7 +62,7 @@ CHECKPOINTED = [("examples:gpt-mini", 32, "adamw", "fp32"), (W + "bert.py", 32, 
                 (W + "gpt2.py", 16, "adamw", "bf16"), (W + "llama.py", 16, "adamw", "fp32"),
                 (W + "vit.py", 64, "adamw", "bf16")]
 # true max batch (AdamW, fp32), searched upwards from the grid's largest batch, never above the limit
-MAX_BATCH = ["examples:resnet", "examples:gpt-mini", W + "bert.py", W + "gpt2.py", W + "llama.py", W + "vit.py"]
+MAX_BATCH = ["examples:resnet", "examples:gpt-mini", W + "bert.py", W + "gpt2.py", W + "llama.py", W + "t5.py"]
 MAX_BATCH_LIMIT = 1 << 16
 FRESH_CHECKS = 4
 
@@ -136,6 +136,21 @@ def to_record(cfg: dict, m: dict, env: dict) -> dict:
 
 # ---- child side ----------------------------------------------------------------------------------
 
+_TEMPLATE: dict[str, object] = {}
+
+
+def fresh_model(workload: str):
+    """A new copy of the workload's CPU model: built once per process, deep-copied per configuration
+    (initialising a 100M-parameter model costs seconds, copying it a fraction of that)."""
+    import copy
+
+    from gpuwise.workload import load_workload
+
+    if workload not in _TEMPLATE:
+        _TEMPLATE.clear()  # one workload at a time: keep host memory flat
+        _TEMPLATE[workload] = load_workload(workload).build_model()
+    return copy.deepcopy(_TEMPLATE[workload])
+
 def run_group(out: str, device: str, configs: list[dict], max_batches: list[dict] | None = None,
               steps: int = STEPS, warmup: int = WARMUP) -> dict:
     """In one child: measure each configuration (appending its record), then search each max batch."""
@@ -149,7 +164,7 @@ def run_group(out: str, device: str, configs: list[dict], max_batches: list[dict
         try:
             m = measure_here(cfg["workload"], cfg["batch_size"], optimizer=cfg["optimizer"],
                              precision=cfg["precision"], checkpointing=cfg["checkpointing"], device=device,
-                             steps=steps, warmup=warmup)
+                             steps=steps, warmup=warmup, model=fresh_model(cfg["workload"]))
         except Exception as exc:  # noqa: BLE001 - an OOM is a record; anything else is reported, not fatal
             m = {"oom": True} if is_oom(exc) else None
             error = None if m else f"{cfg['workload']} b={cfg['batch_size']}: {type(exc).__name__}: {exc}"
@@ -173,7 +188,7 @@ def search_in_process(mb: dict, device: str) -> int | None:
         t0, status = time.monotonic(), OK
         try:
             measure_here(mb["workload"], batch, optimizer=mb["optimizer"], precision=mb["precision"],
-                         device=device, steps=1, warmup=1, cpu_peak=False)
+                         device=device, steps=1, warmup=1, cpu_peak=False, model=fresh_model(mb["workload"]))
         except Exception as exc:  # noqa: BLE001
             if not is_oom(exc):
                 raise
@@ -252,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", help="regular expression: only workloads matching it")
     ap.add_argument("--fresh-checks", type=int, default=None, help=f"fresh-process checks (default {FRESH_CHECKS}, quick 1)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per child process (default 900)")
+    ap.add_argument("--budget-min", type=float, help="start no new process after this many minutes (resumable)")
     args = ap.parse_args(argv)
 
     configs, maxes = plan(args.quick), max_batch_plan(args.quick)
@@ -277,14 +293,24 @@ def main(argv: list[str] | None = None) -> int:
     done = {key(r) for r in read_records(out)}
     t0 = time.monotonic()
     failures: list[str] = []
-    groups = [workloads] if args.quick else [[w] for w in workloads]  # quick: one process for all
-    for names in groups:
-        pending = [c for c in configs if c["workload"] in names and key(c) not in done]
-        searches = [m for m in maxes if m["workload"] in names and key(m) not in done]
+    # jobs: (workloads, configs, max-batch searches), one child process each. Quick: one for all.
+    # Otherwise one per workload, then one per max-batch search (the grid first, if the budget runs out).
+    if args.quick:
+        jobs = [(workloads, configs, maxes)]
+    else:
+        jobs = [([w], [c for c in configs if c["workload"] == w], []) for w in workloads]
+        jobs += [([m["workload"]], [], [m]) for m in maxes]
+    skipped = 0
+    for names, mine, searches in jobs:
+        pending = [c for c in mine if key(c) not in done]
+        searches = [m for m in searches if key(m) not in done]
         if not pending and not searches:
             continue
-        print(f"[{time.monotonic() - t0:6.0f}s] {', '.join(names)}: {len(pending)} configs"
-              + (f" + {len(searches)} max batch" if searches else ""), flush=True)
+        if args.budget_min and time.monotonic() - t0 > args.budget_min * 60:
+            skipped += 1
+            continue
+        what = f"{len(pending)} configs" if pending else "max batch"
+        print(f"[{time.monotonic() - t0:6.0f}s] {', '.join(names)}: {what}", flush=True)
         res = run_isolated("collect:run_group", {"out": str(out), "device": args.device, "configs": pending,
                                                  "max_batches": searches, "steps": steps, "warmup": warmup},
                            timeout_s=args.timeout)
@@ -297,6 +323,8 @@ def main(argv: list[str] | None = None) -> int:
             rec = confirm_max_batch(mb, found, args.device, out, args.timeout)
             print(f"         {mb['workload']}: max batch {rec['max_batch_size']} (in-process search: {found})",
                   flush=True)
+    if skipped:
+        failures.append(f"{skipped} job(s) not started: --budget-min {args.budget_min} reached (re-run to resume)")
     records = read_records(out)
     n_checks = args.fresh_checks if args.fresh_checks is not None else (1 if args.quick else FRESH_CHECKS)
     checks = fresh_check(records, args.device, n_checks, args.timeout, steps, warmup) if n_checks else []

@@ -59,8 +59,12 @@ def run_many(configs: list[dict[str, Any]], isolate_oom: bool = True) -> list[di
 
 def measure_here(workload: str, batch_size: int, *, optimizer: str | None = None, precision: str = "fp32",
                  checkpointing: bool = False, device: str = "cpu", steps: int = 10, warmup: int = 2,
-                 snapshot: str | None = None, cpu_peak: bool = True) -> dict[str, Any]:
-    """Measure one configuration in this process and clean up after it (also after an OOM)."""
+                 snapshot: str | None = None, cpu_peak: bool = True, model=None) -> dict[str, Any]:
+    """Measure one configuration in this process and clean up after it (also after an OOM).
+
+    `model`: an already built CPU model to use instead of `workload.model()` (a fresh copy per call:
+    the truth corpus builds each model once and deep-copies it, which is faster than initialising it).
+    """
     import torch
 
     dev = torch.device(device)
@@ -71,12 +75,12 @@ def measure_here(workload: str, batch_size: int, *, optimizer: str | None = None
         dev = torch.device("cuda", index)
     try:
         return _measure(workload, batch_size, optimizer, precision, checkpointing, dev, steps, warmup,
-                        snapshot, cpu_peak)
+                        snapshot, cpu_peak, model)
     finally:
         cleanup(dev)
 
 
-def _measure(spec, batch_size, optimizer, precision, checkpointing, dev, steps, warmup, snapshot, cpu_peak):
+def _measure(spec, batch_size, optimizer, precision, checkpointing, dev, steps, warmup, snapshot, cpu_peak, model):
     import torch
 
     from ..step import StepConfig, TrainStep
@@ -89,7 +93,8 @@ def _measure(spec, batch_size, optimizer, precision, checkpointing, dev, steps, 
     cuda = dev.type == "cuda"
     if cuda and snapshot:  # python stacks only: C++ unwinding would slow every allocation down
         torch.cuda.memory._record_memory_history(max_entries=2_000_000, stacks="python")
-    step = TrainStep(wl, config, dev)
+    step = TrainStep(wl, config, dev, model=model)
+    del model
     marks = PhaseMarks(step, dev.index) if cuda and snapshot else None
     batch = wl.build_batch(batch_size)
     maybe_fake_oom(batch_size)
@@ -121,6 +126,7 @@ def _measure(spec, batch_size, optimizer, precision, checkpointing, dev, steps, 
         if snapshot:
             save_snapshot(snapshot, dev.index, steady_start, marks.marks)
             marks.remove()
+            torch.cuda.memory._record_memory_history(enabled=None)
             result["snapshot"] = os.path.abspath(snapshot)
     elif cpu_peak:
         result["peak_allocated_bytes"], result["peak_method"] = cpu_peak_bytes(wl, step, batch, batch_size, config)
@@ -204,11 +210,6 @@ def cleanup(dev) -> None:
             clear()  # cuBLAS keeps per-handle workspaces alive in the caching allocator
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(dev)
-        if torch.cuda.memory._record_memory_history is not None:
-            try:
-                torch.cuda.memory._record_memory_history(enabled=None)
-            except (RuntimeError, TypeError):
-                pass
 
 
 # ---- device-level memory (NVML) -------------------------------------------------------------------
