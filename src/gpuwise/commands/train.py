@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from ..dist.job import require_result, run_job
 from ..dist.preflight import preflight
 from ..dist.train import TrainConfig
@@ -52,7 +54,7 @@ def run(args) -> int:
         raise GpuwiseError("--checkpoint-every needs --checkpoint-dir")
     cfg = TrainConfig(workload=args.workload, steps=args.steps, batch_size=batch, optimizer=step_cfg.optimizer,
                       precision=step_cfg.precision, checkpointing=step_cfg.checkpointing,
-                      checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every, seed=args.seed,
+                      checkpoint_dir=os.path.abspath(args.checkpoint_dir) if args.checkpoint_dir else None, checkpoint_every=args.checkpoint_every, seed=args.seed,
                       num_workers=args.num_workers, log_every=args.log_every)
     outcome = run_job("train", cfg, nproc=args.nproc, max_restarts=args.max_restarts, device=args.device,
                       on_plan=lambda p: console.err.print(
