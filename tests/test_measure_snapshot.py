@@ -86,3 +86,26 @@ def test_compare_a_trace_with_itself_and_a_pickled_round_trip(tmp_path):
     assert cmp.matched_allocs == cmp.measured_allocs == 4  # the steady step's four allocations
     assert cmp.peak_error == 0.0
     assert cmp.by_phase_bytes["forward"] == (1100, 1100)
+
+
+def test_phase_marks_follow_the_step_on_cpu(monkeypatch):
+    """The hooks that mark phase boundaries while recording fire in step order (trace length faked)."""
+    from itertools import count
+
+    from gpuwise.step import StepConfig, TrainStep
+    from gpuwise.workload import load_workload
+
+    ticks = count()
+    monkeypatch.setattr(snapshot.PhaseMarks, "trace_length", lambda self: next(ticks))
+    wl = load_workload("examples:mlp")
+    step = TrainStep(wl, StepConfig(optimizer="sgd"), "cpu")
+    marks = snapshot.PhaseMarks(step, 0)
+    batch = wl.build_batch(4)
+    step.step(batch)
+    step.step(batch)
+    phases = ["forward", "backward", "optimizer", "zero_grad"]
+    assert marks.marks == list(enumerate(phases * 2))
+    assert wl.compute_loss is not step.workload.compute_loss  # only the step's copy is wrapped
+    marks.remove()
+    step.step(batch)
+    assert len(marks.marks) == 8 and step.workload is wl  # unhooked: nothing more is marked

@@ -266,7 +266,9 @@ def environment(dev) -> dict[str, Any]:
     import torch
 
     env: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda, "gpu_name": None, "driver": None}
-    if torch.device(dev).type == "cuda":
+    dev = torch.device(dev)
+    if dev.type == "cuda":
+        _remember_baseline(dev.index if dev.index is not None else 0)  # before this starts CUDA
         env["gpu_name"] = torch.cuda.get_device_name(dev)
         env["gpu_memory_total_bytes"] = int(torch.cuda.get_device_properties(dev).total_memory)
         from ..devices import nvml

@@ -51,6 +51,7 @@ class PhaseMarks:
             return loss
 
         workload.compute_loss = compute_loss  # instance attribute: only this step's copy is wrapped
+        self._step, self._original = step, step.workload
         step.workload = workload
         self._handles = [
             step.optimizer.register_step_pre_hook(lambda *_: self.mark("optimizer")),
@@ -71,8 +72,10 @@ class PhaseMarks:
             self.marks.append((self.trace_length(), phase))
 
     def remove(self) -> None:
+        """Unhook: the step runs as before (its own workload back, the optimizer hooks gone)."""
         for h in self._handles:
             h.remove()
+        self._step.workload = self._original
 
 
 def save(path: str, device_index: int, steady_start: int | None, marks: list[tuple[int, str]]) -> None:
