@@ -4,6 +4,7 @@ and one real torchrun run of 2 CPU ranks."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -81,6 +82,7 @@ def test_launch_dry_run_json(fake_gpus, capsys):
 
 def test_launch_runs_cpu_ranks_and_passes_the_exit_code_through(tmp_path, monkeypatch, capfd):
     monkeypatch.delenv("GPUWISE_FAKE_GPUS", raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # gpuwise splits the cores between the ranks
     script = tmp_path / "job.py"
     script.write_text(
         "import os, sys\n"
@@ -92,6 +94,6 @@ def test_launch_runs_cpu_ranks_and_passes_the_exit_code_through(tmp_path, monkey
     code = cli.main(["launch", "-n", "2", "--device", "cpu", "--", str(script)])
     capfd.readouterr()
     assert code == 1  # torchrun's code for a failed rank (rank 1 exited 3), passed through
-    threads = str(max(1, (__import__("os").cpu_count() or 1) // 2))
+    threads = str(max(1, (os.cpu_count() or 1) // 2))
     assert (tmp_path / "rank0").read_text() == f"2 0 gloo {threads}"
     assert (tmp_path / "rank1").read_text() == f"2 1 gloo {threads}"
