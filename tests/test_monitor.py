@@ -67,16 +67,17 @@ def test_data_bound_loop_is_diagnosed_as_data_starvation():
     assert s["loader"]["num_workers"] == 0 and s["batch_size"] == 4
 
 
-def test_compute_bound_loop_is_diagnosed_differently():
+def test_compute_bound_loop_is_diagnosed_differently(tmp_path):
     ds = torch.utils.data.TensorDataset(torch.randn(24, 16), torch.randint(0, 4, (24,)))
     loader = torch.utils.data.DataLoader(ds, batch_size=4)
-    with gpuwise.monitor(device="cpu", interval_s=0.05) as mon:
+    with gpuwise.monitor(device="cpu", interval_s=0.05, report=str(tmp_path / "r.html")) as mon:
         _train(loader, torch.nn.Linear(16, 4), mon, heavy=True)
     s = mon.summary()
     assert s["steps"] == 6
     assert s["compute_fraction"] > 0.8 and s["data_wait_fraction"] < 0.15
     kinds = [f["kind"] for f in s["findings"]]
     assert kinds == ["compute_bound"]
+    assert "compute_bound" in (tmp_path / "r.html").read_text()  # report= writes the HTML on exit
 
 
 def test_summary_follows_the_json_contract():
