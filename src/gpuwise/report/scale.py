@@ -38,7 +38,8 @@ def explain(result: ScaleResult) -> list[str]:
                 f"~{_ms(one.step_s / p.nproc)} of compute per rank but the same {_ms(p.communication_s)} of "
                 f"communication: about {p.fixed_global_speedup:.2f}x, which is why N GPUs can be no faster than one.")
     if result.points[1:] and min(p.efficiency for p in result.points[1:]) < 0.8:
-        lines.append("To scale better: a larger per-rank batch (more compute per allreduce), bf16 gradients, "
+        lines.append("To scale better: a larger per-rank batch (more compute per allreduce), bf16 gradient compression "
+                     "(DDP comm hook bf16_compress_hook), "
                      "fewer parameters to synchronise, or faster links (NVLink/InfiniBand).")
     if result.device == "cpu":
         cores = os.cpu_count() or 1
