@@ -104,7 +104,12 @@ def watch_command(cmd: list[str], interval_s: float = 0.1, steps_dir: str | None
         raise GpuwiseError(f"cannot start {cmd[0]!r}: {exc.strerror or exc}") from exc
 
     def gpu_indices() -> list[int]:
-        return gpus_of_pids(set(process_tree(proc.pid))) or fallback
+        found = gpus_of_pids(set(process_tree(proc.pid)))
+        for g in found:  # what the report names the device by, when the command has no monitor of its own
+            timeline.meta.setdefault("device", f"cuda (NVML index {g.index})")
+            timeline.meta.setdefault("device_name", g.name)
+            timeline.meta.setdefault("device_total_bytes", g.memory_total_bytes)
+        return [g.index for g in found] or fallback
 
     sampler = Sampler(timeline, interval_s, gpu_indices if source is not None else (), source,
                       pids=lambda: process_tree(proc.pid), t0=t0).start()

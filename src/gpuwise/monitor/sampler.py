@@ -81,12 +81,12 @@ class Sampler:
         self._last_scan = -1e9
         self.host_interval_s = max(interval_s, host_interval_s)
         self._last_host = -1e9
+        self._host_primed = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gpuwise-monitor-sampler", daemon=True)
         self.errors: list[str] = []
 
     def start(self) -> Sampler:
-        self._psutil.cpu_percent(None)  # the first call only primes the counter
         self._thread.start()
         return self
 
@@ -138,8 +138,11 @@ class Sampler:
             s = Sample(t_s=now - self.t0, gpus=gpus, rank=self.rank)
             if host:
                 self._last_host = now
-                s.proc_cpu_pct, s.rss_bytes = self._cpu_and_rss()
-                s.cpu_pct = self._psutil.cpu_percent(None)
+                proc_cpu, s.rss_bytes = self._cpu_and_rss()
+                cpu = self._psutil.cpu_percent(None)
+                if self._host_primed:  # psutil's CPU percentages count from the previous call: skip the first
+                    s.proc_cpu_pct, s.cpu_pct = proc_cpu, cpu
+                self._host_primed = True
                 s.ram_used_pct = self._psutil.virtual_memory().percent
             self.timeline.samples.append(s)
             if self.on_tick is not None:
@@ -189,15 +192,15 @@ def _tree_from_proc(pid: int) -> list[int] | None:
     return out
 
 
-def gpus_of_pids(pids: set[int]) -> list[int]:
-    """NVML indices of the GPUs on which any of `pids` has a process (fake file or NVML)."""
+def gpus_of_pids(pids: set[int]) -> list:
+    """The GPUs (`Gpu` snapshots, fake file or NVML) on which any of `pids` has a process."""
     from ..devices import discover
 
     try:
         gpus = discover().gpus
     except Exception:
         return []
-    return [g.index for g in gpus if any(p.pid in pids for p in g.processes)]
+    return [g for g in gpus if any(p.pid in pids for p in g.processes)]
 
 
 def nvml_index_for(device) -> int | None:

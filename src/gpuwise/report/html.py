@@ -41,16 +41,15 @@ def charts_png(timeline) -> bytes:
 
 
 def _plot_utilization(ax, tl) -> None:
-    t = [s.t_s for s in tl.samples]
     indices = sorted({i for s in tl.samples for i in s.gpus})
     for i in indices:
         pts = [(s.t_s, s.gpus[i].get("utilization_pct")) for s in tl.samples if i in s.gpus]
         pts = [(a, b) for a, b in pts if b is not None]
         if pts:
             ax.plot([a for a, _ in pts], [b for _, b in pts], label=f"GPU {i} utilisation", lw=1.2)
-    cpu = [s.cpu_pct for s in tl.samples]
-    if any(c is not None for c in cpu):
-        ax.plot(t, [c if c is not None else float("nan") for c in cpu], label="CPU (machine)", lw=1, alpha=0.7)
+    cpu = [(s.t_s, s.cpu_pct) for s in tl.samples if s.cpu_pct is not None]  # host samples are sparser
+    if cpu:
+        ax.plot([a for a, _ in cpu], [b for _, b in cpu], label="CPU (machine)", lw=1, alpha=0.7)
     cores = tl.meta.get("cpu_count") or os.cpu_count() or 1
     proc = [(s.t_s, s.proc_cpu_pct / cores) for s in tl.samples if s.proc_cpu_pct is not None]
     if proc:
