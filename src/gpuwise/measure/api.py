@@ -56,19 +56,21 @@ class Measurement:
 
 
 def resolve_device(device: str | None) -> str:
-    """'cuda' when a GPU is usable and nothing was asked; check that a named CUDA device exists."""
+    """'cuda' when a GPU is visible and nothing was asked; check that a named CUDA device exists."""
     import torch
 
+    # torch.cuda.device_count() asks NVML (honouring CUDA_VISIBLE_DEVICES) without starting CUDA here:
+    # the parent stays free to choose GPUs, and only the child initialises CUDA.
+    count = torch.cuda.device_count()
     if device in (None, "", "auto"):
-        return "cuda" if torch.cuda.is_available() else "cpu"
+        return "cuda" if count else "cpu"
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as exc:
         raise GpuwiseError(f"unknown device {device!r} (use cpu, cuda or cuda:N)") from exc
     if dev.type == "cuda":
-        if not torch.cuda.is_available():
+        if not count:
             raise GpuwiseError(f"device {device!r}: no CUDA GPU is usable here (try --device cpu)")
-        count = torch.cuda.device_count()
         if dev.index is not None and dev.index >= count:
             raise GpuwiseError(f"device {device!r}: only {count} CUDA device(s) visible")
     elif dev.type != "cpu":
