@@ -207,3 +207,10 @@ def test_successive_monitors_in_one_process_keep_their_files(tmp_path):
     assert len(tl.steps) == 7
     starts = [s.start_s for s in tl.steps]
     assert starts == sorted(starts)  # the second epoch's steps come after the first's
+
+
+def test_rank_comes_from_the_rank_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("RANK", "3")
+    with Monitor(device="cpu", out_dir=str(tmp_path), sample=False) as mon:
+        mon.step()
+    assert os.listdir(tmp_path) == ["monitor-rank3.jsonl"] and mon.timeline.steps[0].rank == 3
