@@ -112,3 +112,18 @@ def test_rank_imbalance():
     slow = even + [{"rank": 2, "step_time_s_median": 0.130, "data_wait_fraction": 0.25}]
     f = next(f for f in diagnose(gpu_summary(ranks=slow)) if f.kind == "rank_imbalance")
     assert "slowest/fastest = 1.30" in f.evidence and "rank 2" in f.fix  # 0.130 / 0.100
+
+
+def test_low_memory_use_asks_the_planner_for_the_largest_batch():
+    # a run of examples:mlp (batch 100) that used 1 GiB of a 40 GiB A100: the planner names the max batch
+    from gpuwise.monitor import StepRecord, Timeline, summarize
+
+    tl = Timeline(steps=[StepRecord(i, 0.01 * i, 0.01, 0.0, 0.0, 0.01) for i in range(3)],
+                  meta={"device": "cuda:0", "device_name": "NVIDIA A100-SXM4-40GB", "device_total_bytes": 40 * GIB,
+                        "peak_reserved_bytes": GIB, "workload": "examples:mlp", "batch_size": 100,
+                        "precision": "fp32"})
+    s = summarize(tl)
+    planned = s["memory"]["planner_max_batch_size"]
+    assert isinstance(planned, int) and planned > 100
+    fix = next(f["fix"] for f in s["findings"] if f["kind"] == "low_memory_use")
+    assert f"the planner's largest batch on this GPU is {planned} (now 100)" in fix
