@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.table import Table
+from rich.text import Text
 
 from ..units import fmt_bytes, fmt_duration
 from .console import out
@@ -56,7 +57,6 @@ def render_summary(summary: dict, console=None, report_path: str | None = None) 
         console.print("  [bold]fix:[/bold] ", end="")
         console.print(f["fix"], markup=False)
     for note in summary.get("notes") or []:
-        console.print(f"[dim]note: {note}[/dim]", markup=True, highlight=False) if "[" not in note else \
-            console.print(f"note: {note}", markup=False)
+        console.print(Text(f"note: {note}", style="dim"))  # Text: brackets in a note are not markup
     if report_path:
         console.print(f"[dim]report: {report_path}[/dim]")
