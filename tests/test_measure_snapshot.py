@@ -109,3 +109,13 @@ def test_phase_marks_follow_the_step_on_cpu(monkeypatch):
     marks.remove()
     step.step(batch)
     assert len(marks.marks) == 8 and step.workload is wl  # unhooked: nothing more is marked
+
+
+def test_cli_snapshot_summary(tmp_path):
+    from gpuwise.commands.measure import _snapshot_summary
+
+    path = tmp_path / "snap.pickle"
+    path.write_bytes(pickle.dumps(SNAP))
+    summary = _snapshot_summary(str(path))
+    assert summary["events"] == 10 and summary["steady_peak_bytes"] == 2212 and summary["peak_phase"] == "optimizer"
+    assert "could not convert" in _snapshot_summary(str(tmp_path / "missing.pickle"))["error"]

@@ -50,17 +50,36 @@ def run(args) -> int:
     m = measure(args.workload, args.batch_size, optimizer=config.optimizer, precision=config.precision,
                 checkpointing=config.checkpointing, steps=args.steps, warmup=args.warmup, device=args.device,
                 snapshot=args.snapshot, timeout_s=args.timeout)
+    events = _snapshot_summary(m.snapshot) if m.snapshot else None
     if args.json:
-        console.emit_json(m.to_dict())
+        console.emit_json({**m.to_dict(), **({"snapshot_events": events} if events else {})})
     elif m.oom:
         console.err.print(oom_message(m))
     else:
         console.out.print(measurement_table(m))
+        if events:
+            console.out.print(f"snapshot: {events.get('events', 0)} alloc/free events; steady-step peak of live "
+                              f"tensors {events.get('steady_peak_bytes')} B (max_memory_allocated "
+                              f"{m.peak_allocated_bytes} B) {events.get('error', '')}", markup=False)
     if m.oom:
         if args.json:
             console.err.print(f"gpuwise measure: {m.error}", markup=False)
         return OOM_EXIT
     return 0
+
+
+def _snapshot_summary(path: str) -> dict:
+    """The saved snapshot in the plan's event shape: event count and steady-step peak (a cross-check)."""
+    from ..measure import snapshot
+    from ..plan.events import live_peak
+
+    try:
+        trace = snapshot.to_trace(snapshot.load(path))
+        peak = live_peak(trace)
+    except Exception as exc:  # noqa: BLE001 - the measurement stands even if the conversion cannot
+        return {"error": f"(could not convert the snapshot: {type(exc).__name__}: {exc})"}
+    return {"events": len(trace.events), "steady_start": trace.steady_start,
+            "steady_peak_bytes": peak.allocated_bytes, "peak_phase": peak.phase, "by_category": peak.by_category}
 
 
 def _max_batch(args, config, find_max_batch, resolve_device, maxbatch_table) -> int:
