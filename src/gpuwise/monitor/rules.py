@@ -260,9 +260,9 @@ def rank_imbalance(s: dict) -> Finding | None:
 
 @rule("compute_bound")
 def compute_bound(s: dict) -> Finding | None:
-    comp = s.get("compute_fraction")
-    if not _num(comp) or comp < COMPUTE_FRACTION:
-        return None
+    comp, wait = s.get("compute_fraction"), s.get("data_wait_fraction")
+    if not _num(comp) or comp < COMPUTE_FRACTION or (_num(wait) and wait >= DATA_WAIT_FRACTION):
+        return None  # a loader costing >= 15% is data_starvation's case
     util = s.get("utilization") or {}
     if _is_gpu(s) and util.get("samples", 0) >= 5 and util["mean_pct"] < LOW_UTIL_MEAN_PCT:
         return None  # compute time that does not keep the GPU busy: that is cpu_bound's case

@@ -38,9 +38,9 @@ def render_summary(summary: dict, console=None, report_path: str | None = None) 
         t.add_row("GPU memory", f"peak {_pct(mem['use_fraction'])} of {fmt_bytes(mem.get('device_total_bytes'))}")
     host = summary.get("host") or {}
     if host.get("process_cpu_mean_pct") is not None:
-        t.add_row("CPU", f"process {host['process_cpu_mean_pct']:.0f}% (100% = 1 core), machine "
-                         f"{host.get('cpu_mean_pct') or 0:.0f}% of {host.get('cpu_count')} cores, "
-                         f"RSS peak {fmt_bytes(host.get('rss_peak_bytes'))}")
+        machine = f", machine {host['cpu_mean_pct']:.0f}%" if host.get("cpu_mean_pct") is not None else ""
+        t.add_row("CPU", f"process {host['process_cpu_mean_pct']:.0f}% (100% = 1 core){machine} of "
+                         f"{host.get('cpu_count')} cores, RSS peak {fmt_bytes(host.get('rss_peak_bytes'))}")
     if summary.get("exit_code") is not None:
         t.add_row("exit code", str(summary["exit_code"]))
     console.print(t)
