@@ -236,6 +236,30 @@ def confirm_max_batch(mb: dict, found: int | None, device: str, out: Path, timeo
     return rec
 
 
+def run_job(out: Path, device: str, pending: list[dict], searches: list[dict], steps: int, warmup: int,
+            timeout_s: float, failures: list[str]):
+    """Run one job's child; when it dies (a CUDA error, a hang), skip the configuration it was on and
+    go on with the rest in a new process (twice at most). Returns the last child's result, or None."""
+    from gpuwise.measure.child import run_isolated
+
+    for _attempt in range(3):
+        res = run_isolated("collect:run_group", {"out": str(out), "device": device, "configs": pending,
+                                                 "max_batches": searches, "steps": steps, "warmup": warmup},
+                           timeout_s=timeout_s)
+        if res.ok:
+            return res
+        done = {key(r) for r in read_records(out)}
+        still = [c for c in pending if key(c) not in done]
+        culprit = still[0] if still else (searches[0] if searches else {})
+        failures.append(f"{culprit.get('workload')} b={culprit.get('batch_size')} {culprit.get('optimizer')} "
+                        f"{culprit.get('precision')}: the process ended: {res.status}: {res.error}")
+        pending = still[1:]
+        searches = searches if still else []
+        if not pending and not searches:
+            return None
+    return None
+
+
 def fresh_check(records: list[dict], device: str, n: int, timeout_s: float, steps: int = STEPS,
                 warmup: int = WARMUP) -> list[dict]:
     """Re-measure the last configuration of the first `n` groups in fresh processes and compare."""
@@ -285,8 +309,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     os.chdir(ROOT)  # workload paths in records are relative to the repository root
-    from gpuwise.measure.child import run_isolated
-
     slug = gpu_slug(args.device)
     out = args.out or (HERE / f"{slug}.jsonl" if slug != "cpu" else ROOT / "benchmarks/results/truth/cpu.jsonl")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -311,11 +333,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         what = f"{len(pending)} configs" if pending else "max batch"
         print(f"[{time.monotonic() - t0:6.0f}s] {', '.join(names)}: {what}", flush=True)
-        res = run_isolated("collect:run_group", {"out": str(out), "device": args.device, "configs": pending,
-                                                 "max_batches": searches, "steps": steps, "warmup": warmup},
-                           timeout_s=args.timeout)
-        if not res.ok:
-            failures.append(f"{names}: the group process ended: {res.status}: {res.error} (re-run to resume)")
+        res = run_job(out, args.device, pending, searches, steps, warmup, args.timeout, failures)
+        if res is None:
             continue
         failures += res.value["failures"]
         for mb in searches:
