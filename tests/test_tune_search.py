@@ -174,7 +174,7 @@ def test_tune_orchestration_with_a_fake_device(monkeypatch, tmp_path):
     wl.write_text("import torch\n"
                   "def model(): return torch.nn.Linear(2, 2)\n"
                   "def batch(n): return torch.zeros(n, 2)\n"
-                  "def dataset(): return torch.utils.data.TensorDataset(torch.zeros(256, 2))\n")
+                  "def dataset(): return torch.utils.data.TensorDataset(torch.zeros(2048, 2))\n")
     seen = []
     res = tuner.tune(str(wl), budget_s=600, device="cpu", results=str(tmp_path / "r.jsonl"),
                      on_trial=lambda rec, elapsed: seen.append(rec))
@@ -184,12 +184,13 @@ def test_tune_orchestration_with_a_fake_device(monkeypatch, tmp_path):
         ("compute", 32, None, None, None),  # precision: fp32 only (no native bf16 on this fake CPU)
         ("compute", 64, None, None, None),  # batch: 667 (+33%)
         ("compute", 128, None, None, None),  # 800 (+20%)
-        ("compute", 256, None, None, None),  # 889 (+11%), = the dataset: stop
+        ("compute", 256, None, None, None),  # 889 (+11%), = 2048 samples / 8 steps per epoch: stop
         ("loader", 256, 0, None, False),    # one process: 300/s -> ceil(889/300) = 3 workers
         ("train", 256, 3, None, False),     # 889 (the compute limit)
         ("train", 256, 4, None, False),     # 711: more workers got slower
         ("train", 256, 2, None, False),     # 600
-        ("train", 256, 3, None, True),      # startup 0.5 s > 2% of a 0.29 s epoch: 978
+        ("train", 256, 3, None, True),      # startup 0.5 s > 2% of a 2.3 s epoch: 978
+        ("train", 128, 3, None, True),      # end to end, half the batch: min(800, 900) * 1.1 = 880, slower
     ]
     assert len(seen) == len(calls)
     assert res.best == {"batch_size": 256, "num_workers": 3, "pin_memory": False, "prefetch_factor": None,
@@ -203,7 +204,7 @@ def test_tune_orchestration_with_a_fake_device(monkeypatch, tmp_path):
     # a rerun reads every trial back: no child is started
     calls.clear()
     again = tuner.tune(str(wl), budget_s=600, device="cpu", results=str(tmp_path / "r.jsonl"))
-    assert calls == [] and again.best == res.best and again.resumed_trials == 10
+    assert calls == [] and again.best == res.best and again.resumed_trials == 11
 
 
 def test_tune_stops_at_the_budget(monkeypatch, tmp_path):

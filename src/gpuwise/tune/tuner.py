@@ -34,6 +34,7 @@ from .trials import cpu_has_native_bf16, step_threads, usable_cpus
 
 SETTINGS = ("batch_size", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "precision")
 DEFAULT_BATCH = 32
+MIN_STEPS_PER_EPOCH = 8      # the batch search stays below dataset size / 8
 BATCH_LIMIT = 65536          # never grow the batch beyond this without a dataset
 TRIAL_TIMEOUT_S = 600.0      # one trial, whatever the budget
 # seconds a trial costs besides its timed part (spawn + import torch; + CUDA context on a GPU), a first guess
@@ -231,7 +232,9 @@ class _Tuner:
             if ds_len < 1:
                 raise GpuwiseError(f"{wl.spec}: dataset() is empty")
             b0 = min(b0, ds_len)
-        limit = ds_len or BATCH_LIMIT
+        # an epoch of at least MIN_STEPS_PER_EPOCH steps: a batch that is a big share of the dataset
+        # leaves the workers' pipeline restarting every few steps (and trains with very few updates)
+        limit = max(1, ds_len // MIN_STEPS_PER_EPOCH) if ds_len else BATCH_LIMIT
         baseline_settings = {"batch_size": b0, "num_workers": 0, "pin_memory": False, "prefetch_factor": None,
                              "persistent_workers": False, "precision": self.precision}
         if ds_len is None:
@@ -250,6 +253,8 @@ class _Tuner:
         loader_rate, w_est, best = None, None, None
         if ds_len is not None:
             loader_rate, w_est, best = self.tune_loader(best_b, chosen_prec, limit_rate, ds_len)
+            if best is not None:
+                best = self.refine_batch(best, chosen_prec)
         if best is None and ds_len is not None:  # the budget ran out first: the fastest end-to-end trial
             ran = [t for t in self.trials if t["kind"] == "train" and t["status"] == "ok"]
             if ran:
@@ -270,6 +275,18 @@ class _Tuner:
             loader_samples_per_s_per_worker=loader_rate, workers_estimate=w_est, precisions=prec_rates,
             notes=self.notes, lr_note=note, budget_s=self.budget_s, elapsed_s=round(self.elapsed(), 3),
             out_of_budget=self.out_of_budget, resumed_trials=self.resumed)
+
+    def refine_batch(self, best: dict[str, Any], precision: str) -> dict[str, Any]:
+        """End to end, a smaller batch can beat the compute-optimal one (the input pipeline, not the
+        step, sets the pace); halve it with the chosen loader settings while that is faster."""
+        while best["batch_size"] > 1:
+            b = best["batch_size"] // 2
+            rec = self.trial("train", b, precision, best["num_workers"], best["pin_memory"],
+                             best["prefetch_factor"], best["persistent_workers"])
+            if rec is None or (self.rate(rec) or 0) <= (best["samples_per_s"] or 0):
+                break
+            best = {**best, "batch_size": b, "samples_per_s": self.rate(rec)}
+        return best
 
     def tune_precision(self, b0: int) -> tuple[dict[str, dict[str, Any]], str]:
         info = self.device_info()
