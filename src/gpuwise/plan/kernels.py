@@ -63,6 +63,15 @@ def output_bytes(op: str, target: str, args: tuple, kwargs: dict) -> dict[int, i
     return fn(target, args, kwargs) if fn is not None else {}
 
 
+# Backward formulas that, while any Python dispatch mode is on (as this tracer's), write into a fresh
+# zeros tensor out-of-place instead of in place: torch/csrc/autograd/FunctionsManual.cpp branches on
+# `areAnyTensorSubclassLike` (true under a mode) in index_backward (`index_put` vs `_index_put_impl_`),
+# gather_backward (`scatter_add` vs `scatter_add_`) and index_add's backward. In a plain process the
+# result *is* the zeros tensor; the tracer counts it so (op -> index of the zeros argument).
+INPLACE_WITHOUT_MODE: dict[str, int] = {"aten.index_put": 0, "aten.scatter_add": 0, "aten.index_add": 0}
+FRESH_ZEROS_OPS = ("aten.new_zeros", "aten.zeros_like", "aten.zeros")
+
+
 def workspace_bytes(op: str, target: str, args: tuple, kwargs: dict) -> int:
     """The most scratch bytes `op` holds at once (for callers that want one number)."""
     ws = workspace(op, target, args, kwargs)
@@ -126,7 +135,7 @@ def _out_spatial(x, w, args) -> int:
 # aten::convolution_backward on CPU -> mkldnn_convolution_backward: grad_input is computed from
 # blocked grad_output and weight (gO_b + w_b + gI_b, then gI_b is reordered into gI), then
 # grad_weight from blocked grad_output and input (gI + gO_b + in_b + gW_b; gW_b alongside gW).
-# Measured: a 3-channel (RGB) first layer's input is read in place, other inputs are reordered.
+# Measured: a 3-channel (RGB) first layer's input is read in place (weight unpadded), others reordered.
 @register_workspace("aten::convolution_backward")
 def _conv_backward(target, args, kwargs) -> Workspace:
     grad_out, x, w = args[0], args[1], args[2]
@@ -140,16 +149,20 @@ def _conv_backward(target, args, kwargs) -> Workspace:
     c_out = w.shape[0]
     k = w.shape[2] * w.shape[3]
     go_b = _blocked(n, c_out, grad_out.shape[2] * grad_out.shape[3], elt)
-    w_b = _rnd(c_out, onednn_block()) * _rnd(c_in, onednn_block()) * k * elt
+    rgb = c_in == 3  # measured: a 3-channel first layer is read in place and its weight left unpadded
+    w_b = _rnd(c_out, onednn_block()) * (c_in if rgb else _rnd(c_in, onednn_block())) * k * elt
     gi = x.numel() * elt
     gi_b = _blocked(n, c_in, h * wd, elt)
-    in_b = 0 if c_in == 3 else gi_b
+    in_b = 0 if rgb else gi_b
+    # a non-contiguous grad_output (e.g. behind a flatten/transpose, as in ViT's patch embedding) is
+    # first copied contiguous (Conv.cpp `grad_output.contiguous()`); the copy lives through the op
+    copy = 0 if grad_out.is_contiguous() else grad_out.numel() * elt
     phases = []
     if mask[0]:
         phases.append(go_b + w_b + gi_b)
     if mask[1]:
         phases.append((gi if mask[0] else 0) + go_b + in_b + w_b)
-    return Workspace(before_bytes=max(phases, default=0), during_bytes=w_b if mask[1] else 0)
+    return Workspace(before_bytes=copy + max(phases, default=0), during_bytes=copy + (w_b if mask[1] else 0))
 
 
 # aten::mkldnn_rnn_layer (aten/src/ATen/native/mkldnn/RNN.cpp) returns oneDNN's training workspace

@@ -60,6 +60,11 @@ def choose_backend(q, k, v, attn_mask=None, dropout_p: float = 0.0, enable_gqa: 
 def _sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     import torch
 
+    # CUDA autocast casts SDPA's inputs to the autocast dtype before the backend is chosen; the trace
+    # runs CPU tensors, so that cast is done here (the CPU autocast state carries the dtype)
+    if torch.is_autocast_enabled("cpu"):
+        dtype = torch.get_autocast_dtype("cpu")
+        q, k, v = (t.to(dtype) if t.is_floating_point() else t for t in (q, k, v))
     backend = choose_backend(q, k, v, attn_mask, dropout_p, enable_gqa)
     if backend == "flash":
         return torch.ops.aten._scaled_dot_product_flash_attention(
@@ -83,7 +88,7 @@ class _SdpaMode(TorchFunctionMode):
         kwargs = kwargs or {}
         if func is torch.nn.functional.scaled_dot_product_attention or func is torch._C._nn.scaled_dot_product_attention:
             q = args[0]
-            if q.device.type == "cuda":
+            if q.device.type in ("cuda", "cpu"):  # CPU tensors stand for CUDA ones while this mode is on
                 out = _sdpa(*args, **kwargs)
                 if out is not None:
                     return out

@@ -23,7 +23,7 @@ from typing import Any
 from ..errors import GpuwiseError
 from ..step import StepConfig, TrainStep
 from .events import MemEvent, MemoryTrace
-from .kernels import output_bytes, workspace
+from .kernels import FRESH_ZEROS_OPS, INPLACE_WITHOUT_MODE, output_bytes, workspace
 
 TARGETS = ("cpu", "cuda")
 
@@ -117,6 +117,13 @@ class _TraceMode(_dispatch_mode_base()):
         if nbytes:
             self.alloc(nbytes, op, st)
 
+    def _as_in_place(self, zeros, out, op: str) -> None:
+        """`out` replaces the fresh zeros tensor it was computed from (in place in a plain process):
+        the zeros' block ends here and `out` is counted from now."""
+        block = self.block_of(zeros)
+        if block is not None and self.rec.blocks[block].op in FRESH_ZEROS_OPS:
+            self.free_block(block, op)
+
     def block_of(self, t) -> int | None:
         entry = self.live.get(id(t.untyped_storage()))
         return None if entry is None else entry[0]
@@ -153,6 +160,8 @@ class _TraceMode(_dispatch_mode_base()):
             if formula is not None:
                 self.flops += int(formula(*args, **kwargs, out_val=out))
         if isinstance(out, torch.Tensor):
+            if self.phase == "backward" and name in INPLACE_WITHOUT_MODE:
+                self._as_in_place(args[INPLACE_WITHOUT_MODE[name]], out, name)
             self.see(out, name)
         elif isinstance(out, (tuple, list)):
             sizes = output_bytes(name, self.target, args, kwargs)
@@ -278,19 +287,20 @@ def _settle(mode: _TraceMode) -> list[MemEvent]:
     return out
 
 
-def _run_fake(workload, batch_size: int, config: StepConfig, target: str) -> MemoryTrace:
-    """Trace with fake tensors on `target` (no memory is used)."""
-    return _run(workload, batch_size, config, target, fake=True)
+def _run_fake(workload, batch_size: int, config: StepConfig, target: str, warmup: str = "optimizer") -> MemoryTrace:
+    """Trace with fake tensors (no memory is used)."""
+    return _run(workload, batch_size, config, target, fake=True, warmup=warmup)
 
 
-def _run_real(workload, batch_size: int, config: StepConfig, target: str) -> MemoryTrace:
+def _run_real(workload, batch_size: int, config: StepConfig, target: str, warmup: str = "optimizer") -> MemoryTrace:
     """Trace the same step on real CPU tensors (data-dependent ops just run); sizes stand for `target`."""
-    trace = _run(workload, batch_size, config, target, fake=False)
+    trace = _run(workload, batch_size, config, target, fake=False, warmup=warmup)
     trace.method = "real-trace"
     return trace
 
 
-def _run(workload, batch_size: int, config: StepConfig, target: str, fake: bool) -> MemoryTrace:
+def _run(workload, batch_size: int, config: StepConfig, target: str, fake: bool,
+         warmup: str = "optimizer") -> MemoryTrace:
     """The tracer. Tensors are CPU tensors (fake or real) standing for `target`'s: autograd on fake CUDA
     tensors aborts a CPU-only torch (no CUDA device guard), so what differs on CUDA is emulated instead:
     attention runs the kernel the GPU would pick (plan/sdpa.py), optimizers default to foreach as on
@@ -314,18 +324,22 @@ def _run(workload, batch_size: int, config: StepConfig, target: str, fake: bool)
         _label(mode, list(step.model.parameters()), "parameters", create=True)
         _label(mode, list(step.model.buffers()), "buffers", create=True)
         _label(mode, batch, "inputs", create=True)
-        steady_start = 0
-        for i in range(2):
-            if i == 1:
-                steady_start = len(mode.rec.events)
-                mode.flops = 0
-                mode.count_flops = True
+        if warmup == "optimizer":
+            mode.phase = "optimizer"
+            with _phase_hooks(mode, step):
+                _warm_up_optimizer(step)
+        else:
             mode.phase = "forward"
             with _phase_hooks(mode, step):
                 step.step(batch, on_device=True)
-            mode.count_flops = False
-            if step.scaler is not None:
-                _label(mode, [step.scaler._scale, step.scaler._growth_tracker], "optimizer_state")
+        steady_start = len(mode.rec.events)
+        mode.phase = "forward"
+        mode.count_flops = True
+        with _phase_hooks(mode, step):
+            step.step(batch, on_device=True)
+        mode.count_flops = False
+        if step.scaler is not None:
+            _label(mode, [step.scaler._scale, step.scaler._growth_tracker], "optimizer_state")
         _label(mode, [list(s.values()) for s in step.optimizer.state.values()], "optimizer_state")
         flops = mode.flops
         events = _settle(mode)
@@ -337,12 +351,32 @@ def _run(workload, batch_size: int, config: StepConfig, target: str, fake: bool)
     return trace
 
 
+def _warm_up_optimizer(step: TrainStep) -> None:
+    """What the first step leaves behind, without its forward and backward: every trainable
+    parameter gets a gradient, the optimizer steps (creating its state) and the gradients are freed;
+    a GradScaler gets its scale and growth tracker. WARMUPS["step"] runs a whole step instead."""
+    import torch
+
+    for group in step.optimizer.param_groups:
+        for p in group["params"]:
+            if p.requires_grad:
+                p.grad = torch.zeros_like(p)
+    if step.scaler is not None:
+        step.scaler.scale(torch.zeros((), device=step.device))
+    step.optimizer.step()
+    step.optimizer.zero_grad(set_to_none=True)
+
+
+WARMUPS = ("optimizer", "step")
+
+
 @contextlib.contextmanager
 def _foreach_by_default():
     """torch.optim picks foreach by default for CUDA parameters (optimizer.py `_default_to_fused_or_foreach`,
     from `_get_foreach_kernels_supported_devices`): let CPU tensors standing for CUDA ones get the same."""
     import torch.optim.optimizer as opt_mod
     import torch.utils._foreach_utils as fu
+    from torch._subclasses.fake_tensor import FakeTensor
 
     saved = fu._get_foreach_kernels_supported_devices
     devices = list(saved()) + ["cpu"]
@@ -350,12 +384,18 @@ def _foreach_by_default():
     saved_opt = getattr(opt_mod, "_get_foreach_kernels_supported_devices", None)
     if saved_opt is not None:
         opt_mod._get_foreach_kernels_supported_devices = fu._get_foreach_kernels_supported_devices
+    types = getattr(opt_mod, "_foreach_supported_types", [])
+    added = FakeTensor not in types  # fake parameters stand for real ones, which qualify
+    if added:
+        types.append(FakeTensor)
     try:
         yield
     finally:
         fu._get_foreach_kernels_supported_devices = saved
         if saved_opt is not None:
             opt_mod._get_foreach_kernels_supported_devices = saved_opt
+        if added:
+            types.remove(FakeTensor)
 
 
 def _fake_train_step(workload, config: StepConfig, model) -> TrainStep:
@@ -394,11 +434,13 @@ def _fake_train_step(workload, config: StepConfig, model) -> TrainStep:
 
 
 def trace_step(workload, batch_size: int, config: StepConfig | None = None, target: str = "cpu",
-               *, fallback: bool = True) -> MemoryTrace:
+               *, fallback: bool = True, warmup: str = "optimizer") -> MemoryTrace:
     """Trace setup, a warm-up step and the steady-state step of `workload` at `batch_size` on `target`.
 
     Returns the events (`events[steady_start:]` is the steady step) and `flops_per_step`. Falls back to
     `plan/fallback.py` when fake tensors cannot run the step; `method` says which way was used.
+    `warmup="optimizer"` creates the optimizer state without the first forward/backward (fast);
+    `"step"` runs a whole first step, as a training process does.
     """
     from ..workload import load_workload
 
@@ -408,8 +450,10 @@ def trace_step(workload, batch_size: int, config: StepConfig | None = None, targ
         raise GpuwiseError(f"batch size must be a positive integer, got {batch_size!r}")
     workload = load_workload(workload)
     config = config or StepConfig()
+    if warmup not in WARMUPS:
+        raise GpuwiseError(f"unknown warm-up {warmup!r}; choose from: {', '.join(WARMUPS)}")
     if not fallback:
-        return _run_fake(workload, batch_size, config, target)
+        return _run(workload, batch_size, config, target, fake=True, warmup=warmup)
     from .fallback import trace_with_fallback
 
-    return trace_with_fallback(workload, batch_size, config, target)
+    return trace_with_fallback(workload, batch_size, config, target, warmup)
