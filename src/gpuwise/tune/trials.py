@@ -58,6 +58,10 @@ def run_trial(workload: str, kind: str, batch_size: int, *, device: str = "cpu",
     if kind not in KINDS:
         raise ValueError(f"unknown trial kind {kind!r}; choose from {KINDS}")
     _allow_worker_processes()
+    import warnings
+
+    # the tuner tries more workers than CPUs on purpose (to see them get slower); torch warns each time
+    warnings.filterwarnings("ignore", message="This DataLoader will create")
     if num_threads:
         torch.set_num_threads(num_threads)
     wl = load_workload(workload)
