@@ -224,3 +224,25 @@ def test_tune_stops_at_the_budget(monkeypatch, tmp_path):
     # 0 s: baseline; 40 s: compute 32 (precision); 80 s: 20 s left < 80% of a 40 s trial: stop
     assert [t["kind"] for t in res.trials] == ["train", "compute"]
     assert res.out_of_budget and any("budget" in n for n in res.notes)
+
+
+def test_end_to_end_batch_refinement_halves_while_faster(monkeypatch, tmp_path):
+    from gpuwise.measure.child import ChildResult
+    from gpuwise.tune import tuner
+
+    calls = []
+
+    def fake(target, kwargs, timeout_s=None, env=None):
+        calls.append((kwargs["kind"], kwargs["batch_size"]))
+        # end to end, the pipeline prefers small batches: 64 -> 400, 32 -> 450, 16 -> 440
+        rate = {64: 400.0, 32: 450.0, 16: 440.0}[kwargs["batch_size"]]
+        return ChildResult("ok", {"samples_per_s": rate}, seconds=1.0)
+
+    monkeypatch.setattr(tuner, "run_isolated", fake)
+    t = tuner._Tuner(tuner.load_workload("examples:mlp"), 600, "cpu", None, None, None, "fp32", None, None,
+                     1.0, None, 0.05, None)
+    best = {"batch_size": 64, "num_workers": 2, "pin_memory": False, "prefetch_factor": None,
+            "persistent_workers": True, "precision": "fp32", "samples_per_s": 400.0}
+    out = t.refine_batch(best, "fp32")
+    assert calls == [("train", 32), ("train", 16)]  # 32 is faster: try 16, which is not: keep 32
+    assert out == {**best, "batch_size": 32, "samples_per_s": 450.0}
