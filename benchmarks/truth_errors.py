@@ -9,6 +9,8 @@ median <= 3%, max <= 6%.
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -17,7 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from gpuwise.plan.estimate import load_truth_records, truth_errors  # noqa: E402
+from gpuwise.plan import estimate, lookup_gpu  # noqa: E402
+from gpuwise.plan.estimate import _record_workload, load_truth_records, truth_errors  # noqa: E402
 
 TARGETS = {"peak_allocated_err_pct": (1.5, 4.0), "device_used_err_pct": (3.0, 6.0)}
 
@@ -31,8 +34,28 @@ def summarize(rows: list[dict]) -> dict[str, dict[str, float]]:
     return out
 
 
+def max_batch_rows(records: list[dict]) -> list[dict]:
+    """For `kind: max_batch` records: the predicted largest batch with no margin on the GPU's real memory."""
+    rows = []
+    for r in records:
+        if r.get("kind") != "max_batch" or not r.get("max_batch_size") or not r.get("gpu_memory_total_bytes"):
+            continue
+        spec = dataclasses.replace(lookup_gpu(r["gpu_name"]), memory_bytes=int(r["gpu_memory_total_bytes"]))
+        est = estimate(_record_workload(r), int(r["max_batch_size"]), optimizer=r.get("optimizer"),
+                       precision=r.get("precision", "fp32"), gpu=spec, margin_pct=0.0)
+        true_b = int(r["max_batch_size"])
+        rows.append({"workload": r["workload"], "true_max_batch": true_b, "capped": r.get("max_batch_capped"),
+                     "predicted_max_batch": est.max_batch_size,
+                     "err_pct": round(100 * (est.max_batch_size - true_b) / true_b, 2)})
+    return rows
+
+
 def main() -> int:
-    records = load_truth_records(str(ROOT / "benchmarks" / "truth"))
+    ap = argparse.ArgumentParser(description="estimate vs GPU truth records")
+    ap.add_argument("--truth", default=str(ROOT / "benchmarks" / "truth"), help="folder of <gpu-slug>.jsonl")
+    ap.add_argument("--no-max-batch", action="store_true", help="skip the largest-batch comparison (slow)")
+    args = ap.parse_args()
+    records = load_truth_records(args.truth)
     if not records:
         print("no truth records in benchmarks/truth/ yet: measure on a GPU first (see DESIGN.md 'GPU truth records')")
         return 0
@@ -46,6 +69,11 @@ def main() -> int:
               f"{f(r['peak_allocated_err_pct']):>10} {f(r['peak_reserved_err_pct']):>13} {f(r['device_used_err_pct']):>11} "
               f"{'yes' if r['oom'] else '':>4} {str(r['predicted_fits']):>6}")
     summary = summarize(rows)
+    mb_rows = [] if args.no_max_batch else max_batch_rows(records)
+    if mb_rows:
+        print(f"\n{'workload':28} {'true max batch':>15} {'predicted (0% margin)':>22} {'err':>8}")
+        for m in mb_rows:
+            print(f"{m['workload']:28} {m['true_max_batch']:>15} {m['predicted_max_batch']:>22} {m['err_pct']:>+7.2f}%")
     print()
     for key, s in summary.items():
         target = TARGETS.get(key)
@@ -53,7 +81,7 @@ def main() -> int:
         print(f"{key:24} median |err| {s['median_abs']:.2f}%  max |err| {s['max_abs']:.2f}%  n={s['n']}{goal}")
     out = ROOT / "benchmarks" / "results" / "truth_errors.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"rows": rows, "summary": summary}, indent=1))
+    out.write_text(json.dumps({"rows": rows, "summary": summary, "max_batch": mb_rows}, indent=1))
     print(f"\nfull results: {out.relative_to(ROOT)}")
     return 0
 

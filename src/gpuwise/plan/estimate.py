@@ -198,13 +198,29 @@ def load_truth_records(folder: str = TRUTH_DIR) -> list[dict[str, Any]]:
     from pathlib import Path
 
     records = []
+    root = Path(folder).resolve().parents[1]  # benchmarks/truth -> the repository: workload paths are relative to it
     for path in sorted(Path(folder).glob("*.jsonl")):
         for n, line in enumerate(path.read_text().splitlines(), 1):
-            if line.strip():
-                rec = json.loads(line)
+            try:
+                rec = json.loads(line) if line.strip() else None
+            except json.JSONDecodeError:
+                continue  # a line cut by a crash of the collector
+            if rec is not None:
                 rec.setdefault("_source", f"{path.name}:{n}")
+                rec.setdefault("_root", str(root))
                 records.append(rec)
     return records
+
+
+def _record_workload(record: dict[str, Any]) -> str:
+    from pathlib import Path
+
+    spec = record["workload"]
+    if spec.endswith(".py") and not Path(spec).exists() and record.get("_root"):
+        candidate = Path(record["_root"]) / spec
+        if candidate.exists():
+            return str(candidate)
+    return spec
 
 
 def truth_errors(record: dict[str, Any]) -> dict[str, Any]:
@@ -212,7 +228,7 @@ def truth_errors(record: dict[str, Any]) -> dict[str, Any]:
     from ..step import OPTIMIZERS
 
     optimizer = record.get("optimizer")
-    est = estimate(record["workload"], int(record["batch_size"]),
+    est = estimate(_record_workload(record), int(record["batch_size"]),
                    optimizer=optimizer if optimizer in OPTIMIZERS else None,
                    precision=record.get("precision", "fp32"), checkpointing=bool(record.get("checkpointing")),
                    target="cuda", gpu=record.get("gpu_name"), search_max_batch=False)
@@ -221,7 +237,8 @@ def truth_errors(record: dict[str, Any]) -> dict[str, Any]:
         truth = record.get(key)
         return round(100 * (getattr(est, key) - truth) / truth, 3) if truth else None
 
-    return {"source": record.get("_source", ""), "workload": record["workload"], "batch_size": record["batch_size"],
+    return {"source": record.get("_source", ""), "kind": record.get("kind", "measure"),
+            "workload": record["workload"], "batch_size": record["batch_size"],
             "optimizer": optimizer, "precision": record.get("precision"), "oom": bool(record.get("oom")),
             "predicted_fits": est.fits,
             "peak_allocated_err_pct": err("peak_allocated_bytes"), "peak_reserved_err_pct": err("peak_reserved_bytes"),
