@@ -116,3 +116,21 @@ def test_max_split_size_keeps_oversize_blocks_whole():
     a.free(b)
     a.malloc(10 * MIB)
     assert a.segments == 2 and a.reserved_bytes == 110 * MIB
+
+
+def test_repeated_steady_steps_pair_what_one_step_leaves_for_the_next():
+    from gpuwise.plan.allocator import repeat_steady
+
+    # setup: params (id 1). warm-up leaves its loss (id 2, 4 KiB) alive; the steady step frees it and
+    # leaves its own loss (id 4); activations (id 3, 8 MiB) come and go within the step
+    t = trace(("a", 1, MIB), ("a", 2, 4096), ("a", 3, 8 * MIB), ("f", 2), ("f", 3), ("a", 4, 4096),
+              steady_start=2)
+    rep = repeat_steady(t, 3)
+    live = set()
+    for ev in rep.events:
+        (live.add if ev.action == "alloc" else live.discard)(ev.block)
+    assert len(rep.events) == len(t.events) + 2 * 4       # two more steady steps of 4 events each
+    assert len(live) == 2                                 # params + the last loss: nothing leaks
+    one, three = replay(t), replay(t, steady_repeats=3)
+    assert three.peak_allocated_bytes == one.peak_allocated_bytes
+    assert three.peak_reserved_bytes == one.peak_reserved_bytes

@@ -25,6 +25,7 @@ counts 12 MiB, because a 1 MiB rest is not > kSmallSize and so is not split off.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from dataclasses import dataclass, field
 
 from .events import MemoryTrace
@@ -236,9 +237,45 @@ class CachingAllocator:
         self._heads = keep
 
 
+def repeat_steady(trace: MemoryTrace, times: int) -> MemoryTrace:
+    """`trace` with its steady-state step run `times` times in a row, as a measurement runs several steps.
+
+    The allocator's layout (and so reserved memory and unsplit-block sizes) can keep changing for a few
+    steps. A steady step frees some blocks of the step before (the previous loss, say) and leaves some of
+    its own alive for the next; those are paired by (size, category) in order, so that repetition r frees
+    what repetition r - 1 left. Frees of earlier blocks with no partner happen in the first repetition only.
+    """
+    if times <= 1 or trace.steady_start >= len(trace.events):
+        return trace
+    steady = trace.events[trace.steady_start:]
+    allocated = {ev.block for ev in steady if ev.action == "alloc"}
+    freed = {ev.block for ev in steady if ev.action == "free"}
+    carried = [ev for ev in steady if ev.action == "alloc" and ev.block not in freed]
+    inherited = [ev for ev in steady if ev.action == "free" and ev.block not in allocated]
+    partner: dict[int, int] = {}  # inherited block -> the carried block that plays its part one step later
+    pool: dict[tuple[int, str], list[int]] = {}
+    for ev in carried:
+        pool.setdefault((ev.nbytes, ev.category), []).append(ev.block)
+    for ev in inherited:
+        candidates = pool.get((ev.nbytes, ev.category))
+        if candidates:
+            partner[ev.block] = candidates.pop(0)
+    offset = max(ev.block for ev in trace.events) + 1
+    events = list(trace.events)
+    for r in range(1, times):
+        for ev in steady:
+            if ev.block in allocated:
+                events.append(dataclasses.replace(ev, block=ev.block + offset * r))
+            elif ev.block in partner:  # free what the previous repetition left for this one
+                events.append(dataclasses.replace(ev, block=partner[ev.block] + offset * (r - 1)))
+    return MemoryTrace(events, trace.steady_start, trace.device_type, trace.method, list(trace.notes))
+
+
 def replay(trace: MemoryTrace, capacity_bytes: int | None = None, max_split_size_bytes: int | None = None,
-           keep_timeline: bool = False) -> AllocatorResult:
-    """Replay every event of `trace` through the allocator model; peaks are over `events[steady_start:]`."""
+           keep_timeline: bool = False, steady_repeats: int = 1) -> AllocatorResult:
+    """Replay every event of `trace` through the allocator model; peaks are over `events[steady_start:]`
+    (with `steady_repeats` > 1, over that many steady steps in a row)."""
+    trace = repeat_steady(trace, steady_repeats)
     alloc = CachingAllocator(capacity_bytes, max_split_size_bytes)
     live: dict[int, _Block] = {}
     peak_alloc = peak_res = peak_req = max_res = max_alloc = 0

@@ -95,9 +95,12 @@ class _Cuda:
         return self.result.max_reserved_bytes + self.overheads.outside_allocator_bytes
 
 
+STEADY_REPEATS = 3  # steady steps replayed in a row: a measurement runs several; layouts can drift for a few
+
+
 def _cuda_memory(trace: MemoryTrace, arch: str) -> _Cuda:
     with_ws, overheads = add_workspaces(trace, arch)
-    return _Cuda(with_ws, overheads, replay(with_ws))
+    return _Cuda(with_ws, overheads, replay(with_ws, steady_repeats=STEADY_REPEATS))
 
 
 def _trace(wl: Workload, batch_size: int, config: StepConfig, target: str) -> MemoryTrace:
