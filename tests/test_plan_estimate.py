@@ -142,3 +142,16 @@ def test_cli_rejects_unknown_choices(argv, capsys):
     with pytest.raises(SystemExit) as info:
         main(["estimate", "examples:mlp", "-b", "4", *argv])
     assert info.value.code == 2
+
+
+def test_gpu_auto_uses_the_freest_visible_gpu_and_its_free_memory(fake_gpus):
+    # four_gpus.json: GPU 1 is an A100 80GB with 4 MiB used, the freest
+    est = estimate("examples:mlp", 4, optimizer="sgd", gpu="auto", search_max_batch=False)
+    assert est.gpu.startswith("NVIDIA A100-SXM4-80GB (GPU 1")
+    assert est.gpu_memory_bytes == (81920 - 4) * MIB and est.overheads.arch == "ampere"
+
+
+def test_gpu_auto_without_gpus_is_one_clear_error(write_fake):
+    write_fake([])
+    with pytest.raises(GpuwiseError, match="no GPU visible"):
+        estimate("examples:mlp", 4, gpu="auto")

@@ -11,6 +11,7 @@ EXAMPLES = """\
   gpuwise estimate examples:gpt-mini -b 16 --gpu H100 --precision bf16 --plot memory.png
   gpuwise estimate path/to/job.py -b 32 --optimizer sgd --target cpu --json
   gpuwise estimate examples:resnet -b 64 --gpu "NVIDIA A100-SXM4-40GB" --margin 10
+  gpuwise estimate examples:resnet -b 64 --gpu auto          # fits on the freest GPU here, now?
 --target cuda (default) replays the step through a model of PyTorch's CUDA caching allocator and adds
 the cuBLAS workspaces and CUDA context: peak allocated, reserved and what nvidia-smi would show.
 --target cpu predicts the CPU peak. --gpu NAME adds fits / largest batch and a roofline bound.
@@ -20,7 +21,8 @@ the cuBLAS workspaces and CUDA context: peak allocated, reserved and what nvidia
 def add_arguments(p) -> None:
     add_workload_arguments(p, batch_required=True)
     p.add_argument("--target", choices=["cuda", "cpu"], default="cuda", help="device to predict for (default cuda)")
-    p.add_argument("--gpu", metavar="NAME", help="GPU from the catalog, e.g. H100, A100-40GB, L4, 'NVIDIA H200'")
+    p.add_argument("--gpu", metavar="NAME", help="GPU from the catalog, e.g. H100, A100-40GB, L4, 'NVIDIA H200'; "
+                   "auto: the visible GPU with the most free memory, judged on its free memory")
     p.add_argument("--margin", type=float, default=None, metavar="PCT",
                    help="percent of GPU memory kept free when finding the largest batch (default 5)")
     p.add_argument("--no-max-batch", action="store_true", help="with --gpu: skip the largest-batch search")

@@ -115,6 +115,25 @@ def _trace(wl: Workload, batch_size: int, config: StepConfig, target: str) -> Me
         raise GpuwiseError(f"{wl.spec}: the training step raised {type(exc).__name__}: {first}") from exc
 
 
+def resolve_gpu(gpu: str | GpuSpec | None) -> GpuSpec | None:
+    """A catalog entry for a name; "auto": the visible GPU with the most free memory (NVML or fake GPUs),
+    its capacity being the memory free on it now."""
+    if gpu is None or isinstance(gpu, GpuSpec):
+        return gpu
+    if str(gpu).strip().lower() != "auto":
+        return lookup(gpu)
+    import dataclasses
+
+    from ..devices import discover
+
+    found = discover()
+    if not found.gpus:
+        raise GpuwiseError(f"--gpu auto: no GPU visible ({found.reason or found.backend}); name one, e.g. --gpu H100")
+    best = max(found.gpus, key=lambda g: g.memory_free_bytes)
+    spec = lookup(best.name)
+    return dataclasses.replace(spec, name=f"{best.name} (GPU {best.index}, free now)", memory_bytes=best.memory_free_bytes)
+
+
 def estimate(workload: str | Workload, batch_size: int, optimizer: str | None = None, precision: str = "fp32",
              checkpointing: bool = False, target: str = "cuda", gpu: str | GpuSpec | None = None, *,
              margin_pct: float = DEFAULT_MARGIN_PCT, search_max_batch: bool = True,
@@ -130,7 +149,7 @@ def estimate(workload: str | Workload, batch_size: int, optimizer: str | None = 
         raise GpuwiseError(f"batch size must be a positive integer, got {batch_size!r}")
     if target not in TARGETS:
         raise GpuwiseError(f"unknown target {target!r}; choose from: {', '.join(TARGETS)}")
-    spec = gpu if isinstance(gpu, GpuSpec) or gpu is None else lookup(gpu)
+    spec = resolve_gpu(gpu)
     if spec is not None and target != "cuda":
         raise GpuwiseError("a GPU was named but the target is 'cpu': use target='cuda' (--target cuda) with --gpu")
     if not 0 <= margin_pct < 100:
