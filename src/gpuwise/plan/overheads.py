@@ -26,7 +26,9 @@ KIB = 1024
 
 # CUDA context + lazily loaded kernels of a PyTorch process after one training step, by architecture
 # (CUDA >= 11.7 loads modules lazily by default, CUDA_MODULE_LOADING=LAZY). What nvidia-smi shows for a
-# process minus torch.cuda.memory_reserved().
+# process minus torch.cuda.memory_reserved(). Public reports: "around 400MB if CUDA >= 11.7 is used and
+# lazy module loading enabled" for a bare context (pytorch/pytorch#109888), "~300MB" (pytorch/pytorch#107667);
+# a training step loads more kernels (cuBLAS, optimizer, autograd), hence the larger numbers below.
 CONTEXT_BYTES: dict[str, int] = {
     "hopper": 520 * MIB,   # ESTIMATE (H100/H200, CUDA 12.x/13.x, torch 2.x): reports of 480-600 MiB; check on H200
     "ampere": 430 * MIB,   # ESTIMATE (A100/A10/RTX 3090, CUDA 12.x): reports of 400-500 MiB
