@@ -94,6 +94,21 @@ def test_worker_hill_climb_stops_when_more_workers_get_slower():
     assert seq == [2, 3, 1]
 
 
+def test_worker_hill_climb_crosses_a_plateau_within_the_noise_tolerance():
+    # 2 -> 100, 3 -> 97 (within 5%: a plateau, not a slowdown), 4 -> 130, then 6 (steps of x1.5 from 4) -> 80
+    truth = {1: 60.0, 2: 100.0, 3: 97.0, 4: 130.0, 6: 80.0}
+    rates, seq = {}, []
+    while (w := search.next_workers(rates, 2, 8, tolerance=0.05)) is not None:
+        seq.append(w)
+        rates[w] = truth[w]
+    assert seq == [2, 3, 4, 6]
+    rates, seq = {}, []  # without tolerance it stops at 3 (and checks 1)
+    while (w := search.next_workers(rates, 2, 8)) is not None:
+        seq.append(w)
+        rates[w] = truth[w]
+    assert seq == [2, 3, 1]
+
+
 def test_workers_estimate_is_compute_rate_over_one_worker_rate_within_cpus():
     assert search.workers_estimate(2000, 850, 16) == 3   # ceil(2000 / 850) = ceil(2.35)
     assert search.workers_estimate(2000, 850, 2) == 2    # but only 2 CPUs

@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 from ..measure.maxbatch import next_candidate
 
 MIN_GAIN = 0.05  # stop growing the batch when doubling gains less than 5% samples/s (issue 5)
+# differences below this fraction are noise: repeated trials on a shared CPU differ by 5-30% (measured
+# on this project's 2-core CI machines, benchmarks/results/tune_imagefolder-cpu.json)
+NOISE = 0.05
 
 
 @dataclass
@@ -120,14 +123,18 @@ def search_batch(measure: Measure, start: int, *, oom_possible: bool, seed: int 
     return BatchSearch(best, ok, probes, reason, searched)
 
 
-def next_workers(rates: dict[int, float], estimate: int, max_workers: int) -> int | None:
+def next_workers(rates: dict[int, float], estimate: int, max_workers: int, tolerance: float = 0.0) -> int | None:
     """The next num_workers to try in a hill climb from `estimate`, or None when the best's neighbours
-    are both measured (and slower). `rates` maps num_workers -> end-to-end samples/s measured so far."""
+    are both measured (and slower). `rates` maps num_workers -> end-to-end samples/s measured so far.
+    With `tolerance`, a count within that fraction of the best is a plateau, not a slowdown: the climb
+    goes on upwards from it (a noisy machine must not stop the climb one step early)."""
     estimate = min(max(estimate, 0), max_workers)
     if not rates:
         return estimate
     best = max(rates, key=lambda w: rates[w])
-    for cand in (_up(best, max_workers), _down(best)):
+    top = max(rates)
+    start = top if rates[top] >= (1 - tolerance) * rates[best] else best
+    for cand in (_up(start, max_workers), _down(best)):
         if cand is not None and cand not in rates:
             return cand
     return None

@@ -360,7 +360,7 @@ class _Tuner:
         pin = self.dtype == "cuda"
         rates: dict[int, float] = {}
         recs: dict[int, dict] = {}
-        while (w := search.next_workers(rates, est, max_w)) is not None:
+        while (w := search.next_workers(rates, est, max_w, tolerance=search.NOISE)) is not None:
             rec = self.trial("train", b, precision, w, pin and w >= 0, None, False)
             if rec is None:
                 break
@@ -377,31 +377,33 @@ class _Tuner:
                               f"{rates[best_w]:.0f} -> {rates[slower[0]]:.0f} samples/s")
         best = {"num_workers": best_w, "pin_memory": pin, "prefetch_factor": None, "persistent_workers": False}
         best_rec = recs[best_w]
-        candidates = [best_rec]
 
-        def variant(**change) -> dict[str, Any] | None:
+        def variant(keep_unless_slower: bool, **change) -> dict[str, Any] | None:
+            """Try one change; keep it when faster, or (for a change whose only cost is memory and that a
+            measured cost argues for) unless clearly slower."""
             s = {**best, **change}
             rec = self.trial("train", b, precision, s["num_workers"], s["pin_memory"], s["prefetch_factor"],
                              s["persistent_workers"])
-            if rec is not None and (self.rate(rec) or 0) > (self.rate(best_rec) or 0):
+            old = self.rate(best_rec) or 0
+            bar = (1 - search.NOISE) * old if keep_unless_slower else old * (1 + 1e-9)
+            if rec is not None and (self.rate(rec) or 0) >= bar:
                 return rec
             return None
 
         if pin:  # pinned + non_blocking copies vs pageable: only a CUDA question
-            won = variant(pin_memory=False)
+            won = variant(False, pin_memory=False)
             if won:
                 best_rec, best = won, {**best, "pin_memory": False}
-                candidates.append(won)
         if best_w > 0 and limit_rate and (self.rate(best_rec) or 0) < 0.9 * limit_rate:
-            won = variant(prefetch_factor=4)  # still waiting on data: a deeper queue may smooth the bursts
+            won = variant(True, prefetch_factor=4)  # still waiting on data: a deeper queue smooths the bursts
             if won:
                 best_rec, best = won, {**best, "prefetch_factor": 4}
         if best_w > 0:
             rate = self.rate(best_rec) or 0
             epoch_s = ds_len / rate if rate else 0
             startup = best_rec.get("startup_s") or 0
-            if epoch_s and startup > 0.02 * epoch_s:  # restarting workers each epoch is visible
-                won = variant(persistent_workers=True)
+            if epoch_s and startup > 0.02 * epoch_s:  # restarting the workers every epoch is a visible cost
+                won = variant(True, persistent_workers=True)
                 if won:
                     best_rec, best = won, {**best, "persistent_workers": True}
         best_d = {"batch_size": b, **best, "precision": precision, "samples_per_s": self.rate(best_rec)}
