@@ -92,10 +92,12 @@ def _memtracker_step(spec: str, batch_size: int) -> float:
         tracker = MemTracker()
         tracker.track_external(model, opt)
         with tracker:
-            for _ in range(2):  # warm-up step (optimizer state), then the steady step
+            for i in range(2):  # warm-up step (optimizer state), then the steady step
                 workload.compute_loss(model, batch).backward()
                 opt.step()
                 opt.zero_grad(set_to_none=True)
+                if i == 0:
+                    tracker.reset_mod_stats()  # MemTracker refuses a second iteration otherwise
         tracker.get_tracker_snapshot("peak")
     return time.perf_counter() - start
 
@@ -103,17 +105,22 @@ def _memtracker_step(spec: str, batch_size: int) -> float:
 def speed(reps: int) -> dict:
     spec = os.path.join(WL, "hf_gpt2_small.py")
     trace_step(os.path.join(WL, "hf_gpt2.py"), 2)  # imports and first-call costs out of the way
-    gpuwise_s, memtracker_s = [], []
+    gpuwise_s, full_s, memtracker_s = [], [], []
     for _ in range(reps):
         start = time.perf_counter()
-        trace_step(spec, 4, StepConfig(), target="cpu")
+        trace_step(spec, 4, StepConfig(), target="cpu")  # default warm-up: optimizer state only
         gpuwise_s.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        trace_step(spec, 4, StepConfig(), target="cpu", warmup="step")  # two whole steps, as MemTracker
+        full_s.append(time.perf_counter() - start)
         memtracker_s.append(_memtracker_step(spec, 4))
-        print(f"gpt2-small: gpuwise {gpuwise_s[-1]:.2f}s  MemTracker {memtracker_s[-1]:.2f}s", file=sys.stderr)
-    g, m = statistics.median(gpuwise_s), statistics.median(memtracker_s)
+        print(f"gpt2-small: gpuwise {gpuwise_s[-1]:.2f}s (whole warm-up step {full_s[-1]:.2f}s)  "
+              f"MemTracker {memtracker_s[-1]:.2f}s", file=sys.stderr)
+    g, f, m = (statistics.median(x) for x in (gpuwise_s, full_s, memtracker_s))
     return {"workload": "GPT-2 small (124M), batch 4, 256 tokens, AdamW", "reps": reps,
-            "gpuwise_s": gpuwise_s, "memtracker_s": memtracker_s,
-            "gpuwise_median_s": g, "memtracker_median_s": m, "ratio": g / m}
+            "gpuwise_s": gpuwise_s, "gpuwise_whole_warmup_s": full_s, "memtracker_s": memtracker_s,
+            "gpuwise_median_s": g, "gpuwise_whole_warmup_median_s": f, "memtracker_median_s": m,
+            "ratio": g / m, "ratio_whole_warmup": f / m}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,8 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.quick:
         s = speed(args.reps)
         result["speed"] = s
-        print(f"\nGPT-2 small step: gpuwise {s['gpuwise_median_s']:.2f}s, MemTracker {s['memtracker_median_s']:.2f}s "
-              f"(median of {s['reps']}), ratio {s['ratio']:.2f} (goal <= 0.5)")
+        print(f"\nGPT-2 small step (median of {s['reps']}): MemTracker {s['memtracker_median_s']:.2f}s; gpuwise "
+              f"{s['gpuwise_median_s']:.2f}s (ratio {s['ratio']:.2f}), with a whole warm-up step "
+              f"{s['gpuwise_whole_warmup_median_s']:.2f}s (ratio {s['ratio_whole_warmup']:.2f}); goal <= 0.5")
     os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
     with open(RESULTS, "w") as f:
         json.dump(result, f, indent=1)
