@@ -139,6 +139,15 @@ def test_cuda_target_runs_attention_as_flash_with_a_logsumexp():
     assert not any(ev.op == "aten._scaled_dot_product_flash_attention" for ev in cpu.events)
 
 
+def test_cuda_target_recomputes_checkpointed_attention_with_the_same_kernel():
+    # checkpointing recomputes the forward inside the autograd engine: the recomputed attention must be
+    # flash again (else torch.utils.checkpoint raises: a different number of tensors saved)
+    config = StepConfig(optimizer="sgd", precision="bf16", checkpointing=True)
+    trace = trace_step("examples:gpt-mini", 1, config, target="cuda")
+    backward_ops = {ev.op for ev in trace.events[trace.steady_start:] if ev.phase == "backward"}
+    assert "aten._scaled_dot_product_flash_attention" in backward_ops  # the recomputation
+
+
 def test_cuda_target_defaults_to_foreach_optimizers():
     # torch picks foreach for CUDA parameters: its temporaries are whole-list, the for-loop's per tensor
     cpu = trace_step("examples:mlp", 10, StepConfig(optimizer="adam"), target="cpu")

@@ -33,9 +33,12 @@ def _flash_ok(q, k, v, attn_mask, dropout_p, enable_gqa) -> bool:
     # check_flash_attention_datatype (fp16/bf16), check_batch_size_and_num_heads_dense (4-D, same heads)
     import torch
 
+    # grouped-query attention (fewer k/v heads, enable_gqa=True): flash reads the shared k/v heads
+    # in place on sm80+ (sdp_utils.cpp check_grouped_query_attention), nothing is repeated
+    heads_ok = q.shape[1] == k.shape[1] == v.shape[1] or (
+        enable_gqa and k.shape[1] == v.shape[1] and q.shape[1] % k.shape[1] == 0)
     return (attn_mask is None and q.dtype in (torch.float16, torch.bfloat16) and q.dim() == 4
-            and q.shape[-1] <= 256 and q.shape[-1] == v.shape[-1] and q.shape[-1] % 8 == 0
-            and q.shape[1] == k.shape[1] == v.shape[1] and not enable_gqa)
+            and q.shape[-1] <= 256 and q.shape[-1] == v.shape[-1] and q.shape[-1] % 8 == 0 and heads_ok)
 
 
 @register_backend("efficient")
@@ -86,7 +89,7 @@ class _SdpaMode(TorchFunctionMode):
         import torch
 
         kwargs = kwargs or {}
-        if func is torch.nn.functional.scaled_dot_product_attention or func is torch._C._nn.scaled_dot_product_attention:
+        if func is torch._C._nn.scaled_dot_product_attention:
             q = args[0]
             if q.device.type in ("cuda", "cpu"):  # CPU tensors stand for CUDA ones while this mode is on
                 out = _sdpa(*args, **kwargs)
@@ -98,6 +101,23 @@ class _SdpaMode(TorchFunctionMode):
 
 @contextlib.contextmanager
 def sdpa_as_gpu_runs_it():
-    """Inside: scaled_dot_product_attention on CUDA tensors runs the kernel a GPU would choose."""
-    with _SdpaMode():
-        yield
+    """Inside: scaled_dot_product_attention runs the kernel a GPU would choose.
+
+    Two hooks: `torch.nn.functional.scaled_dot_product_attention` itself is replaced (what transformers
+    and most models call, looked up at call time), because torch-function modes are not active in
+    the autograd engine, where activation checkpointing recomputes the forward; and a torch-function
+    mode catches callers that imported the builtin before the trace began."""
+    import torch.nn.functional as F
+
+    original = F.scaled_dot_product_attention
+
+    def gpu_sdpa(*args, **kwargs):
+        out = _sdpa(*args, **kwargs)
+        return original(*args, **kwargs) if out is None else out
+
+    F.scaled_dot_product_attention = gpu_sdpa
+    try:
+        with _SdpaMode():
+            yield
+    finally:
+        F.scaled_dot_product_attention = original
