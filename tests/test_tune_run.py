@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import torch
 
 from gpuwise.measure.child import run_isolated
@@ -14,6 +15,7 @@ from gpuwise.measure.oom import FAKE_OOM_ENV
 from gpuwise.tune.store import read_records
 
 WORKLOAD = """
+import pytest
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -147,3 +149,15 @@ def test_random_resized_crop_box_stays_inside_the_image():
         left, top, right, bottom = random_resized_crop_box(256, 200)
         assert 0 <= left < right <= 256 and 0 <= top < bottom <= 200
         assert (right - left) * (bottom - top) >= 0.08 * 256 * 200 * 0.9  # scale >= 0.08 (rounding)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_tune_on_a_real_gpu(tmp_path):
+    from gpuwise.tune import tune
+
+    res = tune("examples:mlp", budget_s=180, device="cuda", batch_sizes=[64, 128], measure_s=0.3,
+               results=str(tmp_path / "r.jsonl"))
+    assert res.best["samples_per_s"] > 0 and res.limit_samples_per_s > 0
+    assert {"fp32", "tf32", "bf16", "fp16"} <= set(res.precisions)
+    assert all(t["memory_kind"] == "cuda_allocated" for t in res.trials if t["status"] == "ok")
