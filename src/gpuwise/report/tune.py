@@ -70,7 +70,8 @@ def precision_table(result) -> Table:
     t = Table(title="precision (compute only, starting batch)", title_justify="left")
     for col in ("precision", "samples/s", "peak memory", "note"):
         t.add_column(col)
-    for p, d in result.precisions.items():
+    order = ["fp32", "tf32", "bf16", "fp16", "bf16-pure"]
+    for p, d in sorted(result.precisions.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else 99):
         mem = d.get("peak_memory_bytes")
         kind = " (host RSS)" if d.get("memory_kind") == "host_rss" else ""
         t.add_row(p, _rate(d.get("samples_per_s")), (fmt_bytes(mem) + kind) if mem else "-",
@@ -111,6 +112,7 @@ def plot(result, folder: str) -> list[str]:
         fig, ax = plt.subplots(figsize=(6, 4))
         ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=f"compute only ({prec})")
         ax.set_xscale("log", base=2)
+        ax.set_xticks([p[0] for p in pts], [str(p[0]) for p in pts])
         ax.set_xlabel("batch size")
         ax.set_ylabel("samples/s")
         if result.largest_safe_batch_size:
