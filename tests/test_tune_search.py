@@ -8,8 +8,8 @@ import torch
 
 from gpuwise.measure.oom import FAKE_OOM_ENV, is_oom, maybe_fake_oom
 from gpuwise.tune import search
-from gpuwise.tune.store import TrialStore, key_of, read_records
 from gpuwise.tune.rules import lr_note, precision_candidates
+from gpuwise.tune.store import TrialStore, key_of, read_records
 
 
 def fake_measure(rate):
