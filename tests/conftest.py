@@ -15,8 +15,15 @@ FOUR_GPUS = DATA / "four_gpus.json"
 
 
 @pytest.fixture(autouse=True)
-def _isolated_lock_dir(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("GPUWISE_LOCK_DIR", str(tmp_path_factory.mktemp("locks")))
+def _isolated_environment(tmp_path_factory):
+    """Each test gets its own reservation folder and its environment back afterwards: `pick()` sets
+    CUDA_VISIBLE_DEVICES in os.environ, which must not leak into the next test."""
+    saved = dict(os.environ)
+    os.environ["GPUWISE_LOCK_DIR"] = str(tmp_path_factory.mktemp("locks"))
+    os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
 
 
 @pytest.fixture
