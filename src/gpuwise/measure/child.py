@@ -56,25 +56,32 @@ def run_isolated(target: str, kwargs: dict | None = None, *, timeout_s: float | 
     """Call `module:function(**kwargs)` in a spawned child; never raises for what happens inside it."""
     ctx = mp.get_context("spawn")
     recv, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child_main, args=(target, kwargs or {}, env or {}, send), daemon=True)
+    # Not a daemon: the trial may start DataLoader worker processes, which daemons may not have.
+    # Instead the child is killed explicitly if the caller is interrupted while waiting.
+    proc = ctx.Process(target=_child_main, args=(target, kwargs or {}, env or {}, send), daemon=False)
     start = time.monotonic()
     proc.start()
     send.close()
     message = None
     deadline = None if timeout_s is None else start + timeout_s
-    while message is None:
-        remaining = None if deadline is None else max(deadline - time.monotonic(), 0)
-        if recv.poll(remaining if remaining is not None else 1.0):
-            try:
-                message = recv.recv()
-            except EOFError:  # the child died without sending
+    try:
+        while message is None:
+            remaining = None if deadline is None else max(deadline - time.monotonic(), 0)
+            if recv.poll(remaining if remaining is not None else 1.0):
+                try:
+                    message = recv.recv()
+                except EOFError:  # the child died without sending
+                    break
+            elif deadline is not None and time.monotonic() >= deadline:
+                proc.kill()
+                proc.join()
+                return ChildResult("timeout", error=f"timed out after {timeout_s:g}s", seconds=time.monotonic() - start)
+            elif not proc.is_alive() and not recv.poll():
                 break
-        elif deadline is not None and time.monotonic() >= deadline:
-            proc.kill()
-            proc.join()
-            return ChildResult("timeout", error=f"timed out after {timeout_s:g}s", seconds=time.monotonic() - start)
-        elif not proc.is_alive() and not recv.poll():
-            break
+    except BaseException:  # Ctrl-C or another error in the caller: never leave the child running
+        proc.kill()
+        proc.join()
+        raise
     proc.join()
     seconds = time.monotonic() - start
     if message is None:

@@ -57,7 +57,6 @@ def run_trial(workload: str, kind: str, batch_size: int, *, device: str = "cpu",
 
     if kind not in KINDS:
         raise ValueError(f"unknown trial kind {kind!r}; choose from {KINDS}")
-    _allow_worker_processes()
     import warnings
 
     # the tuner tries more workers than CPUs on purpose (to see them get slower); torch warns each time
@@ -125,17 +124,6 @@ def _platform_start_method() -> str:
     import multiprocessing
 
     return multiprocessing.get_all_start_methods()[0]
-
-
-def _allow_worker_processes() -> None:
-    """`run_isolated` starts its child as a daemon (so that it dies with the tuner), and multiprocessing
-    forbids daemons to have children, which DataLoader workers are. Lift that for this child only: its
-    workers still exit with it (each worker watches its parent, torch/utils/data/_utils/worker.py)."""
-    import multiprocessing
-
-    proc = multiprocessing.current_process()
-    if proc.daemon:
-        proc._config["daemon"] = False  # the public setter refuses on a started process
 
 
 def _repeat(batch):
