@@ -177,10 +177,11 @@ def profiler_peak_bytes(step, batch) -> int:
     so its maximum is the step's peak (torch/profiler/_memory_profiler.py, MemoryProfileTimeline).
     """
     import torch
-    from torch.profiler import ProfilerActivity, profile
     from torch.profiler._memory_profiler import MemoryProfileTimeline
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
+    from ..profiling import cpu_memory_profile
+
+    with cpu_memory_profile(record_shapes=True, with_stack=True) as prof:
         step.step(batch)
     _times, sizes = MemoryProfileTimeline(prof._memory_profile())._coalesce_timeline(torch.device("cpu"))
     return int(max((sum(s) for s in sizes), default=0))

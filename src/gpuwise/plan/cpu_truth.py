@@ -32,14 +32,15 @@ def measure_cpu_peak(workload, batch_size: int, config: StepConfig | None = None
 
 def measure_cpu(workload, batch_size: int, config: StepConfig | None = None) -> CpuPeak:
     import torch
-    from torch.profiler import ProfilerActivity, profile, record_function
+    from torch.profiler import record_function
 
+    from ..profiling import cpu_memory_profile
     from ..workload import load_workload
 
     workload = load_workload(workload)
     config = config or StepConfig()
     torch.manual_seed(0)
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with cpu_memory_profile() as prof:
         step = TrainStep(workload, config, "cpu")
         batch = step.to_device(workload.build_batch(batch_size))
         step.step(batch, on_device=True)

@@ -106,8 +106,9 @@ def _real(a):
 
 def _measure(func, args, kwargs) -> Probe | None:
     import torch
-    from torch.profiler import ProfilerActivity, profile
     from torch.utils._python_dispatch import _disable_current_modes
+
+    from ..profiling import cpu_memory_profile
 
     try:
         with _disable_current_modes():  # grad mode as the caller's: mkldnn_rnn_layer skips its workspace without it
@@ -115,7 +116,7 @@ def _measure(func, args, kwargs) -> Probe | None:
 
             with unset_fake_temporarily():
                 real_args, real_kwargs = _real(args), {k: _real(v) for k, v in kwargs.items()}
-                with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+                with cpu_memory_profile() as prof:
                     out = func(*real_args, **real_kwargs)
                 outs = out if isinstance(out, (tuple, list)) else (out,)
                 sizes = {i: t.untyped_storage().nbytes() for i, t in enumerate(outs) if isinstance(t, torch.Tensor)}
