@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Everything gpuwise must show on a real GPU, in phases that each fit one 10-minute call of a lent
+# GPU machine (no network there: gpuwise runs from the source tree with the packages already present).
+#
+#   bash benchmarks/gpu_session.sh check    # gpus/pick/run on real NVML + every test marked `gpu` (~3 min)
+#   bash benchmarks/gpu_session.sh truth    # the truth corpus, resumable: call again until it says done (~9 min a call)
+#   bash benchmarks/gpu_session.sh bench    # truth error table, tune benchmark on the GPU, watch report, scale -n 1 (~8 min)
+#
+# Results go to $OUT (or ./gpu-out): logs, and benchmarks/truth/*.jsonl to copy back into the repo.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
+export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+mkdir -p /tmp/gpuwise-bin && printf '#!/bin/sh\nexec python3 -m gpuwise "$@"\n' > /tmp/gpuwise-bin/gpuwise
+chmod +x /tmp/gpuwise-bin/gpuwise; export PATH=/tmp/gpuwise-bin:$PATH
+
+versions() {
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
+}
+
+case "${1:-check}" in
+  check)
+    { versions; echo "== gpuwise gpus"; gpuwise gpus --processes
+      echo "== gpuwise pick --json"; gpuwise pick --json
+      echo "== gpuwise run"; gpuwise run -- python3 -c 'import os, torch; print(os.environ["CUDA_VISIBLE_DEVICES"], torch.cuda.get_device_name(0))'
+      echo "== gpuwise demo"; gpuwise demo examples:gpt-mini --batch-size 16 --gpu H200
+      echo "== gpu tests"; python3 -m pytest -q -m gpu -p no:cacheprovider tests
+    } 2>&1 | tee "$OUT/check.log" ;;
+  truth)
+    python3 benchmarks/truth/collect.py --budget-min 8 2>&1 | tee "$OUT/truth.log"
+    cp benchmarks/truth/*.jsonl benchmarks/truth/*.json "$OUT"/ 2>/dev/null ;;
+  bench)
+    { versions
+      echo "== truth errors"; python3 benchmarks/truth_errors.py
+      echo "== tune"; timeout 240 python3 benchmarks/tune_imagefolder.py --device cuda --budget 2m
+      echo "== watch"; gpuwise watch --report "$OUT/watch-gpu.html" -- python3 examples/train_with_monitor.py --steps 200
+      echo "== scale"; gpuwise scale examples:gpt-mini -n 1 --batch-size 16 --steps 20
+    } 2>&1 | tee "$OUT/bench.log" ;;
+  *) echo "usage: $0 check|truth|bench" >&2; exit 2 ;;
+esac
