@@ -10,9 +10,9 @@ import time
 import pytest
 import torch
 
+from gpuwise.jsonl import read_lines as read_records
 from gpuwise.measure.child import run_isolated
 from gpuwise.measure.oom import FAKE_OOM_ENV
-from gpuwise.tune.store import read_records
 
 WORKLOAD = """
 import pytest

@@ -6,10 +6,11 @@ import os
 import pytest
 import torch
 
+from gpuwise.jsonl import read_lines as read_records
 from gpuwise.measure.oom import FAKE_OOM_ENV, is_oom, maybe_fake_oom
 from gpuwise.tune import search
 from gpuwise.tune.rules import lr_note, precision_candidates
-from gpuwise.tune.store import TrialStore, key_of, read_records
+from gpuwise.tune.store import TrialStore, key_of
 
 
 def fake_measure(rate):

@@ -35,6 +35,8 @@ ROOT = HERE.parents[1]
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))  # lets spawned children import this file as `collect`
 
+from gpuwise.jsonl import append_line, read_lines  # noqa: E402  (after the path set-up)
+
 OPTIMIZERS = ("sgd", "momentum", "adamw")
 PRECISIONS = ("fp32", "bf16")
 STEPS, WARMUP = 5, 2
@@ -97,29 +99,6 @@ def key(rec: dict) -> tuple:
     return tuple(rec.get(k) if k != "batch_size" or rec.get("kind") != "max_batch" else None for k in KEY_FIELDS)
 
 
-def read_records(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # a line cut by a crash: measured again
-    return out
-
-
-def append_record(path: Path, rec: dict) -> None:
-    """One line, one write() on an O_APPEND descriptor: a crash never leaves half a record mid-file."""
-    line = (json.dumps(rec, sort_keys=False) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def to_record(cfg: dict, m: dict, env: dict) -> dict:
     """The DESIGN.md truth record (contract fields first), from a measurement dict."""
     rec = {k: cfg[k] for k in ("workload", "batch_size", "optimizer", "precision", "checkpointing")}
@@ -173,7 +152,7 @@ def run_group(out: str, device: str, configs: list[dict], max_batches: list[dict
         if error is not None:
             failures.append(error)
             continue
-        append_record(Path(out), to_record(cfg, m, env))
+        append_line(Path(out), to_record(cfg, m, env))
     found = {mb["workload"]: search_in_process(mb, device) for mb in max_batches or []}
     return {"failures": failures, "max_batch": found}
 
@@ -232,7 +211,7 @@ def confirm_max_batch(mb: dict, found: int | None, device: str, out: Path, timeo
                 "max_batch_confirm_trials": res.to_dict()["trials"], "max_batch_limit": mb["limit"]})
     if res.error:
         rec["error"] = res.error
-    append_record(out, rec)
+    append_line(out, rec)
     return rec
 
 
@@ -248,7 +227,7 @@ def run_job(out: Path, device: str, pending: list[dict], searches: list[dict], s
                            timeout_s=timeout_s)
         if res.ok:
             return res
-        done = {key(r) for r in read_records(out)}
+        done = {key(r) for r in read_lines(out)}
         still = [c for c in pending if key(c) not in done]
         culprit = still[0] if still else (searches[0] if searches else {})
         failures.append(f"{culprit.get('workload')} b={culprit.get('batch_size')} {culprit.get('optimizer')} "
@@ -312,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     slug = gpu_slug(args.device)
     out = args.out or (HERE / f"{slug}.jsonl" if slug != "cpu" else ROOT / "benchmarks/results/truth/cpu.jsonl")
     out.parent.mkdir(parents=True, exist_ok=True)
-    done = {key(r) for r in read_records(out)}
+    done = {key(r) for r in read_lines(out)}
     t0 = time.monotonic()
     failures: list[str] = []
     # jobs: (workloads, configs, max-batch searches), one child process each. Quick: one for all.
@@ -344,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
                   flush=True)
     if skipped:
         failures.append(f"{skipped} job(s) not started: --budget-min {args.budget_min} reached (re-run to resume)")
-    records = read_records(out)
+    records = read_lines(out)
     n_checks = args.fresh_checks if args.fresh_checks is not None else (1 if args.quick else FRESH_CHECKS)
     checks = fresh_check(records, args.device, n_checks, args.timeout, steps, warmup) if n_checks else []
     check_path = out.with_suffix(".fresh-check.json")

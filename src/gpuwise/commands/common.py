@@ -24,6 +24,14 @@ def step_config_from_args(args: argparse.Namespace) -> StepConfig:
     return StepConfig(optimizer=args.optimizer, precision=args.precision, checkpointing=args.checkpointing)
 
 
+def add_gpu_selection_arguments(p: argparse.ArgumentParser, per_gpu: bool = False) -> None:
+    """--min-free, --max-util and --wait, as `gpuwise.pick` takes them (pick, run, launch, scale)."""
+    each = " per GPU" if per_gpu else ""
+    p.add_argument("--min-free", default="0", help=f"minimum free memory{each}, e.g. 10GiB, 500MiB")
+    p.add_argument("--max-util", type=float, default=None, help=f"maximum utilisation{each} in percent")
+    p.add_argument("--wait", default=None, help="wait up to this long for GPUs to qualify, e.g. 30s, 10m")
+
+
 def positive_int(text: str) -> int:
     try:
         value = int(text)

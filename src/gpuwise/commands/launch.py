@@ -6,7 +6,7 @@ import shlex
 
 from ..dist import launch as launching
 from ..report import console
-from .common import positive_int
+from .common import add_gpu_selection_arguments, positive_int
 
 HELP = "run a distributed script under torchrun on free GPUs (or CPU ranks with gloo), one rank per GPU"
 EXAMPLES = """\
@@ -32,9 +32,7 @@ def add_launch_arguments(p) -> None:
                    help="c10d (default; elastic, node ranks assigned on arrival) or static (uses --node-rank)")
     p.add_argument("--rdzv-id", default=None, help="job id, the same on every node (default gpuwise)")
     p.add_argument("--max-restarts", type=int, default=0, help="torchrun restarts of the worker group on failure")
-    p.add_argument("--min-free", default="0", help="minimum free memory per GPU, e.g. 10GiB")
-    p.add_argument("--max-util", type=float, default=None, help="maximum GPU utilisation in percent")
-    p.add_argument("--wait", default=None, help="wait up to this long for GPUs, e.g. 10m")
+    add_gpu_selection_arguments(p, per_gpu=True)
 
 
 def launch_kwargs(args) -> dict:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..devices import pick
 from ..report import console
-from .common import positive_int
+from .common import add_gpu_selection_arguments, positive_int
 
 HELP = "choose the freest GPU(s), reserve them briefly, print the CUDA_VISIBLE_DEVICES value"
 EXAMPLES = """\
@@ -18,9 +18,7 @@ different GPUs; use `gpuwise run -- cmd` to hold them for the whole life of a co
 
 def add_arguments(p) -> None:
     p.add_argument("-n", "--count", type=positive_int, default=1, help="how many GPUs (default 1)")
-    p.add_argument("--min-free", default="0", help="minimum free memory, e.g. 10GiB, 500MiB")
-    p.add_argument("--max-util", type=float, default=None, help="maximum utilisation in percent")
-    p.add_argument("--wait", default=None, help="wait up to this long for GPUs to qualify, e.g. 30s, 10m")
+    add_gpu_selection_arguments(p)
     p.add_argument("--uuid", action="store_true", help="print UUIDs instead of indices")
     p.add_argument("--lease", default="60s", help="how long the reservation holds (default 60s)")
     p.add_argument("--no-reserve", action="store_true", help="do not reserve the GPUs")

@@ -10,7 +10,7 @@ import subprocess
 from ..devices import pick
 from ..errors import GpuwiseError
 from ..report import console
-from .common import positive_int
+from .common import add_gpu_selection_arguments, positive_int
 
 HELP = "pick and reserve GPU(s) for the life of a command, run it with CUDA_VISIBLE_DEVICES set"
 EXAMPLES = """\
@@ -22,9 +22,7 @@ The command's exit code is passed through; the GPUs are released when it ends.
 
 def add_arguments(p) -> None:
     p.add_argument("-n", "--count", type=positive_int, default=1, help="how many GPUs (default 1)")
-    p.add_argument("--min-free", default="0", help="minimum free memory, e.g. 10GiB")
-    p.add_argument("--max-util", type=float, default=None, help="maximum utilisation in percent")
-    p.add_argument("--wait", default=None, help="wait up to this long for GPUs, e.g. 10m")
+    add_gpu_selection_arguments(p)
     p.add_argument("--uuid", action="store_true", help="set UUIDs instead of indices")
     p.add_argument("cmd", nargs="...", metavar="-- CMD ARGS", help="the command to run")
 

@@ -8,7 +8,13 @@ from ..dist.preflight import preflight
 from ..dist.scale import ScaleConfig, measure_scaling
 from ..report import console
 from ..report import scale as scale_report
-from .common import add_workload_arguments, positive_int, step_config_from_args, workload_from_args
+from .common import (
+    add_gpu_selection_arguments,
+    add_workload_arguments,
+    positive_int,
+    step_config_from_args,
+    workload_from_args,
+)
 
 HELP = "measure DDP scaling over 1, 2, 4... ranks: samples/s, efficiency, compute vs communication per step"
 EXAMPLES = """\
@@ -36,9 +42,7 @@ def add_arguments(p) -> None:
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
     p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto",
                    help="auto: GPUs when there are any, else CPU ranks (gloo)")
-    p.add_argument("--min-free", default="0", help="minimum free memory per GPU, e.g. 10GiB")
-    p.add_argument("--max-util", type=float, default=None, help="maximum GPU utilisation in percent")
-    p.add_argument("--wait", default=None, help="wait up to this long for GPUs, e.g. 10m")
+    add_gpu_selection_arguments(p, per_gpu=True)
 
 
 def run(args) -> int:

@@ -12,6 +12,8 @@ import json
 import os
 from typing import Any
 
+from ..jsonl import append_line, read_lines
+
 # the fields that make two trials the same trial
 KEY_FIELDS = ("workload", "device", "kind", "batch_size", "precision", "optimizer", "num_workers", "pin_memory",
               "prefetch_factor", "persistent_workers", "measure_s")
@@ -31,7 +33,7 @@ class TrialStore:
         self._by_key: dict[str, dict[str, Any]] = {}
         self.loaded = 0
         if path and os.path.exists(path):
-            for record in read_records(path):
+            for record in read_lines(path):
                 if record.get("status") in REUSABLE:
                     self._by_key[key_of(record)] = record
             self.loaded = len(self._by_key)
@@ -44,30 +46,3 @@ class TrialStore:
             self._by_key[key_of(record)] = record
         if self.path:
             append_line(self.path, record)
-
-
-def append_line(path: str, record: dict[str, Any]) -> None:
-    """Append one complete JSON line with a single write, then flush and fsync."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    data = (json.dumps(record, sort_keys=True) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def read_records(path: str) -> list[dict[str, Any]]:
-    """Every complete record in the file (a torn or foreign line is skipped)."""
-    records = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                obj = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(obj, dict):
-                records.append(obj)
-    return records
