@@ -33,12 +33,11 @@ def run(args) -> int:
     from ..plan import estimate
     from ..plan.curve import DEFAULT_MARGIN_PCT
 
-    if not args.json:
-        console.err.print("[dim]tracing the step with fake tensors…[/dim]")
-    est = estimate(args.workload, args.batch_size, optimizer=args.optimizer, precision=args.precision,
-                   checkpointing=args.checkpointing, target=args.target, gpu=args.gpu,
-                   margin_pct=DEFAULT_MARGIN_PCT if args.margin is None else args.margin,
-                   search_max_batch=not args.no_max_batch)
+    with console.err.status("tracing the step with fake tensors…"):  # transient: gone before any error line
+        est = estimate(args.workload, args.batch_size, optimizer=args.optimizer, precision=args.precision,
+                       checkpointing=args.checkpointing, target=args.target, gpu=args.gpu,
+                       margin_pct=DEFAULT_MARGIN_PCT if args.margin is None else args.margin,
+                       search_max_batch=not args.no_max_batch)
     if args.plot:
         from ..report.plan import plot_estimate
 

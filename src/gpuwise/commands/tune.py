@@ -48,9 +48,11 @@ def run(args) -> int:
     from ..report import tune as report
     from ..step import check_precision
     from ..tune import tune
+    from ..workload import load_workload
 
     budget_s = parse_duration(args.budget)
     precisions = [check_precision(p) for p in args.precisions.split(",")] if args.precisions else None
+    load_workload(args.workload).build_batch(1)  # a bad workload is one line, before the progress bar starts
     with report.TuneProgress(budget_s) as bar:
         result = tune(args.workload, budget_s=budget_s, device=args.device, results=args.results,
                       batch_sizes=_ints(args.batch_sizes), batch_size=args.batch_size,
