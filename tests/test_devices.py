@@ -178,3 +178,10 @@ def test_no_gpu_falls_back_to_cpu(monkeypatch):
     assert devices.host_devices()[0].kind == "cpu"
     assert str(devices.try_gpu(0)) == "cpu"
     assert [str(d) for d in devices.try_all_gpus()] == ["cpu"]
+
+
+def test_fmt_bytes_three_significant_figures():
+    from gpuwise.units import fmt_bytes
+
+    # 1536 = 1.5 * 1024; at 100 and above no decimals; bytes stay whole
+    assert [fmt_bytes(x) for x in (0, 1023, 1536, 100 * MIB, 1.5 * GIB)] == ["0 B", "1023 B", "1.5 KiB", "100 MiB", "1.5 GiB"]

@@ -46,7 +46,7 @@ def fmt_bytes(n: int | float | None) -> str:
     n = abs(n)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if n < 1024 or unit == "TiB":
-            return f"{sign}{n:.0f} {unit}" if unit == "B" else f"{sign}{n:.3g} {unit}" if n < 100 else f"{sign}{n:.0f} {unit}"
+            return f"{sign}{n:.0f} {unit}" if unit == "B" or n >= 100 else f"{sign}{n:.3g} {unit}"
         n /= 1024
     raise AssertionError("unreachable")
 

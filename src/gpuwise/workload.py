@@ -46,10 +46,6 @@ class Workload:
     source: str = ""
 
     @property
-    def name(self) -> str:
-        return self.spec
-
-    @property
     def has_dataset(self) -> bool:
         return self.dataset_fn is not None
 
@@ -96,14 +92,6 @@ class Workload:
         if not isinstance(out, torch.Tensor) or out.numel() != 1:
             raise WorkloadError(f"{self.spec}: loss() must return a scalar tensor, got {_describe(out)}")
         return out
-
-    def build_optimizer(self, params, name: str | None = None):
-        """The optimizer named on the command line, else the workload's optimizer(), else AdamW."""
-        from .step import make_optimizer
-
-        if name is None and self.optimizer_fn is not None:
-            return self.optimizer_fn(params)
-        return make_optimizer(name or "adamw", params)
 
 
 def check_batch(batch: Any, where: str) -> None:
