@@ -120,6 +120,16 @@ def test_killed_rank_is_restarted_and_resumes_from_checkpoint(workload_file, tmp
     assert_same_parameters(ckpt_dir, reference_parameters(workload_file))
 
 
+def test_rerun_of_a_finished_job_reports_the_checkpointed_loss(workload_file, tmp_path, capfd):
+    ckpt_dir = str(tmp_path / "ckpt")
+    args = (workload_file, "-n", "1", "--steps", "2", "-b", str(BATCH), "--checkpoint-dir", ckpt_dir)
+    first = train_json(capfd, *args)
+    again = train_json(capfd, *args)  # every step is already in the checkpoint: nothing runs
+    assert again["resumed_from_step"] == 2 and again["steps_this_attempt"] == []
+    assert first["final_loss"] > 0
+    assert again["final_loss"] == pytest.approx(first["final_loss"])  # not a made-up 0.0
+
+
 def test_checkpoint_is_replaced_atomically(tmp_path):
     folder = str(tmp_path)
     assert checkpoint.load(folder) is None

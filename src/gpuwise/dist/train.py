@@ -57,7 +57,7 @@ class TrainResult:
     backend: str
     steps: int
     samples_per_s: float
-    final_loss: float
+    final_loss: float | None          # None only when rerunning a job finished by an older gpuwise
     checkpoint: str | None
     device: str = "cpu"
     per_rank_batch_size: int = 0
@@ -139,7 +139,7 @@ def train(cfg: TrainConfig) -> TrainResult:
 
     crash_at = int(os.environ.get(CRASH_ENV, "-1"))
     crash_rank = int(os.environ.get(CRASH_RANK_ENV, "1"))
-    loss = torch.zeros(())
+    loss = None
     done_this_attempt: list[int] = []
     t0 = None
     path = None
@@ -157,16 +157,21 @@ def train(cfg: TrainConfig) -> TrainResult:
             print(f"[gpuwise train] step {done}/{cfg.steps} loss {loss.item():.4f}", file=sys.stderr, flush=True)
         if cfg.checkpoint_dir and ((cfg.checkpoint_every and done % cfg.checkpoint_every == 0) or done == cfg.steps):
             rngs = backend.gather(checkpoint.rng_state())  # collective: every rank at the same step
+            mean_loss = backend.mean(float(loss), device)
             if rank == 0:
                 path = checkpoint.save(cfg.checkpoint_dir, checkpoint.Checkpoint(
                     step=done, epoch=epoch, model=ts.model.module.state_dict(), optimizer=ts.optimizer.state_dict(),
                     scaler=ts.scaler.state_dict() if ts.scaler is not None else None, rng=rngs,
-                    world_size=world, meta={"workload": cfg.workload, "per_rank_batch_size": cfg.batch_size}))
+                    world_size=world, meta={"workload": cfg.workload, "per_rank_batch_size": cfg.batch_size,
+                                            "loss": mean_loss}))
             backend.barrier()  # no rank moves on (or dies) while rank 0 is still writing
     backend.synchronize(device)
     elapsed = time.perf_counter() - t0 if t0 is not None else 0.0
     timed_steps = max(len(done_this_attempt) - 1, 0)
-    final_loss = backend.mean(float(loss), device)
+    if done_this_attempt:
+        final_loss = backend.mean(float(loss), device)
+    else:  # the checkpoint already had every step (a finished job rerun): its loss, not a made-up 0
+        final_loss = ckpt.meta.get("loss") if ckpt is not None else None
     result = TrainResult(
         world_size=world, backend=backend_name, steps=cfg.steps,
         samples_per_s=timed_steps * cfg.batch_size * world / elapsed if elapsed > 0 else 0.0,

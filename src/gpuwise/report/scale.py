@@ -72,7 +72,7 @@ def train_summary(result: dict) -> Table:
             ("data", result.get("data", "")),
             ("steps", str(result["steps"])),
             ("samples/s", f"{result['samples_per_s']:,.1f}"),
-            ("final loss", f"{result['final_loss']:.4f}")]
+            ("final loss", "-" if result["final_loss"] is None else f"{result['final_loss']:.4f}")]
     if result.get("resumed_from_step"):
         rows.append(("resumed from step", str(result["resumed_from_step"])))
     if result.get("restarts"):
