@@ -101,6 +101,9 @@ def test_find_max_batch_needs_a_spec_and_a_positive_seed():
         find_max_batch(object(), trial=fake_trial(4))
     with pytest.raises(GpuwiseError):
         find_max_batch("examples:mlp", seed=0, trial=fake_trial(4))
+    for start in (0, -3):  # `gpuwise measure -b -3 --max-batch`: one line, not a ValueError traceback
+        with pytest.raises(GpuwiseError, match="positive"):
+            find_max_batch("examples:mlp", start=start, trial=fake_trial(4))
 
 
 def test_isolated_trials_with_a_real_fake_oom(monkeypatch):

@@ -163,6 +163,8 @@ def find_max_batch(workload, *, optimizer: str | None = None, precision: str = "
     spec = workload if isinstance(workload, str) else getattr(workload, "spec", None)
     if not isinstance(spec, str):
         raise GpuwiseError("find_max_batch needs a workload spec string (path.py, pkg.mod or examples:NAME)")
+    if start is not None and start < 1:
+        raise GpuwiseError(f"the starting batch size must be positive, got {start}")
     if seed is not None:
         if seed < 1:
             raise GpuwiseError(f"seed must be a positive batch size, got {seed}")
