@@ -137,6 +137,13 @@ def test_cli_table_and_plot(tmp_path, capsys):
     assert plot.stat().st_size > 1000 and plot.read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.parametrize("name", ["missing-folder/m.png", "m.xyz"])
+def test_cli_plot_that_cannot_be_written_is_one_line(tmp_path, capsys, name):
+    assert main(["estimate", "examples:mlp", "-b", "4", "--target", "cpu", "--plot", str(tmp_path / name)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("gpuwise estimate: error: --plot")
+
+
 @pytest.mark.parametrize("argv", [["--optimizer", "lamb"], ["--precision", "fp8"], ["--target", "tpu"]])
 def test_cli_rejects_unknown_choices(argv, capsys):
     with pytest.raises(SystemExit) as info:

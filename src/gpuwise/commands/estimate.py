@@ -30,9 +30,14 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
+    from pathlib import Path
+
+    from ..errors import GpuwiseError
     from ..plan import estimate
     from ..plan.curve import DEFAULT_MARGIN_PCT
 
+    if args.plot and not Path(args.plot).resolve().parent.is_dir():  # before the trace, not after it
+        raise GpuwiseError(f"--plot {args.plot}: the folder {Path(args.plot).resolve().parent} does not exist")
     with console.err.status("tracing the step with fake tensors…"):  # transient: gone before any error line
         est = estimate(args.workload, args.batch_size, optimizer=args.optimizer, precision=args.precision,
                        checkpointing=args.checkpointing, target=args.target, gpu=args.gpu,
@@ -41,7 +46,10 @@ def run(args) -> int:
     if args.plot:
         from ..report.plan import plot_estimate
 
-        plot_estimate(est, args.plot)
+        try:
+            plot_estimate(est, args.plot)
+        except (OSError, ValueError) as exc:  # unwritable file, or an extension matplotlib cannot write
+            raise GpuwiseError(f"--plot {args.plot}: {exc}") from exc
     if args.json:
         console.emit_json(est.to_dict())
         return 0
