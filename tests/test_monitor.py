@@ -194,6 +194,32 @@ def test_lightning_callback_duck_typed(tmp_path):
     assert lightning_precision("16-mixed") == "fp16" and lightning_precision("bf16-true") == "bf16-pure"
 
 
+def test_lightning_validation_is_not_counted_as_data_wait():
+    from gpuwise.monitor.lightning import GpuwiseMonitor
+
+    class Trainer:
+        global_rank, world_size, precision = 0, 1, "32-true"
+
+    class Module:
+        device = torch.device("cpu")
+
+    cb = GpuwiseMonitor(print_summary=False)
+    trainer, module = Trainer(), Module()
+    cb.on_train_start(trainer, module)
+    for _epoch in range(2):
+        for i in range(4):
+            cb.on_train_batch_start(trainer, module, torch.zeros(2, 3), i)  # batches arrive at once
+            time.sleep(0.005)  # training_step
+            cb.on_train_batch_end(trainer, module, None, torch.zeros(2, 3), i)
+        cb.on_validation_start(trainer, module)
+        time.sleep(0.2)  # the validation loop: 0.2 s against 8 x 5 ms of training
+    cb.on_train_end(trainer, module)
+    # without leaving validation out, epoch 2's first step would wait 0.2 s "for data": ~80% of the time
+    assert cb.result["steps"] == 8
+    assert cb.result["data_wait_fraction"] < 0.15
+    assert "data_starvation" not in [f["kind"] for f in cb.result["findings"]]
+
+
 def test_successive_monitors_in_one_process_keep_their_files(tmp_path):
     # one monitor per epoch: 3 + 4 steps in two files of rank 0, merged on one clock
     for steps in (3, 4):

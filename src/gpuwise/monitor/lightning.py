@@ -4,7 +4,7 @@
     trainer = L.Trainer(callbacks=[GpuwiseMonitor(report="watch.html")])
 
 A step runs from one `on_train_batch_end` to the next: the time until `on_train_batch_start` is data
-wait (fetching and moving the batch), the rest compute. Under DDP every rank writes its own file into
+wait (fetching and moving the batch), the rest compute; validation runs are left out. Under DDP every rank writes its own file into
 `out_dir` (default GPUWISE_MONITOR_DIR, else ./gpuwise-monitor) and rank 0 merges them into one report
 after a barrier. `lightning` is imported only here; without it the class still works duck-typed (its
 hooks are plain methods), which is how the tests run it.
@@ -87,6 +87,14 @@ class GpuwiseMonitor(_callback_base()):
             return
         self.monitor.step()
         self._last_end = time.perf_counter()
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        """Validation (at an epoch's end, or mid-epoch with val_check_interval) is not the loader's wait:
+        drop the step the last batch opened, so the next training batch starts a fresh one."""
+        if self.monitor is None:
+            return
+        self.monitor.cancel_step()
+        self._last_end = None
 
     def on_train_end(self, trainer, pl_module) -> None:
         if self.monitor is None:
