@@ -54,3 +54,16 @@ def test_gpuwise_tune_is_callable_before_and_after_the_package_import():
     for _ in range(2):  # the second lookup finds the package object, which must still be callable
         with pytest.raises(GpuwiseError, match="budget must be positive"):
             gpuwise.tune("examples:mlp", budget_s=0)
+
+
+def test_compute_only_row_names_the_batch_the_limit_was_measured_at():
+    from rich.console import Console
+
+    # the end-to-end refinement halved the batch to 64; the compute-only limit was measured at 128
+    res = _result(batch_size=64)
+    res.throughput_batch_size = 128
+    console = Console(record=True, width=200)
+    console.print(report.summary_table(res))
+    row = next(line for line in console.export_text().splitlines() if "compute only" in line)
+    cells = [c.strip() for c in row.split("│") if c.strip()]
+    assert cells[:2] == ["compute only", "128"] and cells[-1] == "950"

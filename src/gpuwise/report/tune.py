@@ -61,7 +61,10 @@ def summary_table(result) -> Table:
         t.add_row(name, str(d.get("batch_size")), str(d.get("num_workers")), str(d.get("pin_memory")),
                   str(d.get("prefetch_factor")), str(d.get("persistent_workers")), str(d.get("precision")),
                   _rate(d.get("samples_per_s")))
-    t.add_row("compute only", str(result.best.get("batch_size")), "-", "-", "-", "-",
+    # the limit is measured at the throughput-optimal batch (the start when the search found none), which
+    # the end-to-end answer may differ from (halved by the refinement, or the budget ran out)
+    limit_batch = result.throughput_batch_size or result.baseline.get("batch_size")
+    t.add_row("compute only", str(limit_batch), "-", "-", "-", "-",
               str(result.best.get("precision")), _rate(result.limit_samples_per_s))
     return t
 
