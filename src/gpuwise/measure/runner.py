@@ -7,7 +7,7 @@ peak statistics reset) so that several configurations can share one process (the
 On CUDA: peaks from `torch.cuda.max_memory_allocated/reserved` after `reset_peak_memory_stats` at the
 end of warm-up; device-level used memory from NVML for this process (falling back to the device's
 used memory net of what was in use before CUDA started); step times from CUDA events.
-On the CPU: the steady-step peak from the profiler's memory timeline (exact to the byte, DESIGN.md),
+On the CPU: the steady-step peak from the profiler (`plan/cpu_truth.py`, exact to the byte, DESIGN.md),
 step times from `perf_counter`.
 """
 
@@ -34,27 +34,6 @@ def run_measurement(workload: str, batch_size: int, optimizer: str | None = None
     return measure_here(workload, batch_size, optimizer=optimizer, precision=precision,
                         checkpointing=checkpointing, device=device, steps=steps, warmup=warmup,
                         snapshot=snapshot, cpu_peak=cpu_peak)
-
-
-def run_many(configs: list[dict[str, Any]], isolate_oom: bool = True) -> list[dict[str, Any]]:
-    """Several measurements in this one process (cleanup between them); an OOM becomes a record.
-
-    Each config holds `measure_here`'s keyword arguments. Used by the truth corpus to fit many
-    configurations into few processes.
-    """
-    from .oom import is_oom
-
-    results = []
-    for cfg in configs:
-        try:
-            results.append(measure_here(**cfg))
-        except Exception as exc:
-            if not (isolate_oom and is_oom(exc)):
-                raise
-            cleanup(cfg.get("device", "cpu"))
-            results.append({"oom": True, "error": f"{type(exc).__name__}: {_first_line(exc)}",
-                            "batch_size": cfg.get("batch_size")})
-    return results
 
 
 def measure_here(workload: str, batch_size: int, *, optimizer: str | None = None, precision: str = "fp32",
@@ -129,7 +108,7 @@ def _measure(spec, batch_size, optimizer, precision, checkpointing, dev, steps, 
             torch.cuda.memory._record_memory_history(enabled=None)
             result["snapshot"] = os.path.abspath(snapshot)
     elif cpu_peak:
-        result["peak_allocated_bytes"], result["peak_method"] = cpu_peak_bytes(wl, step, batch, batch_size, config)
+        result["peak_allocated_bytes"], result["peak_method"] = cpu_peak_bytes(wl, batch_size, config)
     del step, batch
     return result
 
@@ -155,36 +134,11 @@ def _timed_steps(step, batch, dev, steps: int) -> list[float]:
     return times_s
 
 
-def cpu_peak_bytes(wl, step, batch, batch_size: int, config) -> tuple[int | None, str]:
-    """Peak of live CPU tensor bytes during one more steady step (the plan's cpu_truth when present)."""
-    try:
-        from ..plan.cpu_truth import measure_cpu_peak  # written by the planner; the same truth, one place
-    except ImportError:
-        measure_cpu_peak = None
-    if measure_cpu_peak is not None:
-        value = measure_cpu_peak(wl, batch_size, config)
-        peak = value if isinstance(value, int) else getattr(value, "peak_allocated_bytes",
-                                                            getattr(value, "allocated_bytes", None))
-        if isinstance(peak, int):
-            return peak, "plan.cpu_truth"
-    return profiler_peak_bytes(step, batch), "profiler-memory-timeline"
+def cpu_peak_bytes(wl, batch_size: int, config) -> tuple[int, str]:
+    """Peak of live CPU tensor bytes of a steady step: the plan's CPU truth (profiler, exact to the byte)."""
+    from ..plan.cpu_truth import measure_cpu_peak
 
-
-def profiler_peak_bytes(step, batch) -> int:
-    """Highest total of live CPU tensor bytes during one step, from the profiler's memory timeline.
-
-    The timeline includes the tensors alive before the step (parameters, optimizer state, the batch),
-    so its maximum is the step's peak (torch/profiler/_memory_profiler.py, MemoryProfileTimeline).
-    """
-    import torch
-    from torch.profiler._memory_profiler import MemoryProfileTimeline
-
-    from ..profiling import cpu_memory_profile
-
-    with cpu_memory_profile(record_shapes=True, with_stack=True) as prof:
-        step.step(batch)
-    _times, sizes = MemoryProfileTimeline(prof._memory_profile())._coalesce_timeline(torch.device("cpu"))
-    return int(max((sum(s) for s in sizes), default=0))
+    return measure_cpu_peak(wl, batch_size, config), "plan.cpu_truth"
 
 
 def _optimizer_name(step) -> str:
@@ -285,8 +239,3 @@ def environment(dev) -> dict[str, Any]:
         env["gpu_name"] = None
         env["cpu_name"] = platform.processor() or platform.machine()
     return env
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else ""
