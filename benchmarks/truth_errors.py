@@ -59,7 +59,8 @@ def main() -> int:
     if not records:
         print("no truth records in benchmarks/truth/ yet: measure on a GPU first (see DESIGN.md 'GPU truth records')")
         return 0
-    rows = [truth_errors(r) for r in records]
+    # a max-batch record where not even batch 1 ran has no batch size: nothing to recompute
+    rows = [truth_errors(r) for r in records if r.get("batch_size")]
     print(f"{'workload':28} {'batch':>6} {'opt':>8} {'prec':>6} {'alloc err':>10} {'reserved err':>13} "
           f"{'device err':>11} {'oom':>4} {'fits?':>6}")
     for r in rows:
