@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 
 import torch
@@ -58,7 +59,7 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print the summary as JSON")
     args = ap.parse_args()
 
-    device = gpuwise.try_gpu(0)
+    device = gpuwise.try_gpu(int(os.environ.get("LOCAL_RANK", "0")))  # under torchrun: one GPU per rank
     net = model().to(device)
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     data = SlowImages(args.steps * args.batch_size, args.read_ms)
