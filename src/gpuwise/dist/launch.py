@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -151,7 +150,3 @@ def launch(plan: LaunchPlan, extra_env: Mapping[str, str] | None = None, stdout_
         return backend.run_torchrun(plan.torchrun_args, env, stdout_to_stderr)
     finally:
         plan.release()
-
-
-def new_run_id() -> str:
-    return uuid.uuid4().hex[:12]

@@ -19,7 +19,6 @@ import time
 from typing import Any
 
 KINDS = ("compute", "fit", "loader", "train")
-LOADER_KEYS = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
 
 
 def make_loader(dataset, batch_size: int, num_workers: int = 0, pin_memory: bool = False,
