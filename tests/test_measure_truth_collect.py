@@ -69,6 +69,13 @@ def test_quick_cpu_run_writes_resumable_records(tmp_path):
     assert out.read_text().count("\n") == len(records)
 
 
+def test_a_fresh_check_that_fails_is_a_different_row_not_a_crash():
+    rec = {"kind": "measure", "workload": "examples:mlp", "batch_size": 2, "optimizer": "sgd", "precision": "fp32",
+           "checkpointing": False, "oom": False, "peak_allocated_bytes": 1, "peak_reserved_bytes": None}
+    (row,) = collect.fresh_check([rec], "cpu", 1, timeout_s=0.01)   # the child is killed at its timeout
+    assert row["same_peaks"] is False and "timed out" in row["error"] and row["fresh_peak_allocated_bytes"] is None
+
+
 def test_dry_run_lists_the_plan():
     proc = run("--dry-run")
     assert proc.returncode == 0

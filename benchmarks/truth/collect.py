@@ -242,6 +242,7 @@ def run_job(out: Path, device: str, pending: list[dict], searches: list[dict], s
 def fresh_check(records: list[dict], device: str, n: int, timeout_s: float, steps: int = STEPS,
                 warmup: int = WARMUP) -> list[dict]:
     """Re-measure the last configuration of the first `n` groups in fresh processes and compare."""
+    from gpuwise.errors import GpuwiseError
     from gpuwise.measure import measure
 
     last_per_workload: dict[str, dict] = {}
@@ -250,12 +251,17 @@ def fresh_check(records: list[dict], device: str, n: int, timeout_s: float, step
             last_per_workload[rec["workload"]] = rec
     rows = []
     for rec in list(last_per_workload.values())[:n]:
-        m = measure(rec["workload"], rec["batch_size"], optimizer=rec["optimizer"], precision=rec["precision"],
-                    checkpointing=rec["checkpointing"], steps=steps, warmup=warmup, device=device, timeout_s=timeout_s)
         row = {k: rec[k] for k in ("workload", "batch_size", "optimizer", "precision", "checkpointing")}
+        try:
+            m = measure(rec["workload"], rec["batch_size"], optimizer=rec["optimizer"], precision=rec["precision"],
+                        checkpointing=rec["checkpointing"], steps=steps, warmup=warmup, device=device,
+                        timeout_s=timeout_s)
+        except GpuwiseError as exc:  # a crash or timeout of one check: a DIFFERENT row, the other checks still run
+            m, row["error"] = None, str(exc)
         for f in ("peak_allocated_bytes", "peak_reserved_bytes", "device_used_bytes", "step_time_s"):
-            row[f"shared_{f}"], row[f"fresh_{f}"] = rec.get(f), getattr(m, f)
-        row["same_peaks"] = all(rec.get(f) == getattr(m, f) for f in ("peak_allocated_bytes", "peak_reserved_bytes"))
+            row[f"shared_{f}"], row[f"fresh_{f}"] = rec.get(f), getattr(m, f, None)
+        row["same_peaks"] = m is not None and all(rec.get(f) == getattr(m, f)
+                                                  for f in ("peak_allocated_bytes", "peak_reserved_bytes"))
         rows.append(row)
     return rows
 
@@ -355,7 +361,7 @@ def print_summary(records: list[dict], checks: list[dict], failures: list[str], 
               f"peak allocated {c['shared_peak_allocated_bytes']} shared vs {c['fresh_peak_allocated_bytes']} fresh, "
               f"reserved {c['shared_peak_reserved_bytes']} vs {c['fresh_peak_reserved_bytes']}, "
               f"device used {c['shared_device_used_bytes']} vs {c['fresh_device_used_bytes']}: "
-              f"{'SAME' if c['same_peaks'] else 'DIFFERENT'}")
+              f"{'SAME' if c['same_peaks'] else 'DIFFERENT'}" + (f" ({c['error']})" if c.get("error") else ""))
     for f in failures:
         print(f"FAILED {f}")
 
