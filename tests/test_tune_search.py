@@ -135,6 +135,16 @@ def test_store_appends_full_lines_and_skips_a_torn_one(tmp_path):
     assert json.loads(open(path).readline())["batch_size"] == 8
 
 
+def test_store_refuses_a_results_path_it_cannot_append_to(tmp_path):
+    from gpuwise.errors import GpuwiseError
+
+    with pytest.raises(GpuwiseError, match="is a folder"):
+        TrialStore(str(tmp_path))
+    (tmp_path / "plain").write_text("")
+    with pytest.raises(GpuwiseError, match="cannot write"):
+        TrialStore(str(tmp_path / "plain" / "r.jsonl"))  # a file where the folder should be
+
+
 def test_precision_candidates_by_device():
     cands, skipped = precision_candidates("cpu", {"cpu_bf16_native": False})
     assert cands == ["fp32"] and set(skipped) == {"tf32", "fp16", "bf16"}

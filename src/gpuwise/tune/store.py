@@ -12,6 +12,7 @@ import json
 import os
 from typing import Any
 
+from ..errors import GpuwiseError
 from ..jsonl import append_line, read_lines
 
 # the fields that make two trials the same trial
@@ -32,6 +33,8 @@ class TrialStore:
         self.path = path
         self._by_key: dict[str, dict[str, Any]] = {}
         self.loaded = 0
+        if path:
+            _check_writable(path)
         if path and os.path.exists(path):
             for record in read_lines(path):
                 if record.get("status") in REUSABLE:
@@ -46,3 +49,16 @@ class TrialStore:
             self._by_key[key_of(record)] = record
         if self.path:
             append_line(self.path, record)
+
+
+def _check_writable(path: str) -> None:
+    """Fail before the first trial, in one line, when the results file cannot be appended to (a folder,
+    a missing or read-only directory) rather than after spending a trial's time."""
+    if os.path.isdir(path):
+        raise GpuwiseError(f"results file {path!r} is a folder: give a file name (JSON lines)")
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "a"):
+            pass
+    except OSError as exc:
+        raise GpuwiseError(f"cannot write the results file {path!r}: {exc.strerror or exc}") from None
