@@ -191,11 +191,12 @@ def gpu_slug(device: str) -> str:
     if not device.startswith("cuda"):
         return "cpu"
     from gpuwise.measure.child import run_isolated
+    from gpuwise.plan.catalog import gpu_slug as slug_of
 
     res = run_isolated("collect:device_environment", {"device": device}, timeout_s=300)
     if not res.ok:
         sys.exit(f"collect: cannot read the GPU: {res.error}")
-    return re.sub(r"[^a-z0-9]+", "-", res.value["gpu_name"].lower()).strip("-")
+    return slug_of(res.value["gpu_name"])
 
 
 def confirm_max_batch(mb: dict, found: int | None, device: str, out: Path, timeout_s: float) -> dict:
