@@ -129,6 +129,9 @@ def test_store_appends_full_lines_and_skips_a_torn_one(tmp_path):
         f.write('{"workload": "w", "kind": "comp')  # a kill in the middle of a write
     again = TrialStore(path)
     assert len(read_records(path)) == 2
+    c = {**a, "batch_size": 32}
+    again.add(c)  # the next trial after the torn line is kept, not glued onto it
+    assert TrialStore(path).get(c)["batch_size"] == 32 and len(read_records(path)) == 3
     assert again.get(a)["samples_per_s"] == 10.0
     assert again.get(b) is None  # a timeout is run again on resume
     assert key_of(a) == key_of({**a, "samples_per_s": 99.0, "seconds": 3.0})  # results are not part of the key
