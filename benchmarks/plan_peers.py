@@ -107,7 +107,7 @@ def peer_torchinfo(wl: Workload, b: int) -> int:
     batch = wl.build_batch(b)
     if isinstance(batch, (tuple, list)):  # (inputs, targets): torchinfo calls model(inputs)
         batch = [batch[0]]
-    stats = summary(wl.build_model(), input_data=batch if isinstance(batch, dict) else batch, mode="train",
+    stats = summary(wl.build_model(), input_data=batch, mode="train",
                     verbose=0, device="cpu")
     return int(stats.total_input + stats.total_output_bytes + stats.total_param_bytes)
 
