@@ -62,6 +62,26 @@ def test_per_step_split_from_a_child_using_the_monitor(capsys, tmp_path):
     assert "data_starvation" in [f["kind"] for f in s["findings"]]
 
 
+def test_an_earlier_runs_rank_files_in_the_steps_dir_are_left_out(capsys, tmp_path):
+    steps_dir = tmp_path / "steps"
+    steps_dir.mkdir()
+    # an earlier 2-rank run left rank 1's file (5 slow steps) in the folder; this run has rank 0 only
+    stale = [{"type": "meta", "rank": 1, "pid": 1, "t0_unix": time.time() - 3600}]
+    stale += [{"type": "step", "step": i, "start_s": i, "total_s": 1.0, "compute_s": 1.0, "rank": 1} for i in range(5)]
+    (steps_dir / "monitor-rank1.jsonl").write_text("".join(json.dumps(x) + "\n" for x in stale))
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import time, gpuwise\n"
+        "with gpuwise.monitor(device='cpu', sample=False) as mon:\n"
+        "    for _ in range(3):\n"
+        "        with mon.phase('compute'):\n"
+        "            time.sleep(0.002)\n"
+        "        mon.step()\n")
+    code, s = watch(capsys, "--steps-dir", str(steps_dir), "--", PY, str(script))
+    assert code == 0 and s["steps"] == 3 and s["ranks"] == []
+    assert "rank_imbalance" not in [f["kind"] for f in s["findings"]]
+
+
 def test_gpus_are_attributed_by_the_process_tree(capsys, tmp_path, monkeypatch):
     # The child writes a fake-GPU file naming its own pid on GPU 1 (97% busy): watch must match it.
     gpus = tmp_path / "gpus.json"

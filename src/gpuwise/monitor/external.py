@@ -131,7 +131,7 @@ def watch_command(cmd: list[str], interval_s: float = 0.1, steps_dir: str | None
 
 def _merge_child(timeline: Timeline, directory: str) -> None:
     """Fold the per-step files the command's gpuwise.monitor wrote into the watch's timeline."""
-    child = read_rank_files(directory)
+    child = read_rank_files(directory, since_unix=timeline.meta["t0_unix"])  # not an earlier run's files
     if child is None:
         timeline.notes.append("no per-step timing: the command does not use gpuwise.monitor")
         return

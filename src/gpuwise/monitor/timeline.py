@@ -187,12 +187,14 @@ def merge_timelines(timelines: list[Timeline]) -> Timeline:
     return merged
 
 
-def read_rank_files(directory: str) -> Timeline | None:
-    """Merge every `monitor-rank*.jsonl` in `directory`; None when there is none."""
+def read_rank_files(directory: str, since_unix: float | None = None) -> Timeline | None:
+    """Merge every `monitor-rank*.jsonl` in `directory`; None when there is none. With `since_unix`, files
+    of monitors started before then (an earlier run's, left in a reused folder) are left out."""
     try:
         names = sorted(n for n in os.listdir(directory) if n.startswith("monitor-rank") and n.endswith(".jsonl"))
     except OSError:
         return None
-    if not names:
-        return None
-    return merge_timelines([read_timeline(os.path.join(directory, n)) for n in names])
+    timelines = [read_timeline(os.path.join(directory, n)) for n in names]
+    if since_unix is not None:
+        timelines = [t for t in timelines if t.meta.get("t0_unix", since_unix) >= since_unix]
+    return merge_timelines(timelines) if timelines else None
