@@ -146,8 +146,11 @@ def enable_checkpointing(model) -> int:
     import torch
     from torch.utils.checkpoint import checkpoint
 
-    if getattr(model, "supports_gradient_checkpointing", False) and hasattr(model, "gradient_checkpointing_enable"):
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if getattr(model, "supports_gradient_checkpointing", False):
+        if hasattr(model, "activation_checkpointing_enable"):  # the name since transformers 5
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         return sum(1 for m in model.modules() if getattr(m, "gradient_checkpointing", False))
     containers = [m for m in model.modules() if isinstance(m, (torch.nn.ModuleList, torch.nn.Sequential)) and len(m) > 1]
     if not containers:
