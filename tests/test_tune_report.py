@@ -54,6 +54,8 @@ def test_gpuwise_tune_is_callable_before_and_after_the_package_import():
     for _ in range(2):  # the second lookup finds the package object, which must still be callable
         with pytest.raises(GpuwiseError, match="budget must be positive"):
             gpuwise.tune("examples:mlp", budget_s=0)
+    with pytest.raises(GpuwiseError, match="max_workers must be 0 or more"):
+        gpuwise.tune("examples:mlp", budget_s=10, max_workers=-1)  # before any trial is started
 
 
 def test_compute_only_row_names_the_batch_the_limit_was_measured_at():

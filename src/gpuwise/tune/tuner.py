@@ -115,6 +115,8 @@ class _Tuner:
                  measure_s, max_workers, min_gain, on_trial):
         if budget_s <= 0:
             raise GpuwiseError(f"the budget must be positive, got {budget_s}s")
+        if max_workers is not None and max_workers < 0:
+            raise GpuwiseError(f"max_workers must be 0 or more, got {max_workers}")
         self.wl, self.budget_s, self.device = wl, float(budget_s), str(device)
         self.dtype = self.device.split(":")[0]
         self.store = TrialStore(results)
