@@ -173,8 +173,7 @@ class _Tuner:
         else:
             if self.out_of_time():
                 return None
-            kwargs = {k: v for k, v in settings.items() if k not in ("measure_s",)}
-            kwargs["measure_s"] = self.measure_s
+            kwargs = {**settings, "measure_s": self.measure_s}  # a fit trial's key says 0; run_trial knows
             kwargs["num_threads"] = step_threads(self.dtype, num_workers, usable_cpus()) if kind == "train" else None
             res = run_isolated("gpuwise.tune.trials:run_trial", kwargs,
                                timeout_s=max(1.0, min(self.remaining(), TRIAL_TIMEOUT_S)))
@@ -337,7 +336,7 @@ class _Tuner:
         rates: dict[int, float] = {}
         recs: dict[int, dict] = {}
         while (w := search.next_workers(rates, est, max_w, tolerance=search.NOISE)) is not None:
-            rec = self.trial("train", b, precision, w, pin and w >= 0, None, False)
+            rec = self.trial("train", b, precision, w, pin, None, False)
             if rec is None:
                 break
             recs[w] = rec
