@@ -33,3 +33,18 @@ def test_scale_one_gpu_rank_on_nccl(capfd):
     (point,) = result["points"]
     assert result["backend"] == "nccl" and point["efficiency"] == pytest.approx(1.0)
     assert point["compute_s"] > 0
+
+
+def test_rng_states_of_a_checkpoint_loaded_onto_the_gpu_can_be_restored(tmp_path):
+    # `gpuwise train` loads its checkpoint with map_location=cuda:N, which moves the RNG ByteTensors too
+    from gpuwise.dist import checkpoint
+
+    torch.cuda.init()
+    checkpoint.save(str(tmp_path), checkpoint.Checkpoint(step=1, epoch=0, model={}, optimizer={}, scaler=None,
+                                                         rng=[checkpoint.rng_state()], world_size=1, meta={}))
+    ckpt = checkpoint.load(str(tmp_path), map_location=torch.device("cuda", 0))
+    assert ckpt.rng[0]["torch"].device.type == "cuda"
+    checkpoint.set_rng_state(ckpt.rng[0])
+    a = (torch.rand(3), torch.rand(3, device="cuda"))
+    checkpoint.set_rng_state(ckpt.rng[0])
+    assert torch.equal(torch.rand(3), a[0]) and torch.equal(torch.rand(3, device="cuda"), a[1])

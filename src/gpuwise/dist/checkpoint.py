@@ -50,10 +50,11 @@ def rng_state() -> dict:
 def set_rng_state(state: dict) -> None:
     import torch
 
+    # RNG states must be CPU ByteTensors; `load(map_location=cuda)` moved them to the GPU with the rest
     random.setstate(state["python"])
-    torch.set_rng_state(state["torch"])
+    torch.set_rng_state(state["torch"].cpu())
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state(state["cuda"])
+        torch.cuda.set_rng_state(state["cuda"].cpu())
     if "numpy" in state:
         import numpy as np
 
