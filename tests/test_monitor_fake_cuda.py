@@ -79,3 +79,11 @@ def test_gpu_path_bookkeeping(fake_cuda):
     assert "low_memory_use" in kinds  # 5 GiB reserved of 40 GiB
     # the global forward pre-hook that detected the precision removed itself
     assert len(torch.nn.modules.module._global_forward_pre_hooks) == hooks_before
+
+
+def test_every_step_gets_its_gpu_time_past_the_event_batch(fake_cuda):
+    # events are resolved 16 at a time while the loop runs; the step being ended then must not be missed
+    with gpuwise.monitor(device="cuda:0", sample=False) as mon:
+        for _batch in mon.loader([torch.zeros(8, 4)] * 40):
+            FakeEvent.clock_ms += 5.0
+    assert [s.gpu_s for s in mon.timeline.steps] == [pytest.approx(0.005)] * 40

@@ -55,7 +55,7 @@ class Monitor:
         self._in_loader_step = False
         self._pinned_seen = [0, 0]  # pinned batches, batches checked
         self._looked = 0  # batches looked at (the first 8)
-        self._events: list[tuple[int, Any, Any, Any]] = []  # (step, previous end, start, end) CUDA events to resolve
+        self._events: list[tuple[StepRecord, Any, Any, Any]] = []  # (step, previous end, start, end) CUDA events to resolve
         self._prev_end_event = None
         self._start_event = None
         self._autocast_hook = None
@@ -246,25 +246,23 @@ class Monitor:
         end = torch.cuda.Event(enable_timing=True)
         end.record()
         rec.memory_allocated_bytes = int(torch.cuda.memory_allocated(self.device))
-        self._events.append((rec.step, self._prev_end_event, self._start_event, end))
+        self._events.append((rec, self._prev_end_event, self._start_event, end))
         self._prev_end_event = end
         self._start_event = None
         if len(self._events) > 16:
             self._resolve_events(wait=False)
 
     def _resolve_events(self, wait: bool) -> None:
-        steps = self.timeline.steps
+        # the records themselves, not indices: the step being ended is not in timeline.steps yet
         keep = []
-        for step, prev_end, start, end in self._events:
+        for rec, prev_end, start, end in self._events:
             if not wait and not end.query():
-                keep.append((step, prev_end, start, end))
+                keep.append((rec, prev_end, start, end))
                 continue
             end.synchronize()
-            rec = steps[step] if step < len(steps) and steps[step].step == step else None
-            if rec is not None:
-                rec.gpu_s = start.elapsed_time(end) / 1000  # elapsed_time is in milliseconds
-                if prev_end is not None:
-                    rec.gpu_idle_s = prev_end.elapsed_time(start) / 1000
+            rec.gpu_s = start.elapsed_time(end) / 1000  # elapsed_time is in milliseconds
+            if prev_end is not None:
+                rec.gpu_idle_s = prev_end.elapsed_time(start) / 1000
         self._events = keep
 
     def _flush_maybe(self) -> None:
