@@ -90,12 +90,13 @@ def watch_command(cmd: list[str], interval_s: float = 0.1, steps_dir: str | None
     directory = tempfile.mkdtemp(prefix="gpuwise-watch-") if own_dir else steps_dir
     os.makedirs(directory, exist_ok=True)
     env = dict(os.environ if env is None else env, **{ENV_DIR: directory})
-    timeline = Timeline(meta={"command": list(cmd), "t0_unix": time.time(), "cpu_count": os.cpu_count()})
+    timeline = Timeline(meta={"command": list(cmd), "cpu_count": os.cpu_count()})
     source, note = default_gpu_source()
     if note:
         timeline.notes.append(note)
     fallback = _visible_indices(env)
     t0 = time.perf_counter()
+    timeline.meta["t0_unix"] = time.time()  # the samples' clock starts here (after NVML's start-up), the steps' too
     try:
         proc = subprocess.Popen(cmd, env=env, stdout=stdout)
     except OSError as exc:
