@@ -107,15 +107,12 @@ def random_resized_crop_box(width: int, height: int, scale=(0.08, 1.0), ratio=(3
 class ImageFolder(torch.utils.data.Dataset):
     """`class_<k>/*.jpg` files -> (3 x crop x crop float tensor, label), decoded and augmented per access."""
 
-    def __init__(self, root: str, crop: int = CROP_SIZE, limit: int | None = None):
+    def __init__(self, root: str, crop: int = CROP_SIZE):
         self.crop = crop
         self.samples = []
         for k in range(N_CLASSES):
             folder = os.path.join(root, f"class_{k}")
             self.samples += [(os.path.join(folder, f), k) for f in sorted(os.listdir(folder))]
-        self.samples.sort()
-        if limit is not None:
-            self.samples = self.samples[:limit]
 
     def __len__(self) -> int:
         return len(self.samples)
