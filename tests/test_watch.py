@@ -39,6 +39,18 @@ def test_crashing_child_still_writes_the_report(capsys, tmp_path):
     assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
 
 
+def test_report_in_a_new_folder_is_written_and_a_bad_one_refused_before_the_run(capsys, tmp_path):
+    report = tmp_path / "runs" / "today" / "r.html"
+    code, s = watch(capsys, "--report", str(report), "--", PY, "-c", "print(1)")
+    assert code == 0 and report.exists()
+    marker = tmp_path / "ran"
+    (tmp_path / "file").write_text("")
+    code = main(["watch", "--report", str(tmp_path / "file" / "r.html"), "--", PY, "-c",
+                 f"open({str(marker)!r}, 'w')"])
+    assert code == 2 and "--report" in capsys.readouterr().err
+    assert not marker.exists()  # the command did not run
+
+
 def test_missing_command_is_a_one_line_error(capsys):
     assert main(["watch", "--", "/nonexistent/trainer"]) == 2
     assert "cannot start" in capsys.readouterr().err

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from ..errors import GpuwiseError
 from ..report import console
 
@@ -28,6 +30,8 @@ def run(args) -> int:
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
         raise GpuwiseError("no command given: use `gpuwise watch -- python train.py ...`")
+    if args.report:
+        _check_report_path(args.report)  # before the run, not after it
     # With --json our stdout carries exactly one JSON object, so the command's stdout goes to stderr.
     result = watch_command(cmd, interval_s=args.interval, steps_dir=args.steps_dir,
                            stdout=2 if args.json else None)  # fd 2: stderr
@@ -46,3 +50,13 @@ def run(args) -> int:
 
         render_summary(summary, report_path=args.report)
     return result.exit_code
+
+
+def _check_report_path(path: str) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as exc:
+        raise GpuwiseError(f"--report {path!r}: cannot create its folder: {exc.strerror or exc}") from None
+    if os.path.isdir(path) or not os.access(folder, os.W_OK):
+        raise GpuwiseError(f"--report {path!r}: not a writable file path")

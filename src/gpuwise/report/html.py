@@ -182,6 +182,7 @@ def render_html(timeline, summary: dict, title: str = "gpuwise watch report") ->
 
 
 def write_html(path: str, timeline, summary: dict, title: str = "gpuwise watch report") -> str:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)  # runs/today/report.html at the end of a run
     with open(path, "w", encoding="utf-8") as fh:
         fh.write(render_html(timeline, summary, title))
     return path
