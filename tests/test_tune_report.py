@@ -69,3 +69,11 @@ def test_compute_only_row_names_the_batch_the_limit_was_measured_at():
     row = next(line for line in console.export_text().splitlines() if "compute only" in line)
     cells = [c.strip() for c in row.split("│") if c.strip()]
     assert cells[:2] == ["compute only", "128"] and cells[-1] == "950"
+
+
+def test_cli_refuses_a_plot_folder_it_cannot_create_before_tuning(tmp_path, capsys):
+    from gpuwise.cli import main
+
+    (tmp_path / "file").write_text("")
+    code = main(["tune", "examples:mlp", "--budget", "10m", "--plot", str(tmp_path / "file"), "--json"])
+    assert code == 2 and "--plot" in capsys.readouterr().err  # at once, not after a 10-minute tune

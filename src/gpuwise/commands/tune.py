@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from ..errors import GpuwiseError
 from ..report import console
 from ..step import OPTIMIZERS
@@ -44,6 +46,15 @@ def _ints(text: str | None) -> list[int] | None:
     return values
 
 
+def _check_plot_folder(folder: str) -> None:
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as exc:
+        raise GpuwiseError(f"--plot {folder!r}: cannot create the folder: {exc.strerror or exc}") from None
+    if not os.access(folder, os.W_OK):
+        raise GpuwiseError(f"--plot {folder!r}: the folder is not writable")
+
+
 def run(args) -> int:
     from ..report import tune as report
     from ..step import check_precision
@@ -53,6 +64,8 @@ def run(args) -> int:
     budget_s = parse_duration(args.budget)
     precisions = [check_precision(p) for p in args.precisions.split(",")] if args.precisions else None
     load_workload(args.workload).build_batch(1)  # a bad workload is one line, before the progress bar starts
+    if args.plot:
+        _check_plot_folder(args.plot)  # before the budget is spent, not after
     with report.TuneProgress(budget_s) as bar:
         result = tune(args.workload, budget_s=budget_s, device=args.device, results=args.results,
                       batch_sizes=_ints(args.batch_sizes), batch_size=args.batch_size,
