@@ -130,6 +130,14 @@ def test_rerun_of_a_finished_job_reports_the_checkpointed_loss(workload_file, tm
     assert again["final_loss"] == pytest.approx(first["final_loss"])  # not a made-up 0.0
 
 
+def test_unusable_checkpoint_dir_is_a_one_line_error_before_training(tmp_path, capfd):
+    (tmp_path / "file").write_text("")
+    code = cli.main(["train", "examples:mlp", "-n", "1", "--device", "cpu", "--steps", "2",
+                     "--checkpoint-dir", str(tmp_path / "file" / "ckpt"), "--json"])
+    out, err = capfd.readouterr()
+    assert code == 2 and out == "" and "--checkpoint-dir" in err and "torchrun" not in err
+
+
 def test_checkpoint_is_replaced_atomically(tmp_path):
     folder = str(tmp_path)
     assert checkpoint.load(folder) is None

@@ -52,6 +52,13 @@ def run(args) -> int:
         return 0
     if args.checkpoint_every and not args.checkpoint_dir:
         raise GpuwiseError("--checkpoint-every needs --checkpoint-dir")
+    if args.checkpoint_dir:  # before the ranks train, not at their first save
+        try:
+            os.makedirs(args.checkpoint_dir, exist_ok=True)
+        except OSError as exc:
+            raise GpuwiseError(f"--checkpoint-dir {args.checkpoint_dir!r}: {exc.strerror or exc}") from None
+        if not os.access(args.checkpoint_dir, os.W_OK):
+            raise GpuwiseError(f"--checkpoint-dir {args.checkpoint_dir!r}: the folder is not writable")
     cfg = TrainConfig(workload=args.workload, steps=args.steps, batch_size=batch, optimizer=step_cfg.optimizer,
                       precision=step_cfg.precision, checkpointing=step_cfg.checkpointing,
                       checkpoint_dir=os.path.abspath(args.checkpoint_dir) if args.checkpoint_dir else None, checkpoint_every=args.checkpoint_every, seed=args.seed,
