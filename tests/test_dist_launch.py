@@ -73,6 +73,15 @@ def test_prepare_picks_and_reserves_fake_gpus(fake_gpus):
     assert reserve.reserved_uuids() == set()
 
 
+def test_without_nproc_every_qualifying_gpu_gets_a_rank(fake_gpus):
+    # four_gpus.json: 3 of the 4 GPUs have >= 20 GiB free (1, 3, 2 in order of free memory)
+    plan = launching.prepare(["t.py"], min_free="20GiB")
+    try:
+        assert plan.nproc_per_node == 3 and plan.env["CUDA_VISIBLE_DEVICES"] == "1,3,2"  # best first
+    finally:
+        plan.release()
+
+
 def test_launch_dry_run_json(fake_gpus, capsys):
     assert cli.main(["launch", "-n", "2", "--dry-run", "--json", "--", "python", "train.py", "--epochs", "3"]) == 0
     out = json.loads(capsys.readouterr().out)

@@ -14,8 +14,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from ..devices import discover, pick
-from ..devices.select import Pick
+from ..devices.select import Pick, qualifies, visible_restriction
 from ..errors import GpuwiseError
+from ..units import parse_bytes
 from . import backend
 
 PYTHONS = {"python", "python3", os.path.basename(sys.executable)}
@@ -130,7 +131,9 @@ def prepare(target: list[str], *, nproc_per_node: int | None = None, nnodes: int
         raise GpuwiseError(f"no GPU found ({found.reason if found else 'cpu asked'}); drop --device cuda to use CPU ranks")
     reservation = None
     if use_gpus:
-        reservation = pick(nproc_per_node or len(found.gpus), min_free=min_free, max_util=max_util, wait=wait,
+        if nproc_per_node is None:
+            nproc_per_node = max(1, len(qualifying_gpus(found.gpus, min_free, max_util)))
+        reservation = pick(nproc_per_node, min_free=min_free, max_util=max_util, wait=wait,
                            reserve_for="process", set_env=False, command=command, on_wait=on_wait)
         nproc_per_node = len(reservation.devices)
     nproc_per_node = nproc_per_node or 1
@@ -141,6 +144,13 @@ def prepare(target: list[str], *, nproc_per_node: int | None = None, nnodes: int
                          rdzv_id=rdzv_id or (None if nnodes == 1 else "gpuwise"), max_restarts=max_restarts)
     kind = "cuda" if use_gpus else "cpu"
     return LaunchPlan(nproc_per_node, nnodes, kind, backend.backend_for(kind), args, env, reservation)
+
+
+def qualifying_gpus(gpus: list, min_free: int | str, max_util: float | None) -> list:
+    """The GPUs (within an already-set CUDA_VISIBLE_DEVICES) that meet --min-free / --max-util now: what
+    a job without -n gets, one rank each (at least one: pick then waits for it, or says why not)."""
+    visible = visible_restriction(gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    return [g for g in visible if qualifies(g, parse_bytes(min_free), max_util)]
 
 
 def launch(plan: LaunchPlan, extra_env: Mapping[str, str] | None = None, stdout_to_stderr: bool = False) -> int:
