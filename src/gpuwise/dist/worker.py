@@ -7,6 +7,7 @@ JOB.json is {"mode": "train" | "scale", "config": {...}}; see `gpuwise.dist.trai
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 
@@ -32,4 +33,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # The work is done and the result written: skip the interpreter's teardown. With gloo, a c10d
+    # background thread still joinable when C++ statics are destroyed can abort the process
+    # ("terminate called without an active exception"), which torchrun would report as a failed rank.
+    os._exit(code)
