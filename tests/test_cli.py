@@ -126,3 +126,13 @@ def test_every_command_has_help_with_examples():
     for name, p in sub.choices.items():
         assert name in COMMANDS
         assert "examples:" in p.format_help() and "gpuwise " + name in p.format_help()
+
+
+@pytest.mark.parametrize("args, pattern", [
+    (["estimate", "examples:mlp", "-b", "0"], r"--batch-size: expected a positive integer, got '0'"),
+    (["estimate", "examples:mlp", "-b", "2", "--optimizer", "lion"], r"invalid choice: 'lion'"),
+    (["pick", "-n", "two"], r"expected a positive integer, got 'two'"),
+    (["frobnicate"], r"invalid choice: 'frobnicate'"),
+])
+def test_bad_arguments_are_one_line_too(args, pattern):
+    assert_one_line_error(run_cli(*args, env=FAKE), pattern)

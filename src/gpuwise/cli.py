@@ -26,8 +26,15 @@ def _load(name: str):
         raise
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """Bad arguments are one line and exit code 2, like every other bad input (no usage block)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog="gpuwise",
         description="Make a PyTorch training job use GPUs well: pick, plan, measure, tune, watch, scale.",
         epilog="Run `gpuwise COMMAND --help` for examples. Every command takes --json.",

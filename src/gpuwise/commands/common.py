@@ -10,7 +10,7 @@ from ..workload import Workload, load_workload
 
 def add_workload_arguments(p: argparse.ArgumentParser, batch_required: bool = False) -> None:
     p.add_argument("workload", metavar="WORKLOAD", help="path/to/job.py, pkg.module or examples:NAME")
-    p.add_argument("-b", "--batch-size", type=int, required=batch_required, help="samples per step")
+    p.add_argument("-b", "--batch-size", type=positive_int, required=batch_required, help="samples per step")
     p.add_argument("--optimizer", choices=list(OPTIMIZERS), help="override the workload's optimizer (default adamw)")
     p.add_argument("--precision", default="fp32", choices=list(PRECISIONS), help="numeric precision (default fp32)")
     p.add_argument("--checkpointing", action="store_true", help="activation checkpointing of the repeated blocks")
