@@ -61,7 +61,8 @@ def test_quick_cpu_run_writes_resumable_records(tmp_path):
     assert [(t["batch_size"], t["status"]) for t in mb["max_batch_confirm_trials"]] == [(5, "ok"), (6, "oom")]
     (check,) = json.loads(out.with_suffix(".fresh-check.json").read_text())
     assert check["same_peaks"] and check["shared_peak_allocated_bytes"] == check["fresh_peak_allocated_bytes"]
-    assert "fresh check" in proc.stdout and "SAME" in proc.stdout
+    assert check["same_device_used"]
+    assert "fresh check" in proc.stdout and "SAME peaks, same device used" in proc.stdout
 
     again = run("--device", "cpu", "--quick", "--out", str(out), "--fresh-checks", "0")
     assert again.returncode == 0, again.stderr

@@ -263,6 +263,13 @@ def fresh_check(records: list[dict], device: str, n: int, timeout_s: float, step
             row[f"shared_{f}"], row[f"fresh_{f}"] = rec.get(f), getattr(m, f, None)
         row["same_peaks"] = m is not None and all(rec.get(f) == getattr(m, f)
                                                   for f in ("peak_allocated_bytes", "peak_reserved_bytes"))
+        # device-used includes the CUDA context, which grows with the kernels earlier configurations of a
+        # shared process loaded (lazy module loading): a shared record is only good if it matches a fresh
+        # process to within NVML's granularity (2 MiB pages) or 1%.
+        shared_used, fresh_used = rec.get("device_used_bytes"), getattr(m, "device_used_bytes", None)
+        row["same_device_used"] = (shared_used is None and fresh_used is None) or (
+            shared_used is not None and fresh_used is not None
+            and abs(shared_used - fresh_used) <= max(2 * 1024**2, 0.01 * fresh_used))
         rows.append(row)
     return rows
 
@@ -336,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     check_path = out.with_suffix(".fresh-check.json")
     check_path.write_text(json.dumps(checks, indent=1) + "\n")
     print_summary(records, checks, failures, time.monotonic() - t0, out)
-    return 1 if failures or not all(c["same_peaks"] for c in checks) else 0
+    return 1 if failures or not all(c["same_peaks"] and c["same_device_used"] for c in checks) else 0
 
 
 def print_summary(records: list[dict], checks: list[dict], failures: list[str], seconds: float, out: Path) -> None:
@@ -362,7 +369,9 @@ def print_summary(records: list[dict], checks: list[dict], failures: list[str], 
               f"peak allocated {c['shared_peak_allocated_bytes']} shared vs {c['fresh_peak_allocated_bytes']} fresh, "
               f"reserved {c['shared_peak_reserved_bytes']} vs {c['fresh_peak_reserved_bytes']}, "
               f"device used {c['shared_device_used_bytes']} vs {c['fresh_device_used_bytes']}: "
-              f"{'SAME' if c['same_peaks'] else 'DIFFERENT'}" + (f" ({c['error']})" if c.get("error") else ""))
+              f"{'SAME' if c['same_peaks'] else 'DIFFERENT'} peaks, "
+              f"{'same' if c['same_device_used'] else 'DIFFERENT'} device used"
+              + (f" ({c['error']})" if c.get("error") else ""))
     for f in failures:
         print(f"FAILED {f}")
 
