@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..errors import GpuwiseError
 from ..step import OPTIMIZERS, PRECISIONS, StepConfig
 from ..workload import Workload, load_workload
 
@@ -30,6 +31,20 @@ def add_gpu_selection_arguments(p: argparse.ArgumentParser, per_gpu: bool = Fals
     p.add_argument("--min-free", default="0", help=f"minimum free memory{each}, e.g. 10GiB, 500MiB")
     p.add_argument("--max-util", type=float, default=None, help=f"maximum utilisation{each} in percent")
     p.add_argument("--wait", default=None, help="wait up to this long for GPUs to qualify, e.g. 30s, 10m")
+
+
+def add_command_argument(p: argparse.ArgumentParser, metavar: str = "-- CMD ARGS",
+                         help: str = "the command to run") -> None:
+    """The trailing `-- cmd args...` of run, watch and launch."""
+    p.add_argument("cmd", nargs="...", metavar=metavar, help=help)
+
+
+def command_from_args(args: argparse.Namespace, example: str | None = None) -> list[str]:
+    """The command after `--`; with `example`, an empty command is a one-line error showing it."""
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not cmd and example:
+        raise GpuwiseError(f"no command given: use `{example}`")
+    return cmd
 
 
 def positive_int(text: str) -> int:

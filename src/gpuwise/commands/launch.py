@@ -6,7 +6,7 @@ import shlex
 
 from ..dist import launch as launching
 from ..report import console
-from .common import add_gpu_selection_arguments, positive_int
+from .common import add_command_argument, add_gpu_selection_arguments, command_from_args, positive_int
 
 HELP = "run a distributed script under torchrun on free GPUs (or CPU ranks with gloo), one rank per GPU"
 EXAMPLES = """\
@@ -44,11 +44,11 @@ def launch_kwargs(args) -> dict:
 def add_arguments(p) -> None:
     add_launch_arguments(p)
     p.add_argument("--dry-run", action="store_true", help="print the torchrun command line and exit")
-    p.add_argument("cmd", nargs="...", metavar="-- SCRIPT ARGS", help="the script (or python -m module) to run")
+    add_command_argument(p, "-- SCRIPT ARGS", "the script (or python -m module) to run")
 
 
 def run(args) -> int:
-    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    cmd = command_from_args(args)  # an empty command is refused by launching.target_args
     target = launching.target_args(cmd)
     plan = launching.prepare(target, nproc_per_node=args.nproc, max_restarts=args.max_restarts, device=args.device,
                              command=shlex.join(cmd), on_wait=lambda m: console.err.print(f"[dim]waiting: {m}[/dim]"),

@@ -10,7 +10,7 @@ import subprocess
 from ..devices import pick
 from ..errors import GpuwiseError
 from ..report import console
-from .common import add_gpu_selection_arguments, positive_int
+from .common import add_command_argument, add_gpu_selection_arguments, command_from_args, positive_int
 
 HELP = "pick and reserve GPU(s) for the life of a command, run it with CUDA_VISIBLE_DEVICES set"
 EXAMPLES = """\
@@ -24,13 +24,11 @@ def add_arguments(p) -> None:
     p.add_argument("-n", "--count", type=positive_int, default=1, help="how many GPUs (default 1)")
     add_gpu_selection_arguments(p)
     p.add_argument("--uuid", action="store_true", help="set UUIDs instead of indices")
-    p.add_argument("cmd", nargs="...", metavar="-- CMD ARGS", help="the command to run")
+    add_command_argument(p)
 
 
 def run(args) -> int:
-    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
-    if not cmd:
-        raise GpuwiseError("no command given: use `gpuwise run -- python train.py ...`")
+    cmd = command_from_args(args, "gpuwise run -- python train.py ...")
     result = pick(args.count, min_free=args.min_free, max_util=args.max_util, wait=args.wait, uuid=args.uuid,
                   reserve_for="process", set_env=False, command=shlex.join(cmd),
                   on_wait=lambda m: console.err.print(f"[dim]waiting: {m}[/dim]"))

@@ -6,6 +6,7 @@ import os
 
 from ..errors import GpuwiseError
 from ..report import console
+from .common import add_command_argument, command_from_args
 
 HELP = "run a training command, watch its GPUs and CPU, and explain low or oscillating GPU utilisation"
 EXAMPLES = """\
@@ -21,15 +22,13 @@ def add_arguments(p) -> None:
     p.add_argument("--report", metavar="FILE.html", help="write a self-contained HTML report with timeline charts")
     p.add_argument("--interval", type=float, default=0.1, metavar="S", help="sampling interval in seconds (default 0.1)")
     p.add_argument("--steps-dir", metavar="DIR", help="keep the per-step files the command's monitor writes here")
-    p.add_argument("cmd", nargs="...", metavar="-- CMD ARGS", help="the command to run")
+    add_command_argument(p)
 
 
 def run(args) -> int:
     from ..monitor.external import watch_command
 
-    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
-    if not cmd:
-        raise GpuwiseError("no command given: use `gpuwise watch -- python train.py ...`")
+    cmd = command_from_args(args, "gpuwise watch -- python train.py ...")
     if args.report:
         _check_report_path(args.report)  # before the run, not after it
     # With --json our stdout carries exactly one JSON object, so the command's stdout goes to stderr.
