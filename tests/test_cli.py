@@ -136,3 +136,14 @@ def test_every_command_has_help_with_examples():
 ])
 def test_bad_arguments_are_one_line_too(args, pattern):
     assert_one_line_error(run_cli(*args, env=FAKE), pattern)
+
+
+def test_demo_plans_and_measures_on_the_cpu():
+    # the README's main command, on the smallest example: the plan must agree with the measured CPU peak
+    proc = run_cli("demo", "examples:mlp", "--batch-size", "8", "--json", env={"GPUWISE_FAKE_GPUS": ""})
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["device"] == "cpu" and data["parameters"] == 32 * 16 + 16
+    planned, measured = data["plan"]["peak_allocated_bytes"], data["measure"]["peak_allocated_bytes"]
+    assert abs(planned - measured) <= 0.01 * measured
+    assert data["plan_gpu"]["gpu"] and data["plan_gpu"]["max_batch_size"] > 8

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any
 
@@ -12,16 +11,11 @@ from .errors import GpuwiseError
 from .workload import load_workload
 
 
-def _optional(module: str, name: str):
-    """A pipeline stage that may not be installed in this build: (function or None)."""
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError):
-        return None
-
-
 def run_demo(spec: str, batch_size: int, *, gpu: str | None = "H100", steps: int = 3, measure: bool = True,
              on_stage: Callable[[str], None] | None = None) -> dict[str, Any]:
+    from .measure import measure as measure_step
+    from .plan import estimate
+
     stage = on_stage or (lambda s: None)
     result: dict[str, Any] = {"workload": spec, "batch_size": batch_size}
     wl = load_workload(spec)  # first, so a bad workload is one line before any progress output
@@ -36,29 +30,19 @@ def run_demo(spec: str, batch_size: int, *, gpu: str | None = "H100", steps: int
     device = "cpu"
     if found.gpus:
         try:
-            chosen = pick(1, set_env=False)
-            device = "cuda"  # the child process sees only the chosen GPU
-            result["picked"] = chosen.to_dict()
+            # reserved for this process's life; CUDA_VISIBLE_DEVICES is inherited by the measuring child
+            result["picked"] = pick(1).to_dict()
+            device = "cuda"
         except GpuwiseError as exc:
             result["picked"] = {"error": str(exc)}
     result["device"] = device
 
-    estimate = _optional("gpuwise.plan", "estimate")
-    if estimate is not None:
-        stage("plan")
-        target = "cuda" if device == "cuda" else "cpu"
-        result["plan"] = estimate(wl, batch_size, target=target).to_dict()
-        if gpu:
-            result["plan_gpu"] = estimate(wl, batch_size, target="cuda", gpu=gpu).to_dict()
+    stage("plan")
+    result["plan"] = estimate(wl, batch_size, target=device).to_dict()
+    if gpu:
+        result["plan_gpu"] = estimate(wl, batch_size, target="cuda", gpu=gpu).to_dict()
 
-    measure_fn = _optional("gpuwise.measure", "measure")
-    if measure and measure_fn is not None:
+    if measure:
         stage(f"measure ({steps} steps on {device})")
-        env_device = device
-        if device == "cuda" and "picked" in result and "cuda_visible_devices" in result["picked"]:
-            import os
-
-            os.environ.update({"CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-                               "CUDA_VISIBLE_DEVICES": result["picked"]["cuda_visible_devices"]})
-        result["measure"] = measure_fn(wl.spec, batch_size, steps=steps, device=env_device).to_dict()
+        result["measure"] = measure_step(wl.spec, batch_size, steps=steps, device=device).to_dict()
     return result
