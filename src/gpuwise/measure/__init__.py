@@ -6,21 +6,11 @@
 
 from __future__ import annotations
 
-import sys
-import types
-
+from .._callable import make_package_callable
 from .api import Measurement, measure
 from .maxbatch import MaxBatchResult, find_max_batch, next_candidate
 
 __all__ = ["Measurement", "measure", "MaxBatchResult", "find_max_batch", "next_candidate"]
 
 
-class _CallableModule(types.ModuleType):
-    """`gpuwise.measure(...)` keeps working after `import gpuwise.measure` binds the package itself
-    to the attribute `gpuwise.measure` (the import system does that, shadowing the lazy function)."""
-
-    def __call__(self, *args, **kwargs) -> Measurement:
-        return measure(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
+make_package_callable(__name__, measure)  # see gpuwise/_callable.py

@@ -6,8 +6,7 @@
     mon.summary()   # {"steps", "step_time_s": {"median"}, "data_wait_fraction", ..., "findings": [...]}
 """
 
-import sys
-
+from .._callable import make_package_callable
 from .core import PHASES, Monitor, monitor
 from .ranks import merge_rank_files, merged_summary
 from .rules import RULES, Finding, diagnose, rule, suggest_num_workers
@@ -19,12 +18,4 @@ __all__ = ["ENV_DIR", "PHASES", "RULES", "Finding", "Monitor", "Sample", "StepRe
            "summarize"]
 
 
-class _CallableModule(type(sys.modules[__name__])):
-    """`gpuwise.monitor` is this package once any submodule is imported (Python sets the attribute), and the
-    function `monitor` before that (gpuwise's lazy `__getattr__`): calling the package calls the function."""
-
-    def __call__(self, *args, **kwargs) -> Monitor:
-        return monitor(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
+make_package_callable(__name__, monitor)  # see gpuwise/_callable.py

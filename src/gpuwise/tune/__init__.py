@@ -5,17 +5,10 @@
 therefore callable too, so `gpuwise.tune(workload, ...)` works either way.
 """
 
-import sys
-import types
-
+from .._callable import make_package_callable
 from .tuner import TuneResult, tune
 
 __all__ = ["TuneResult", "tune"]
 
 
-class _CallablePackage(types.ModuleType):
-    def __call__(self, *args, **kwargs):
-        return tune(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallablePackage
+make_package_callable(__name__, tune)  # see gpuwise/_callable.py
