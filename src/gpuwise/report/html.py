@@ -13,7 +13,7 @@ import io
 import os
 import time
 
-from ..units import fmt_bytes, fmt_duration
+from ..units import GIB, fmt_bytes, fmt_duration
 
 MAX_BARS = 300  # more steps than this are averaged into bins so the bars stay readable
 
@@ -63,18 +63,17 @@ def _plot_utilization(ax, tl) -> None:
 
 
 def _plot_memory(ax, tl) -> None:
-    gib = 1024 ** 3
     for i in sorted({i for s in tl.samples for i in s.gpus}):
         pts = [(s.t_s, s.gpus[i].get("memory_used_bytes")) for s in tl.samples if i in s.gpus]
         pts = [(a, b) for a, b in pts if b is not None]
         if pts:
-            ax.plot([a for a, _ in pts], [b / gib for _, b in pts], label=f"GPU {i} used (NVML)")
+            ax.plot([a for a, _ in pts], [b / GIB for _, b in pts], label=f"GPU {i} used (NVML)")
     alloc = [(s.start_s + s.total_s, s.memory_allocated_bytes) for s in tl.steps if s.memory_allocated_bytes is not None]
     if alloc:
-        ax.plot([a for a, _ in alloc], [b / gib for _, b in alloc], label="allocated by torch", lw=1)
+        ax.plot([a for a, _ in alloc], [b / GIB for _, b in alloc], label="allocated by torch", lw=1)
     rss = [(s.t_s, s.rss_bytes) for s in tl.samples if s.rss_bytes is not None]
     if rss:
-        ax.plot([a for a, _ in rss], [b / gib for _, b in rss], label="process RSS (host)", lw=1, alpha=0.8)
+        ax.plot([a for a, _ in rss], [b / GIB for _, b in rss], label="process RSS (host)", lw=1, alpha=0.8)
     ax.set_ylabel("GiB")
     ax.set_xlabel("time (s)")
     ax.set_title("Memory")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from ..units import fmt_bytes, fmt_count, fmt_duration
+from ..units import GIB, fmt_bytes, fmt_count, fmt_duration
 from . import console
 
 CATEGORY_LABELS = {
@@ -93,19 +93,18 @@ def plot_estimate(est, path: str) -> str:
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
-    gib = 1024**3
     has_curve = est.capacity is not None and est.capacity.points
     fig, axes = plt.subplots(1, 2 if has_curve else 1, figsize=(11 if has_curve else 6, 4.2), squeeze=False)
     ax = axes[0][0]
     bottom = 0.0
     for cat, label in CATEGORY_LABELS.items():
-        n = est.by_category.get(cat, 0) / gib
+        n = est.by_category.get(cat, 0) / GIB
         if n > 0:
             ax.bar([0], [n], bottom=bottom, label=label)
             bottom += n
     bars = [("tensors", bottom)]
     if est.target == "cuda":
-        bars += [("reserved", est.peak_reserved_bytes / gib), ("device used", est.device_used_bytes / gib)]
+        bars += [("reserved", est.peak_reserved_bytes / GIB), ("device used", est.device_used_bytes / GIB)]
         for i, (_, v) in enumerate(bars[1:], start=1):
             ax.bar([i], [v], color="0.6" if i == 1 else "0.35")
     ax.set_xticks(range(len(bars)), [b for b, _ in bars])
@@ -116,12 +115,12 @@ def plot_estimate(est, path: str) -> str:
         ax2 = axes[0][1]
         pts = sorted(est.capacity.points, key=lambda p: p.batch_size)
         xs = [p.batch_size for p in pts]
-        ax2.plot(xs, [p.device_used_bytes / gib for p in pts], "o-", label="device used (traced)")
-        ax2.plot(xs, [p.peak_allocated_bytes / gib for p in pts], "s--", label="peak allocated (traced)")
+        ax2.plot(xs, [p.device_used_bytes / GIB for p in pts], "o-", label="device used (traced)")
+        ax2.plot(xs, [p.peak_allocated_bytes / GIB for p in pts], "s--", label="peak allocated (traced)")
         fit = est.capacity.fit
-        ax2.plot([0, max(xs)], [fit.at(0) / gib, fit.at(max(xs)) / gib], ":", color="0.4", label="fitted line")
-        ax2.axhline(est.gpu_memory_bytes / gib, color="red", label=f"{est.gpu} memory")
-        ax2.axhline(est.capacity.limit_bytes / gib, color="red", ls="--", lw=0.8,
+        ax2.plot([0, max(xs)], [fit.at(0) / GIB, fit.at(max(xs)) / GIB], ":", color="0.4", label="fitted line")
+        ax2.axhline(est.gpu_memory_bytes / GIB, color="red", label=f"{est.gpu} memory")
+        ax2.axhline(est.capacity.limit_bytes / GIB, color="red", ls="--", lw=0.8,
                     label=f"limit ({est.capacity.margin_pct:g}% margin)")
         ax2.axvline(est.capacity.max_batch_size, color="green", ls=":", label=f"largest batch {est.capacity.max_batch_size}")
         ax2.set_xlabel("batch size")
