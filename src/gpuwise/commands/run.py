@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import shlex
-import signal
 import subprocess
 
 from ..devices import pick
 from ..errors import GpuwiseError
+from ..process import wait_forwarding_sigint
 from ..report import console
 from .common import add_command_argument, add_gpu_selection_arguments, command_from_args, positive_int
 
@@ -40,15 +40,9 @@ def run(args) -> int:
         raise GpuwiseError(f"cannot start {cmd[0]!r}: {exc.strerror}") from exc
     console.err.print(f"[dim]gpuwise run: CUDA_VISIBLE_DEVICES={result.cuda_visible_devices} {shlex.join(cmd)}[/dim]")
     try:
-        while True:
-            try:
-                code = proc.wait()
-                break
-            except KeyboardInterrupt:
-                proc.send_signal(signal.SIGINT)  # let the child shut down; keep the GPUs until it has
+        code = wait_forwarding_sigint(proc)  # keep the GPUs until the command has shut down
     finally:
         result.release()
-    code = 128 - code if code < 0 else code  # killed by a signal: the shell's convention
     if args.json:
         console.emit_json({**result.to_dict(), "command": cmd, "exit_code": code})
     return code

@@ -15,6 +15,8 @@ import subprocess
 import sys
 from collections.abc import Mapping
 
+from ..process import wait_forwarding_sigint
+
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 
 
@@ -22,13 +24,7 @@ def run_torchrun(argv: list[str], env: Mapping[str, str], stdout_to_stderr: bool
     """Run torchrun with `argv` in `env` (the full environment); its exit code (128+N for signal N).
     `stdout_to_stderr` keeps the ranks' prints off stdout (for --json)."""
     proc = subprocess.Popen(TORCHRUN + list(argv), env=dict(env), stdout=2 if stdout_to_stderr else None)  # fd 2
-    while True:
-        try:
-            code = proc.wait()
-            break
-        except KeyboardInterrupt:
-            proc.send_signal(signal.SIGINT)  # torchrun stops its workers; wait for it
-    return 128 - code if code < 0 else code
+    return wait_forwarding_sigint(proc)  # on Ctrl-C torchrun stops its workers; wait for it
 
 
 # --- inside a worker -------------------------------------------------------------------------------

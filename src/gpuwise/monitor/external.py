@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..errors import GpuwiseError
+from ..process import shell_exit_code
 from .sampler import Sampler, default_gpu_source, gpus_of_pids, process_tree
 from .timeline import ENV_DIR, Timeline, read_rank_files
 
@@ -41,10 +42,6 @@ class WatchResult:
 def _visible_indices(env: dict) -> list[int]:
     values = [v.strip() for v in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
     return [int(v) for v in values] if values and all(v.isdigit() for v in values) else []
-
-
-def _exit_code(code: int) -> int:
-    return 128 - code if code < 0 else code  # killed by signal N: the shell's 128 + N
 
 
 def _wait(proc: subprocess.Popen, grace_s: float) -> bool:
@@ -120,7 +117,7 @@ def watch_command(cmd: list[str], interval_s: float = 0.1, steps_dir: str | None
         sampler.stop()
     seconds = time.perf_counter() - t0
     timeline.notes.extend(f"sampler error: {e}" for e in sampler.errors)
-    code = _exit_code(proc.returncode)
+    code = shell_exit_code(proc.returncode)
     _merge_child(timeline, directory)
     if own_dir:
         shutil.rmtree(directory, ignore_errors=True)
