@@ -32,7 +32,7 @@ def run(args) -> int:
     result = pick(args.count, min_free=args.min_free, max_util=args.max_util, wait=args.wait, uuid=args.uuid,
                   reserve_for="process", set_env=False, command=shlex.join(cmd),
                   on_wait=lambda m: console.err.print(f"[dim]waiting: {m}[/dim]"))
-    env = dict(os.environ, CUDA_DEVICE_ORDER="PCI_BUS_ID", CUDA_VISIBLE_DEVICES=result.cuda_visible_devices)
+    env = {**os.environ, **result.environment()}
     try:
         proc = subprocess.Popen(cmd, env=env)
     except OSError as exc:

@@ -63,6 +63,9 @@ class Pick:
             "cuda_visible_devices": self.cuda_visible_devices,
         }
 
+    def environment(self) -> dict[str, str]:
+        return visible_devices_environment(self.cuda_visible_devices)
+
     def release(self) -> None:
         if self.reservation is not None:
             self.reservation.release()
@@ -70,8 +73,12 @@ class Pick:
 
 def cuda_environment(devices: list[Gpu], use_uuid: bool = False) -> dict[str, str]:
     """The environment that makes CUDA see exactly `devices`, in this order (a pure function)."""
-    value = ",".join(g.uuid if use_uuid else str(g.index) for g in devices)
-    return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": value}
+    return visible_devices_environment(",".join(g.uuid if use_uuid else str(g.index) for g in devices))
+
+
+def visible_devices_environment(cuda_visible_devices: str) -> dict[str, str]:
+    """CUDA_VISIBLE_DEVICES with PCI-bus ordering, so CUDA's numbering is nvidia-smi's (and NVML's)."""
+    return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": cuda_visible_devices}
 
 
 def check_cuda_not_initialized(env: dict[str, str]) -> None:

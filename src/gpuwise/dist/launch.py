@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from ..devices import discover, pick
-from ..devices.select import Pick, qualifies, visible_restriction
+from ..devices.select import Pick, qualifies, visible_devices_environment, visible_restriction
 from ..errors import GpuwiseError
 from ..units import parse_bytes
 from . import backend
@@ -64,8 +64,7 @@ def launch_environment(*, cuda_visible_devices: str | None, nproc_per_node: int,
         # pytorch/pytorch#135712). A store of their own per attempt restarts cleanly.
         env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     if cuda_visible_devices is not None:
-        return {**env, "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": cuda_visible_devices,
-                "GPUWISE_DIST_BACKEND": "nccl"}
+        return {**env, **visible_devices_environment(cuda_visible_devices), "GPUWISE_DIST_BACKEND": "nccl"}
     env["GPUWISE_DIST_BACKEND"] = "gloo"
     if "OMP_NUM_THREADS" not in base_env:
         env["OMP_NUM_THREADS"] = str(max(1, cpu_count // max(1, nproc_per_node)))
