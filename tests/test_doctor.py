@@ -364,3 +364,17 @@ def test_cli_exit_codes_on_fake_gpus(write_fake, monkeypatch, capsys):
     monkeypatch.setattr(tp, "probe", lambda env=None: CPU_TORCH)
     assert cli.main(["doctor", "--expect-gpu"]) == EXIT_NO_GPU  # 4 wins over 3
     assert "exit 4" in capsys.readouterr().out
+
+
+def test_pytorchs_own_numbering_replaces_the_guess(tmp_path, write_fake):
+    """When the probe reports each device's UUID (torch prints it without "GPU-") or PCI bus number, the
+    table shows what PyTorch really did: here cuda:0 is GPU 5 (by UUID) and cuda:1 GPU 1 (bus 0x19)."""
+    write_fake(EIGHT)
+    torch = TorchFacts(installed=True, version="2.13.0+cu130", cuda="13.0", cuda_available=True, device_count=2,
+                       devices=({"index": 0, "name": "NVIDIA H100 80GB HBM3", "uuid": "00000005-aaaa-bbbb-cccc-dddddddddddd"},
+                                {"index": 1, "name": "NVIDIA A100-SXM4-80GB", "pci_bus_id": 0x19}))
+    checks, _ = run(tmp_path, torch=torch, env={"CUDA_VISIBLE_DEVICES": "0,4"})
+    c = checks["cuda_device_order"]
+    assert c.details["measured"] == [5, 1]
+    assert [r["with_fastest_first"]["index"] for r in c.details["mapping"]] == [5, 1]
+    assert c.status == "warning" and "Now (measured in PyTorch): cuda:0 = GPU 5" in c.evidence

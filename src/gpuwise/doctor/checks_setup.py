@@ -183,6 +183,21 @@ def cuda_visible_devices(f: Facts, o: Options) -> Check:
     return Check("cuda_visible_devices", OK, f"CUDA_VISIBLE_DEVICES={value!r}: {shown or 'MIG instances'}")
 
 
+def measured_order(f: Facts) -> list[Gpu | None] | None:
+    """The GPU behind each cuda:k as PyTorch reported it (UUID, else PCI bus number), or None if unknown."""
+    t = f.torch
+    if t is None or not t.devices:
+        return None
+    out: list[Gpu | None] = []
+    for d in t.devices:
+        uuid, bus = str(d.get("uuid") or ""), d.get("pci_bus_id")
+        match = [g for g in f.gpus if uuid and g.uuid.removeprefix("GPU-") == uuid.removeprefix("GPU-")]
+        if not match and isinstance(bus, int):
+            match = [g for g in f.gpus if g.pci_bus_id and int(g.pci_bus_id.split(":")[-2], 16) == bus]
+        out.append(match[0] if len(match) == 1 else None)
+    return out if any(out) else None
+
+
 @check("cuda_device_order")
 def cuda_device_order(f: Facts, o: Options) -> Check:
     order = f.env.get("CUDA_DEVICE_ORDER")
@@ -195,22 +210,32 @@ def cuda_device_order(f: Facts, o: Options) -> Check:
     rows = visible.mapping(value, gpus)
     details = {"mapping": [r.to_dict() for r in rows], "cuda_device_order": order,
                "assumption": "FASTEST_FIRST ranks by compute capability (higher first), PCI order among equals"}
+    measured = measured_order(f)
+    if measured:
+        details["measured"] = [None if g is None else g.index for g in measured]
     uses_uuids = value is not None and value.strip().startswith(("GPU-", "MIG-"))
     if order == "PCI_BUS_ID" or uses_uuids:
         why = "UUIDs name GPUs whatever the order" if uses_uuids and order != "PCI_BUS_ID" else "CUDA_DEVICE_ORDER=PCI_BUS_ID"
         return Check("cuda_device_order", OK, f"{why}: {_describe(rows, 'pci')} (nvidia-smi's numbering)", "", details)
     bad_value = order is not None and order != "FASTEST_FIRST"
     same = all(r.pci_bus_id_order == r.fastest_first_order for r in rows)
+    if measured:  # PyTorch's own answer replaces the guess
+        rows = [visible.MappingRow(r.cuda_index, r.token, r.pci_bus_id_order, measured[r.cuda_index]
+                                   if r.cuda_index < len(measured) else None) for r in rows]
+        details["mapping"] = [r.to_dict() for r in rows]
+        same = all(r.pci_bus_id_order == r.fastest_first_order for r in rows)
     now = f"CUDA_DEVICE_ORDER={order!r} (not a valid value: CUDA uses FASTEST_FIRST)" if bad_value else \
         ("CUDA_DEVICE_ORDER unset (CUDA's default FASTEST_FIRST)" if order is None else "CUDA_DEVICE_ORDER=FASTEST_FIRST")
     fix = "export CUDA_DEVICE_ORDER=PCI_BUS_ID (then indices mean what nvidia-smi shows; `gpuwise pick`/`run` set it)"
     if same:
         return Check("cuda_device_order", WARNING if bad_value else OK,
-                     f"{now}; the GPUs rank equally, so CUDA's numbering is nvidia-smi's in practice: "
+                     f"{now}; " + ("PyTorch reports the same numbering as nvidia-smi: " if measured else
+                                   "the GPUs rank equally, so CUDA's numbering is nvidia-smi's in practice: ") +
                      f"{_describe(rows, 'pci')}", fix, details)
     return Check("cuda_device_order", WARNING,
                  f"{now}: CUDA numbers the fastest GPU first, so {'the indices in CUDA_VISIBLE_DEVICES' if value else 'cuda:N'} "
-                 f"are not nvidia-smi's. Now: {_describe(rows, 'fast')}; with PCI_BUS_ID: {_describe(rows, 'pci')}",
+                 f"are not nvidia-smi's. Now{' (measured in PyTorch)' if measured else ''}: {_describe(rows, 'fast')}; "
+                 f"with PCI_BUS_ID: {_describe(rows, 'pci')}",
                  fix, details)
 
 
