@@ -378,3 +378,20 @@ def test_pytorchs_own_numbering_replaces_the_guess(tmp_path, write_fake):
     assert c.details["measured"] == [5, 1]
     assert [r["with_fastest_first"]["index"] for r in c.details["mapping"]] == [5, 1]
     assert c.status == "warning" and "Now (measured in PyTorch): cuda:0 = GPU 5" in c.evidence
+
+
+def test_pytorch_sees_fewer_gpus_than_visible(tmp_path, write_fake):
+    write_fake([gpu(0), gpu(1)])
+    checks, report = run(tmp_path, torch=CUDA_TORCH, dev=("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm"))
+    c = checks["pytorch_sees_gpus"]  # CUDA_TORCH sees one device; two are visible
+    assert c.status == "warning" and "device_count() = 1" in c.evidence and "2 GPUs should be visible" in c.evidence
+
+
+def test_broken_visible_devices_on_a_cpu_machine_is_only_a_warning(tmp_path, monkeypatch):
+    from gpuwise.doctor import facts as facts_mod
+
+    monkeypatch.delenv("GPUWISE_FAKE_GPUS", raising=False)
+    monkeypatch.setattr(facts_mod, "nvml_status", lambda: facts_mod.NvmlStatus(False, "NVML: NVML Shared Library Not Found", True))
+    checks, report = run(tmp_path, torch=CPU_TORCH, env={"CUDA_VISIBLE_DEVICES": "1,1"}, dev=(), pci=())
+    c = checks["cuda_visible_devices"]
+    assert c.status == "warning" and "repeated" in c.evidence and report.exit_code == EXIT_OK

@@ -172,8 +172,9 @@ def cuda_visible_devices(f: Facts, o: Options) -> Check:
         return Check("cuda_visible_devices", status, parsed.problems[0] + (" (fine for a CPU job)" if gpus else ""),
                      "unset it (`unset CUDA_VISIBLE_DEVICES`) or name GPUs, e.g. `export CUDA_VISIBLE_DEVICES=$(gpuwise pick)`"
                      if status == WARNING else "")
-    if real_problems:
-        return Check("cuda_visible_devices", PROBLEM, f"CUDA_VISIBLE_DEVICES={value!r}: " + "; ".join(real_problems),
+    if real_problems:  # on a machine without NVIDIA GPUs a broken value costs a CPU job nothing
+        return Check("cuda_visible_devices", PROBLEM if f.nvidia_hardware else WARNING,
+                     f"CUDA_VISIBLE_DEVICES={value!r}: " + "; ".join(real_problems),
                      "use only indices (as nvidia-smi numbers them, with CUDA_DEVICE_ORDER=PCI_BUS_ID) or only "
                      "full GPU-/MIG- UUIDs, each once: `gpuwise pick -n N` prints a valid value")
     if not gpus:
@@ -246,6 +247,13 @@ def pytorch_sees_gpus(f: Facts, o: Options) -> Check:
         return Check("pytorch_sees_gpus", SKIPPED, "PyTorch was not probed")
     if t.device_count > 0:
         names = ", ".join(f"cuda:{d['index']} {d['name']}" for d in t.devices) or f"{t.device_count} device(s)"
+        value = f.env.get("CUDA_VISIBLE_DEVICES")
+        expected = len(visible.parse(value, f.gpus).visible) if f.gpus else 0
+        if expected > t.device_count and not (value or "").strip().startswith("MIG-"):
+            return Check("pytorch_sees_gpus", WARNING, f"torch.cuda.device_count() = {t.device_count} ({names}) but "
+                         f"{_plural(expected, 'GPU')} should be visible" + (f" with CUDA_VISIBLE_DEVICES={value!r}" if value
+                                                                           else ""),
+                         "see the checks above (MIG, compute mode, CUDA_VISIBLE_DEVICES); `nvidia-smi` for failed GPUs")
         return Check("pytorch_sees_gpus", OK, f"torch.cuda.device_count() = {t.device_count}: {names}")
     said = "; ".join(list(t.warnings) + ([t.error] if t.error else []))
     evidence = f"torch.cuda.is_available() is False{': ' + said if said else ''}"
