@@ -15,7 +15,7 @@ from gpuwise.doctor import torch_probe as tp
 from gpuwise.doctor.facts import list_nvidia_pci
 from gpuwise.doctor.torch_probe import TorchFacts
 from gpuwise.doctor.wheels import install_command
-from tests.conftest import run_cli
+from conftest import run_cli
 
 CPU_TORCH = TorchFacts(installed=True, version="2.13.0+cpu", cuda=None, warnings=())
 CUDA_TORCH = TorchFacts(installed=True, version="2.13.0+cu130", cuda="13.0", cuda_available=True, device_count=1,
