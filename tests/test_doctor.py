@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 
 from gpuwise import cli
 from gpuwise.doctor import EXIT_NO_GPU, EXIT_OK, EXIT_PROBLEM, Options, diagnose, gather
@@ -15,7 +16,6 @@ from gpuwise.doctor import torch_probe as tp
 from gpuwise.doctor.facts import list_nvidia_pci
 from gpuwise.doctor.torch_probe import TorchFacts
 from gpuwise.doctor.wheels import install_command
-from conftest import run_cli
 
 CPU_TORCH = TorchFacts(installed=True, version="2.13.0+cpu", cuda=None, warnings=())
 CUDA_TORCH = TorchFacts(installed=True, version="2.13.0+cu130", cuda="13.0", cuda_available=True, device_count=1,
