@@ -395,3 +395,22 @@ def test_broken_visible_devices_on_a_cpu_machine_is_only_a_warning(tmp_path, mon
     checks, report = run(tmp_path, torch=CPU_TORCH, env={"CUDA_VISIBLE_DEVICES": "1,1"}, dev=(), pci=())
     c = checks["cuda_visible_devices"]
     assert c.status == "warning" and "repeated" in c.evidence and report.exit_code == EXIT_OK
+
+
+def test_fake_torch_file_drives_the_real_command(tmp_path, write_fake):
+    """GPUWISE_FAKE_TORCH pairs with GPUWISE_FAKE_GPUS: the whole command in a subprocess, real exit codes."""
+    gpus = write_fake([gpu(0, driver_version="580.65.06", cuda_driver_version="13.0")])
+    cuda = tmp_path / "torch.json"
+    cuda.write_text(json.dumps({"version": "2.13.0+cu130", "cuda": "13.0", "device_count": 1,
+                                "devices": [{"index": 0, "name": "NVIDIA H100 80GB HBM3"}]}))
+    done = run_cli("doctor", "--expect-gpu", env={"GPUWISE_FAKE_GPUS": str(gpus), "GPUWISE_FAKE_TORCH": str(cuda)})
+    assert done.returncode == EXIT_OK, done.stdout + done.stderr
+    cpu = tmp_path / "cpu.json"
+    cpu.write_text(json.dumps({"version": "2.13.0+cpu", "cuda": None}))
+    done = run_cli("doctor", "--expect-gpu", "--json", env={"GPUWISE_FAKE_GPUS": str(gpus), "GPUWISE_FAKE_TORCH": str(cpu)})
+    assert done.returncode == EXIT_NO_GPU
+    fix = {c["name"]: c for c in json.loads(done.stdout)["checks"]}["pytorch_build"]["fix"]
+    assert fix.startswith("pip install torch==2.13.0+cu130 --index-url https://download.pytorch.org/whl/cu130")
+    cpu.write_text("[1, 2]")
+    done = run_cli("doctor", env={"GPUWISE_FAKE_GPUS": str(gpus), "GPUWISE_FAKE_TORCH": str(cpu)})
+    assert done.returncode == 2 and "GPUWISE_FAKE_TORCH" in done.stderr and len(done.stderr.splitlines()) == 1
