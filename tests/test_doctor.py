@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 
 from gpuwise import cli
 from gpuwise.doctor import EXIT_NO_GPU, EXIT_OK, EXIT_PROBLEM, Options, diagnose, gather
@@ -15,7 +16,6 @@ from gpuwise.doctor import torch_probe as tp
 from gpuwise.doctor.facts import list_nvidia_pci
 from gpuwise.doctor.torch_probe import TorchFacts
 from gpuwise.doctor.wheels import install_command
-from tests.conftest import run_cli
 
 CPU_TORCH = TorchFacts(installed=True, version="2.13.0+cpu", cuda=None, warnings=())
 CUDA_TORCH = TorchFacts(installed=True, version="2.13.0+cu130", cuda="13.0", cuda_available=True, device_count=1,
@@ -364,3 +364,60 @@ def test_cli_exit_codes_on_fake_gpus(write_fake, monkeypatch, capsys):
     monkeypatch.setattr(tp, "probe", lambda env=None: CPU_TORCH)
     assert cli.main(["doctor", "--expect-gpu"]) == EXIT_NO_GPU  # 4 wins over 3
     assert "exit 4" in capsys.readouterr().out
+
+
+def test_pytorchs_own_numbering_replaces_the_guess(tmp_path, write_fake):
+    """When the probe reports each device's UUID (torch prints it without "GPU-") or PCI bus number, the
+    table shows what PyTorch really did: here cuda:0 is GPU 5 (by UUID) and cuda:1 GPU 1 (bus 0x19)."""
+    write_fake(EIGHT)
+    torch = TorchFacts(installed=True, version="2.13.0+cu130", cuda="13.0", cuda_available=True, device_count=2,
+                       devices=({"index": 0, "name": "NVIDIA H100 80GB HBM3", "uuid": "00000005-aaaa-bbbb-cccc-dddddddddddd"},
+                                {"index": 1, "name": "NVIDIA A100-SXM4-80GB", "pci_bus_id": 0x19}))
+    checks, _ = run(tmp_path, torch=torch, env={"CUDA_VISIBLE_DEVICES": "0,4"})
+    c = checks["cuda_device_order"]
+    assert c.details["measured"] == [5, 1]
+    assert [r["with_fastest_first"]["index"] for r in c.details["mapping"]] == [5, 1]
+    assert c.status == "warning" and "Now (measured in PyTorch): cuda:0 = GPU 5" in c.evidence
+
+
+def test_pytorch_sees_fewer_gpus_than_visible(tmp_path, write_fake):
+    write_fake([gpu(0), gpu(1)])
+    checks, report = run(tmp_path, torch=CUDA_TORCH, dev=("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm"))
+    c = checks["pytorch_sees_gpus"]  # CUDA_TORCH sees one device; two are visible
+    assert c.status == "warning" and "device_count() = 1" in c.evidence and "2 GPUs should be visible" in c.evidence
+
+
+def test_broken_visible_devices_on_a_cpu_machine_is_only_a_warning(tmp_path, monkeypatch):
+    from gpuwise.doctor import facts as facts_mod
+
+    monkeypatch.delenv("GPUWISE_FAKE_GPUS", raising=False)
+    monkeypatch.setattr(facts_mod, "nvml_status", lambda: facts_mod.NvmlStatus(False, "NVML: NVML Shared Library Not Found", True))
+    checks, report = run(tmp_path, torch=CPU_TORCH, env={"CUDA_VISIBLE_DEVICES": "1,1"}, dev=(), pci=())
+    c = checks["cuda_visible_devices"]
+    assert c.status == "warning" and "repeated" in c.evidence and report.exit_code == EXIT_OK
+
+
+def test_fake_torch_file_drives_the_real_command(tmp_path, write_fake):
+    """GPUWISE_FAKE_TORCH pairs with GPUWISE_FAKE_GPUS: the whole command in a subprocess, real exit codes."""
+    gpus = write_fake([gpu(0, driver_version="580.65.06", cuda_driver_version="13.0")])
+    cuda = tmp_path / "torch.json"
+    cuda.write_text(json.dumps({"version": "2.13.0+cu130", "cuda": "13.0", "device_count": 1,
+                                "devices": [{"index": 0, "name": "NVIDIA H100 80GB HBM3"}]}))
+    done = run_cli("doctor", "--expect-gpu", env={"GPUWISE_FAKE_GPUS": str(gpus), "GPUWISE_FAKE_TORCH": str(cuda)})
+    assert done.returncode == EXIT_OK, done.stdout + done.stderr
+    cpu = tmp_path / "cpu.json"
+    cpu.write_text(json.dumps({"version": "2.13.0+cpu", "cuda": None}))
+    done = run_cli("doctor", "--expect-gpu", "--json", env={"GPUWISE_FAKE_GPUS": str(gpus), "GPUWISE_FAKE_TORCH": str(cpu)})
+    assert done.returncode == EXIT_NO_GPU
+    fix = {c["name"]: c for c in json.loads(done.stdout)["checks"]}["pytorch_build"]["fix"]
+    assert fix.startswith("pip install torch==2.13.0+cu130 --index-url https://download.pytorch.org/whl/cu130")
+    cpu.write_text("[1, 2]")
+    done = run_cli("doctor", env={"GPUWISE_FAKE_GPUS": str(gpus), "GPUWISE_FAKE_TORCH": str(cpu)})
+    assert done.returncode == 2 and "GPUWISE_FAKE_TORCH" in done.stderr and len(done.stderr.splitlines()) == 1
+
+
+def test_mig_instance_names_are_not_mapped(tmp_path, write_fake):
+    write_fake([gpu(0, mig_enabled=True, mig_devices=[{"uuid": "MIG-aaaa"}]), gpu(1)])
+    checks, _ = run(tmp_path, env={"CUDA_VISIBLE_DEVICES": "MIG-aaaa"}, dev=("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm"))
+    assert checks["cuda_device_order"].status == "skipped" and "MIG" in checks["cuda_device_order"].evidence
+    assert checks["cuda_visible_devices"].status == "ok"

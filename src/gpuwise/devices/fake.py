@@ -128,3 +128,10 @@ def _health(entry: dict, gpu: Gpu) -> GpuHealth:
         retired_pages_pending=_opt(entry, "retired_pages_pending", bool),
         persistence_mode=_opt(entry, "persistence_mode", bool),
     )
+
+
+def sample_fields(h: GpuHealth) -> dict:
+    """The health keys of a monitor sample (`devices.nvml.sample`) from a fake GPU's optional fields."""
+    return {"sm_clock_mhz": h.sm_clock_mhz, "sm_clock_max_mhz": h.sm_clock_max_mhz, "clock_reasons": h.clock_reasons_mask,
+            "temperature_c": h.gpu.temperature_c, "pcie_gen": h.pcie_gen_current, "pcie_width": h.pcie_width_current,
+            "pcie_gen_max": h.pcie_gen_max, "pcie_width_max": h.pcie_width_max, "pcie_rx_bytes_per_s": None}

@@ -109,8 +109,27 @@ def read_gpus() -> list[Gpu]:
     return gpus
 
 
+PCIE_THROUGHPUT_EVERY_S = 1.0  # nvmlDeviceGetPcieThroughput counts bytes over a 20 ms window (NVML docs): once a second
+_pcie_last: dict[int, tuple[float, float | None]] = {}
+
+
+def _pcie_rx(h, index: int) -> float | None:
+    """Host->device bytes/s (NVML_PCIE_UTIL_RX_BYTES = 1, reported in KB/s), at most once per second."""
+    import time
+
+    now = time.monotonic()
+    last = _pcie_last.get(index)
+    if last is not None and now - last[0] < PCIE_THROUGHPUT_EVERY_S:
+        return last[1]
+    kb = query("nvmlDeviceGetPcieThroughput", h, 1)
+    value = kb * 1000.0 if kb is not None else None
+    _pcie_last[index] = (now, value)
+    return value
+
+
 def sample(index: int) -> dict[str, float | None]:
-    """A cheap sample for monitors: utilisation, memory, power, SM clock of one GPU."""
+    """A cheap sample for monitors: utilisation, memory, power, clocks and why they are held down,
+    temperature, and the PCIe link (generation, width, host->device bytes/s) of one GPU."""
     h = query("nvmlDeviceGetHandleByIndex", index)
     if h is None:
         return {}
@@ -123,6 +142,14 @@ def sample(index: int) -> dict[str, float | None]:
         "memory_used_bytes": float(mem.used) if mem else None,
         "power_w": power / 1000 if power is not None else None,
         "sm_clock_mhz": query("nvmlDeviceGetClockInfo", h, 1, default=None),  # 1 = NVML_CLOCK_SM
+        "sm_clock_max_mhz": query("nvmlDeviceGetMaxClockInfo", h, 1, default=None),
+        "clock_reasons": _clock_reasons(h),  # NVML bitmask, names in devices.health.CLOCK_REASONS
+        "temperature_c": query("nvmlDeviceGetTemperature", h, 0, default=None),
+        "pcie_gen": query("nvmlDeviceGetCurrPcieLinkGeneration", h),
+        "pcie_width": query("nvmlDeviceGetCurrPcieLinkWidth", h),
+        "pcie_gen_max": query("nvmlDeviceGetMaxPcieLinkGeneration", h),
+        "pcie_width_max": query("nvmlDeviceGetMaxPcieLinkWidth", h),
+        "pcie_rx_bytes_per_s": _pcie_rx(h, index),
     }
 
 

@@ -172,8 +172,9 @@ def cuda_visible_devices(f: Facts, o: Options) -> Check:
         return Check("cuda_visible_devices", status, parsed.problems[0] + (" (fine for a CPU job)" if gpus else ""),
                      "unset it (`unset CUDA_VISIBLE_DEVICES`) or name GPUs, e.g. `export CUDA_VISIBLE_DEVICES=$(gpuwise pick)`"
                      if status == WARNING else "")
-    if real_problems:
-        return Check("cuda_visible_devices", PROBLEM, f"CUDA_VISIBLE_DEVICES={value!r}: " + "; ".join(real_problems),
+    if real_problems:  # on a machine without NVIDIA GPUs a broken value costs a CPU job nothing
+        return Check("cuda_visible_devices", PROBLEM if f.nvidia_hardware else WARNING,
+                     f"CUDA_VISIBLE_DEVICES={value!r}: " + "; ".join(real_problems),
                      "use only indices (as nvidia-smi numbers them, with CUDA_DEVICE_ORDER=PCI_BUS_ID) or only "
                      "full GPU-/MIG- UUIDs, each once: `gpuwise pick -n N` prints a valid value")
     if not gpus:
@@ -181,6 +182,21 @@ def cuda_visible_devices(f: Facts, o: Options) -> Check:
                      f"entries against ({f.discovery_reason or f.nvml.reason})")
     shown = ", ".join(f"cuda:{k} = GPU {g.index}" for k, g in enumerate(parsed.visible))
     return Check("cuda_visible_devices", OK, f"CUDA_VISIBLE_DEVICES={value!r}: {shown or 'MIG instances'}")
+
+
+def measured_order(f: Facts) -> list[Gpu | None] | None:
+    """The GPU behind each cuda:k as PyTorch reported it (UUID, else PCI bus number), or None if unknown."""
+    t = f.torch
+    if t is None or not t.devices:
+        return None
+    out: list[Gpu | None] = []
+    for d in t.devices:
+        uuid, bus = str(d.get("uuid") or ""), d.get("pci_bus_id")
+        match = [g for g in f.gpus if uuid and g.uuid.removeprefix("GPU-") == uuid.removeprefix("GPU-")]
+        if not match and isinstance(bus, int):
+            match = [g for g in f.gpus if g.pci_bus_id and int(g.pci_bus_id.split(":")[-2], 16) == bus]
+        out.append(match[0] if len(match) == 1 else None)
+    return out if any(out) else None
 
 
 @check("cuda_device_order")
@@ -193,24 +209,37 @@ def cuda_device_order(f: Facts, o: Options) -> Check:
     if value is not None and not value.strip():
         return Check("cuda_device_order", SKIPPED, "CUDA_VISIBLE_DEVICES hides every GPU")
     rows = visible.mapping(value, gpus)
+    if not rows:
+        return Check("cuda_device_order", SKIPPED, f"CUDA_VISIBLE_DEVICES={value!r} names no whole GPU to map "
+                     "(MIG instances, or an invalid first entry)")
     details = {"mapping": [r.to_dict() for r in rows], "cuda_device_order": order,
                "assumption": "FASTEST_FIRST ranks by compute capability (higher first), PCI order among equals"}
+    measured = measured_order(f)
+    if measured:
+        details["measured"] = [None if g is None else g.index for g in measured]
     uses_uuids = value is not None and value.strip().startswith(("GPU-", "MIG-"))
     if order == "PCI_BUS_ID" or uses_uuids:
         why = "UUIDs name GPUs whatever the order" if uses_uuids and order != "PCI_BUS_ID" else "CUDA_DEVICE_ORDER=PCI_BUS_ID"
         return Check("cuda_device_order", OK, f"{why}: {_describe(rows, 'pci')} (nvidia-smi's numbering)", "", details)
     bad_value = order is not None and order != "FASTEST_FIRST"
     same = all(r.pci_bus_id_order == r.fastest_first_order for r in rows)
+    if measured:  # PyTorch's own answer replaces the guess
+        rows = [visible.MappingRow(r.cuda_index, r.token, r.pci_bus_id_order, measured[r.cuda_index]
+                                   if r.cuda_index < len(measured) else None) for r in rows]
+        details["mapping"] = [r.to_dict() for r in rows]
+        same = all(r.pci_bus_id_order == r.fastest_first_order for r in rows)
     now = f"CUDA_DEVICE_ORDER={order!r} (not a valid value: CUDA uses FASTEST_FIRST)" if bad_value else \
         ("CUDA_DEVICE_ORDER unset (CUDA's default FASTEST_FIRST)" if order is None else "CUDA_DEVICE_ORDER=FASTEST_FIRST")
     fix = "export CUDA_DEVICE_ORDER=PCI_BUS_ID (then indices mean what nvidia-smi shows; `gpuwise pick`/`run` set it)"
     if same:
         return Check("cuda_device_order", WARNING if bad_value else OK,
-                     f"{now}; the GPUs rank equally, so CUDA's numbering is nvidia-smi's in practice: "
+                     f"{now}; " + ("PyTorch reports the same numbering as nvidia-smi: " if measured else
+                                   "the GPUs rank equally, so CUDA's numbering is nvidia-smi's in practice: ") +
                      f"{_describe(rows, 'pci')}", fix, details)
     return Check("cuda_device_order", WARNING,
                  f"{now}: CUDA numbers the fastest GPU first, so {'the indices in CUDA_VISIBLE_DEVICES' if value else 'cuda:N'} "
-                 f"are not nvidia-smi's. Now: {_describe(rows, 'fast')}; with PCI_BUS_ID: {_describe(rows, 'pci')}",
+                 f"are not nvidia-smi's. Now{' (measured in PyTorch)' if measured else ''}: {_describe(rows, 'fast')}; "
+                 f"with PCI_BUS_ID: {_describe(rows, 'pci')}",
                  fix, details)
 
 
@@ -221,6 +250,13 @@ def pytorch_sees_gpus(f: Facts, o: Options) -> Check:
         return Check("pytorch_sees_gpus", SKIPPED, "PyTorch was not probed")
     if t.device_count > 0:
         names = ", ".join(f"cuda:{d['index']} {d['name']}" for d in t.devices) or f"{t.device_count} device(s)"
+        value = f.env.get("CUDA_VISIBLE_DEVICES")
+        expected = len(visible.parse(value, f.gpus).visible) if f.gpus else 0
+        if expected > t.device_count and not (value or "").strip().startswith("MIG-"):
+            return Check("pytorch_sees_gpus", WARNING, f"torch.cuda.device_count() = {t.device_count} ({names}) but "
+                         f"{_plural(expected, 'GPU')} should be visible" + (f" with CUDA_VISIBLE_DEVICES={value!r}" if value
+                                                                           else ""),
+                         "see the checks above (MIG, compute mode, CUDA_VISIBLE_DEVICES); `nvidia-smi` for failed GPUs")
         return Check("pytorch_sees_gpus", OK, f"torch.cuda.device_count() = {t.device_count}: {names}")
     said = "; ".join(list(t.warnings) + ([t.error] if t.error else []))
     evidence = f"torch.cuda.is_available() is False{': ' + said if said else ''}"

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 
+from ..errors import GpuwiseError
+
 # Runs in the child: prints one JSON object. CUDA's own complaint ("The NVIDIA driver on your system is
 # too old", "no CUDA-capable device is detected") reaches Python only as a warning from is_available().
 _SCRIPT = r"""
@@ -67,11 +69,18 @@ class TorchFacts:
         return asdict(self)
 
 
+FAKE_ENV = "GPUWISE_FAKE_TORCH"  # a JSON file with TorchFacts' fields: what PyTorch "sees" in CI next to fake GPUs
+
+
 def probe(env: dict[str, str] | None = None, timeout_s: float = 120.0) -> TorchFacts:
-    """Import torch in a child process (with `env`, default this process's) and report what it sees."""
+    """Import torch in a child process (with `env`, default this process's) and report what it sees.
+    With GPUWISE_FAKE_TORCH=path.json, that file's facts instead (pairs with GPUWISE_FAKE_GPUS)."""
+    env = dict(os.environ) if env is None else env
+    if env.get(FAKE_ENV):
+        return _read_fake(env[FAKE_ENV])
     try:
         done = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, timeout=timeout_s,
-                              env=dict(os.environ) if env is None else env)
+                              env=env)
     except subprocess.TimeoutExpired:
         return TorchFacts(installed=False, error=f"importing torch took longer than {timeout_s:.0f} s")
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
@@ -86,3 +95,19 @@ def from_dict(d: dict) -> TorchFacts:
                       cuda_available=bool(d.get("cuda_available")), device_count=int(d.get("device_count") or 0),
                       devices=tuple(d.get("devices") or ()), warnings=tuple(d.get("warnings") or ()),
                       error=d.get("error"))
+
+
+def _read_fake(path: str) -> TorchFacts:
+    try:
+        with open(path) as fh:
+            data = json.load(fh)
+    except OSError as exc:
+        raise GpuwiseError(f"{FAKE_ENV}={path}: cannot read the file ({exc.strerror})") from exc
+    except json.JSONDecodeError as exc:
+        raise GpuwiseError(f"{FAKE_ENV}={path}: not valid JSON (line {exc.lineno}: {exc.msg})") from exc
+    if not isinstance(data, dict):
+        raise GpuwiseError(f"{FAKE_ENV}={path}: expected a JSON object such as "
+                           '{"installed": true, "version": "2.13.0+cu130", "cuda": "13.0", "device_count": 1}')
+    data.setdefault("installed", True)
+    data.setdefault("cuda_available", bool(data.get("device_count")))
+    return from_dict(data)

@@ -45,8 +45,8 @@ def mapping_table(check: Check) -> Table | None:
     if not rows:
         return None
     t = Table(title="Which GPU is cuda:k (nvidia-smi numbering)", title_justify="left")
-    for col in ("torch device", "CUDA_VISIBLE_DEVICES entry", "with CUDA_DEVICE_ORDER=PCI_BUS_ID",
-                "with the default FASTEST_FIRST (guess)"):
+    fastest = "with the default FASTEST_FIRST " + ("(measured in PyTorch)" if check.details.get("measured") else "(guess)")
+    for col in ("torch device", "CUDA_VISIBLE_DEVICES entry", "with CUDA_DEVICE_ORDER=PCI_BUS_ID", fastest):
         t.add_column(col)
 
     def gpu(d):
