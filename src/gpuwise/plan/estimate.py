@@ -121,7 +121,12 @@ def resolve_gpu(gpu: str | GpuSpec | None) -> GpuSpec | None:
     if gpu is None or isinstance(gpu, GpuSpec):
         return gpu
     if str(gpu).strip().lower() != "auto":
-        return lookup(gpu)
+        spec = lookup(gpu)
+        if not spec.modelled:
+            raise GpuwiseError(f"{spec.name} ({spec.arch}) is in the catalog for its numbers, but its allocator and "
+                               f"context are not modelled: cannot tell; --gpu {spec.memory_bytes / 2**30:.0f}GiB gives "
+                               f"the CUDA model against its memory")
+        return spec
     import dataclasses
 
     from ..devices import discover
@@ -190,7 +195,10 @@ def estimate(workload: str | Workload, batch_size: int, optimizer: str | None = 
 
     if spec is not None:
         est.gpu_memory_bytes = spec.memory_bytes
-        est.roofline = roofline(flops, traffic_bytes(est.by_category), batch_size, spec, config.precision)
+        if spec.bandwidth_bytes_per_s > 0:
+            est.roofline = roofline(flops, traffic_bytes(est.by_category), batch_size, spec, config.precision)
+        else:
+            notes.append(f"{spec.name}: memory only (no FLOP/s or bandwidth given): no roofline")
         if search_max_batch:
             first = CurvePoint(batch_size, est.peak_allocated_bytes, est.peak_reserved_bytes, est.device_used_bytes)
 
