@@ -11,6 +11,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from .health import health_stats
 from .rules import diagnose, tensor_core_capability
 from .timeline import StepRecord, Timeline
 
@@ -166,5 +167,6 @@ def summarize(tl: Timeline) -> dict[str, Any]:
     for key in ("command", "exit_code", "world_size"):
         if key in meta:
             summary[key] = meta[key]
+    summary["gpu_health"] = health_stats(tl, window)  # clock reasons, PCIe link (monitor/health.py rules)
     summary["findings"] = [f.to_dict() for f in diagnose(summary)]
     return summary
