@@ -126,9 +126,14 @@ def _first_line(exc: BaseException) -> str:
 
 
 def load_workload(spec: str | Workload) -> Workload:
-    """Load `path/to/job.py`, `pkg.module` or `examples:NAME` and check the contract's functions."""
+    """Load `path/to/job.py`, `pkg.module`, `examples:NAME`, `hf:ORG/NAME` or a config.json and check the
+    contract's functions."""
     if isinstance(spec, Workload):
         return spec
+    if isinstance(spec, str) and (spec.startswith("hf:") or spec.endswith(".json")):
+        from .plan.hf import hf_workload  # a model config: random weights, token batches (plan/hf.py)
+
+        return hf_workload(spec)
     module = _import(spec)
     return from_module(module, spec)
 

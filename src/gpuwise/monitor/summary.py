@@ -164,9 +164,20 @@ def summarize(tl: Timeline) -> dict[str, Any]:
     }
     if device.startswith("cuda") and (summary["memory"]["use_fraction"] or 1) < 0.5:
         summary["memory"]["planner_max_batch_size"] = planner_max_batch(meta)
-    for key in ("command", "exit_code", "world_size"):
+    for key in ("command", "exit_code", "world_size", "framework"):
         if key in meta:
             summary[key] = meta[key]
     summary["gpu_health"] = health_stats(tl, window)  # clock reasons, PCIe link (monitor/health.py rules)
     summary["findings"] = [f.to_dict() for f in diagnose(summary)]
+    summary["cannot_tell"] = cannot_tell(summary, meta)
     return summary
+
+
+def cannot_tell(summary: dict[str, Any], meta: dict[str, Any]) -> list[str]:
+    """What the rules could not judge and why: an empty findings list then means "not measured", never
+    "no problem found"."""
+    out = []
+    if summary.get("data_wait_fraction") is None:
+        out.append(meta.get("step_split_unknown") or "cannot tell whether the loop waits for data: no per-step "
+                   "timing was recorded (no optimizer step or DataLoader batch seen)")
+    return out
