@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from ..errors import GpuwiseError
+from ..plan import estimate
+from ..plan.curve import DEFAULT_MARGIN_PCT
 from ..report import console
+from ..report.plan import plot_estimate, render_estimate
 from .common import add_workload_arguments
 
 HELP = "predict a training step's GPU memory, FLOPs and largest batch (no GPU needed)"
@@ -30,12 +36,6 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from pathlib import Path
-
-    from ..errors import GpuwiseError
-    from ..plan import estimate
-    from ..plan.curve import DEFAULT_MARGIN_PCT
-
     if args.plot and not Path(args.plot).resolve().parent.is_dir():  # before the trace, not after it
         raise GpuwiseError(f"--plot {args.plot}: the folder {Path(args.plot).resolve().parent} does not exist")
     with console.err.status("tracing the step with fake tensors…"):  # transient: gone before any error line
@@ -44,8 +44,6 @@ def run(args) -> int:
                        margin_pct=DEFAULT_MARGIN_PCT if args.margin is None else args.margin,
                        search_max_batch=not args.no_max_batch)
     if args.plot:
-        from ..report.plan import plot_estimate
-
         try:
             plot_estimate(est, args.plot)
         except (OSError, ValueError) as exc:  # unwritable file, or an extension matplotlib cannot write
@@ -53,8 +51,6 @@ def run(args) -> int:
     if args.json:
         console.emit_json(est.to_dict())
         return 0
-    from ..report.plan import render_estimate
-
     render_estimate(est)
     if args.plot:
         console.err.print(f"chart written to {args.plot}")

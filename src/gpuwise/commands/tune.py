@@ -6,8 +6,11 @@ import os
 
 from ..errors import GpuwiseError
 from ..report import console
-from ..step import OPTIMIZERS
+from ..report import tune as report
+from ..step import OPTIMIZERS, check_precision
+from ..tune import tune
 from ..units import parse_duration
+from ..workload import load_workload
 from .common import positive_int
 
 HELP = "find the batch size, DataLoader settings and precision that train fastest (measured, resumable)"
@@ -56,11 +59,6 @@ def _check_plot_folder(folder: str) -> None:
 
 
 def run(args) -> int:
-    from ..report import tune as report
-    from ..step import check_precision
-    from ..tune import tune
-    from ..workload import load_workload
-
     budget_s = parse_duration(args.budget)
     precisions = [check_precision(p) for p in args.precisions.split(",")] if args.precisions else None
     load_workload(args.workload).build_batch(1)  # a bad workload is one line, before the progress bar starts

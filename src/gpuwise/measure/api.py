@@ -6,6 +6,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..errors import GpuwiseError
+from ..step import StepConfig
+from ..workload import load_workload
+from .child import run_isolated
 
 # the truth-record contract's fields (DESIGN.md "GPU truth records"), in order
 TRUTH_FIELDS = ("workload", "batch_size", "optimizer", "precision", "checkpointing", "gpu_name", "torch", "cuda",
@@ -88,10 +91,6 @@ def measure(workload, batch_size: int, optimizer: str | None = None, precision: 
     cuda, cuda:N (default: cuda when available, else cpu). An OOM returns a Measurement with
     `oom=True` (the caller's memory is untouched); other failures raise `GpuwiseError`.
     """
-    from ..step import StepConfig
-    from ..workload import load_workload
-    from .child import run_isolated
-
     wl = load_workload(workload)  # a bad spec is one line here, not a child traceback
     if not isinstance(batch_size, int) or batch_size < 1:
         raise GpuwiseError(f"batch size must be a positive integer, got {batch_size!r}")

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from ..errors import GpuwiseError
+from .child import run_isolated
 
 OK, OOM = "ok", "oom"
 
@@ -134,8 +135,6 @@ def isolated_trial(workload: str, *, optimizer: str | None = None, precision: st
                    checkpointing: bool = False, device: str = "cuda", steps: int = 1, warmup: int = 1,
                    timeout_s: float | None = 600, env: dict[str, str] | None = None) -> Callable[[int], TrialOutcome]:
     """A trial function: warm-up + `steps` steady steps of `workload` at a batch size, in a spawned child."""
-    from .child import run_isolated
-
     def trial(batch_size: int) -> TrialOutcome:
         kwargs = {"workload": workload, "batch_size": batch_size, "optimizer": optimizer, "precision": precision,
                   "checkpointing": checkpointing, "device": device, "steps": steps, "warmup": warmup,

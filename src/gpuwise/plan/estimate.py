@@ -9,12 +9,14 @@ The JSON form (`Estimate.to_dict()`) is DESIGN.md's `gpuwise estimate --json` co
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..devices import discover
 from ..errors import GpuwiseError
-from ..step import StepConfig
+from ..step import OPTIMIZERS, StepConfig
 from ..workload import Workload, load_workload
 from .allocator import AllocatorResult, replay
 from .catalog import GpuSpec, lookup
@@ -104,7 +106,7 @@ def _cuda_memory(trace: MemoryTrace, arch: str) -> _Cuda:
 
 
 def _trace(wl: Workload, batch_size: int, config: StepConfig, target: str) -> MemoryTrace:
-    from .trace import trace_step
+    from .trace import trace_step  # deferred: trace.py imports torch, `import gpuwise.plan` must not
 
     try:
         return trace_step(wl, batch_size, config, target=target)
@@ -122,10 +124,6 @@ def resolve_gpu(gpu: str | GpuSpec | None) -> GpuSpec | None:
         return gpu
     if str(gpu).strip().lower() != "auto":
         return lookup(gpu)
-    import dataclasses
-
-    from ..devices import discover
-
     found = discover()
     if not found.gpus:
         raise GpuwiseError(f"--gpu auto: no GPU visible ({found.reason or found.backend}); name one, e.g. --gpu H100")
@@ -247,8 +245,6 @@ def _record_workload(record: dict[str, Any]) -> str:
 
 def truth_errors(record: dict[str, Any]) -> dict[str, Any]:
     """Recompute `record`'s estimate (target cuda, its GPU) and return signed errors in percent of the truth."""
-    from ..step import OPTIMIZERS
-
     optimizer = record.get("optimizer")
     est = estimate(_record_workload(record), int(record["batch_size"]),
                    optimizer=optimizer if optimizer in OPTIMIZERS else None,

@@ -13,9 +13,14 @@ Order of attempts (the first that works is used; `MemoryTrace.method` names it):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from .events import MemoryTrace, live_peak
+
+# a tracer bound to one workload, config, target and warm-up: batch size -> trace (plan/trace.py's run_fake
+# and run_real); passed in, so that this module needs nothing from the tracer that calls it
+TraceAt = Callable[[int], MemoryTrace]
 
 # exceptions from fake tensors that mean "needs real data", not "the user's model is broken"
 FAKE_LIMITS = ("DataDependentOutputException", "DynamicOutputShapeException", "UnsupportedOperatorException",
@@ -34,31 +39,29 @@ def is_fake_limit(exc: BaseException) -> bool:
     return False
 
 
-def trace_with_fallback(workload, batch_size: int, config, target: str, warmup: str = "optimizer") -> MemoryTrace:
-    from .trace import _run_fake
-
+def trace_with_fallback(fake: TraceAt, real: TraceAt, batch_size: int) -> MemoryTrace:
+    """`fake(batch_size)`; when fake tensors cannot run the step, `real_trace(real, batch_size)`."""
     try:
-        return _run_fake(workload, batch_size, config, target, warmup)
+        return fake(batch_size)
     except Exception as exc:  # noqa: BLE001 - decide below whether a fallback applies
         if not is_fake_limit(exc):
             raise
         why = f"fake tensors could not run the step ({type(exc).__name__}): traced on real CPU tensors"
-    trace = real_trace(workload, batch_size, config, target, warmup)
+    trace = real_trace(real, batch_size)
     trace.notes.insert(0, why)
     return trace
 
 
-def real_trace(workload, batch_size: int, config, target: str, warmup: str = "optimizer") -> MemoryTrace:
-    from .trace import _run_real
-
+def real_trace(real: TraceAt, batch_size: int) -> MemoryTrace:
+    """`real(batch_size)`, or the events extrapolated from batch 1 and 2 when that would not fit in RAM."""
     if batch_size <= 2:
-        return _run_real(workload, batch_size, config, target, warmup)
-    one = _run_real(workload, 1, config, target, warmup)
-    two = _run_real(workload, 2, config, target, warmup)
+        return real(batch_size)
+    one = real(1)
+    two = real(2)
     guess = extrapolate(one, two, batch_size)
     if guess is not None and live_peak(guess).allocated_bytes > REAL_TRACE_RAM_FRACTION * _available_bytes():
         return guess
-    return _run_real(workload, batch_size, config, target, warmup)
+    return real(batch_size)
 
 
 def extrapolate(one: MemoryTrace, two: MemoryTrace, batch_size: int) -> MemoryTrace | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..profiling import cpu_memory_profile
 from .kernels import Workspace
 
 # mkldnn_rnn_layer_backward is never run: it takes the forward's oneDNN workspace, which a fake trace
@@ -107,8 +108,6 @@ def _real(a):
 def _measure(func, args, kwargs) -> Probe | None:
     import torch
     from torch.utils._python_dispatch import _disable_current_modes
-
-    from ..profiling import cpu_memory_profile
 
     try:
         with _disable_current_modes():  # grad mode as the caller's: mkldnn_rnn_layer skips its workspace without it

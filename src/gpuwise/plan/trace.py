@@ -22,9 +22,13 @@ from typing import Any
 
 from ..errors import GpuwiseError
 from ..step import StepConfig, TrainStep
+from ..workload import load_workload
 from .events import MemEvent, MemoryTrace
+from .fallback import trace_with_fallback
 from .kernels import FRESH_ZEROS_OPS, INPLACE_WITHOUT_MODE, output_bytes, workspace
 from .probe import PROBED_OPS, probe
+from .scope import ModuleScope
+from .sdpa import sdpa_as_gpu_runs_it
 from .setup import WARMUPS, build_model_for_trace, fake_train_step, foreach_by_default, warm_up_optimizer
 
 TARGETS = ("cpu", "cuda")
@@ -266,12 +270,12 @@ def _settle(mode: _TraceMode) -> list[MemEvent]:
     return out
 
 
-def _run_fake(workload, batch_size: int, config: StepConfig, target: str, warmup: str = "optimizer") -> MemoryTrace:
+def run_fake(workload, batch_size: int, config: StepConfig, target: str, warmup: str = "optimizer") -> MemoryTrace:
     """Trace with fake tensors (no memory is used)."""
     return _run(workload, batch_size, config, target, fake=True, warmup=warmup)
 
 
-def _run_real(workload, batch_size: int, config: StepConfig, target: str, warmup: str = "optimizer") -> MemoryTrace:
+def run_real(workload, batch_size: int, config: StepConfig, target: str, warmup: str = "optimizer") -> MemoryTrace:
     """Trace the same step on real CPU tensors (data-dependent ops just run); sizes stand for `target`."""
     trace = _run(workload, batch_size, config, target, fake=False, warmup=warmup)
     trace.method = "real-trace"
@@ -285,9 +289,6 @@ def _run(workload, batch_size: int, config: StepConfig, target: str, fake: bool,
     attention runs the kernel the GPU would pick (plan/sdpa.py), optimizers default to foreach as on
     CUDA, and kernel workspaces come from the target's registry entries."""
     from torch._subclasses.fake_tensor import FakeTensorMode
-
-    from .scope import ModuleScope
-    from .sdpa import sdpa_as_gpu_runs_it
 
     tracker = ModuleScope()
     mode = _TraceMode(target, tracker)
@@ -341,8 +342,6 @@ def trace_step(workload, batch_size: int, config: StepConfig | None = None, targ
     without the first forward/backward (the default for "cpu", whose live-bytes peak does not depend on
     history; about 40% faster).
     """
-    from ..workload import load_workload
-
     if target not in TARGETS:
         raise GpuwiseError(f"unknown target {target!r}; choose from: {', '.join(TARGETS)}")
     if not isinstance(batch_size, int) or batch_size < 1:
@@ -355,6 +354,5 @@ def trace_step(workload, batch_size: int, config: StepConfig | None = None, targ
         raise GpuwiseError(f"unknown warm-up {warmup!r}; choose from: {', '.join(WARMUPS)}")
     if not fallback:
         return _run(workload, batch_size, config, target, fake=True, warmup=warmup)
-    from .fallback import trace_with_fallback
-
-    return trace_with_fallback(workload, batch_size, config, target, warmup)
+    return trace_with_fallback(lambda b: run_fake(workload, b, config, target, warmup),
+                               lambda b: run_real(workload, b, config, target, warmup), batch_size)

@@ -8,6 +8,7 @@ from typing import Any
 from rich.table import Table
 
 from ..units import fmt_bytes, fmt_duration
+from .console import progress
 
 
 def snippet(result) -> str:
@@ -159,8 +160,6 @@ class TuneProgress:
     """A progress bar on stderr: trials done, and the budget spent."""
 
     def __init__(self, budget_s: float, enabled: bool = True):
-        from .console import progress
-
         self.budget_s = budget_s
         self.bar = progress() if enabled else None
 

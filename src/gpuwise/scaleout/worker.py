@@ -10,6 +10,9 @@ import json
 import os
 import sys
 
+from .scale import ScaleConfig, measure_rank
+from .train import TrainConfig, train
+
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
@@ -19,12 +22,8 @@ def main(argv: list[str] | None = None) -> int:
     with open(argv[0]) as fh:
         job = json.load(fh)
     if job["mode"] == "train":
-        from .train import TrainConfig, train
-
         train(TrainConfig(**job["config"]))
     elif job["mode"] == "scale":
-        from .scale import ScaleConfig, measure_rank
-
         measure_rank(ScaleConfig(**job["config"]))
     else:
         print(f"unknown mode {job['mode']!r}", file=sys.stderr)

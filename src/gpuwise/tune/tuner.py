@@ -27,6 +27,7 @@ from typing import Any
 from ..errors import GpuwiseError
 from ..measure.child import run_isolated
 from ..measure.oom import fake_oom_threshold
+from ..plan import estimate
 from ..workload import Workload, load_workload
 from . import search
 from .rules import lr_note, precision_candidates
@@ -316,8 +317,6 @@ class _Tuner:
     def planner_seed(self, b0: int, precision: str) -> int | None:
         """The planner's predicted max batch for this GPU, when the planner is there and can say."""
         try:
-            from ..plan import estimate
-
             est = estimate(self.wl, b0, optimizer=self.optimizer, precision=precision, target="cuda",
                            gpu=self.info.get("name"))
             seed = getattr(est, "max_batch_size", None)
