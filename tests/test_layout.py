@@ -112,3 +112,28 @@ def test_importing_plan_does_not_import_torch():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env={"PYTHONPATH": str(SRC), "PATH": ""})
     assert done.returncode == 0, done.stderr
+
+
+# Who may import report/ (rendering): the CLI, its commands, report/ itself, and the monitor package's
+# public face (`gpuwise.monitor(report=...)`, `merged_summary(report=...)`, `show_run`).
+RENDERERS = ("gpuwise.cli", "gpuwise.commands", "gpuwise.report")
+PUBLIC_FACES = {"gpuwise.monitor"}
+
+
+def test_the_library_returns_data_and_report_renders_it():
+    offenders = sorted((mod, target) for mod, targets in import_edges().items() for target in targets
+                       if target.startswith("gpuwise.report") and not mod.startswith(RENDERERS)
+                       and mod not in PUBLIC_FACES)
+    assert offenders == []
+
+
+# modules that import torch (or lightning) when imported: the only ones another module may import inside
+# a function, to keep `import gpuwise...` cheap
+IMPORT_TORCH = ("gpuwise.examples", "gpuwise.plan.trace", "gpuwise.plan.sdpa", "gpuwise.monitor.lightning")
+
+
+def test_in_function_imports_of_gpuwise_modules_only_defer_torch():
+    nested = sorted((mod, target, line) for mod, targets in import_edges().items()
+                    for target, places in targets.items() for line, at_top in places
+                    if not at_top and not target.startswith(IMPORT_TORCH))
+    assert nested == []

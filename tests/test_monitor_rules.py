@@ -117,12 +117,13 @@ def test_rank_imbalance():
 def test_low_memory_use_asks_the_planner_for_the_largest_batch():
     # a run of examples:mlp (batch 100) that used 1 GiB of a 40 GiB A100: the planner names the max batch
     from gpuwise.monitor import StepRecord, Timeline, summarize
+    from gpuwise.plan.hint import planner_max_batch
 
     tl = Timeline(steps=[StepRecord(i, 0.01 * i, 0.01, 0.0, 0.0, 0.01) for i in range(3)],
                   meta={"device": "cuda:0", "device_name": "NVIDIA A100-SXM4-40GB", "device_total_bytes": 40 * GIB,
                         "peak_reserved_bytes": GIB, "workload": "examples:mlp", "batch_size": 100,
                         "precision": "fp32"})
-    s = summarize(tl)
+    s = summarize(tl, planner=planner_max_batch)  # the caller chooses to ask the planner
     planned = s["memory"]["planner_max_batch_size"]
     assert isinstance(planned, int) and planned > 100
     fix = next(f["fix"] for f in s["findings"] if f["kind"] == "low_memory_use")

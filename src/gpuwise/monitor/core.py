@@ -18,10 +18,13 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
+from ..plan.hint import planner_max_batch
 from ..step import batch_bytes, move_to
 from .sampler import Sampler, default_gpu_source, nvml_index_for
+from .summary import summarize
 from .timeline import ENV_DIR, StepRecord, Timeline, TimelineWriter, free_rank_file
 
 PHASES = ("data", "copy", "compute")
@@ -30,11 +33,14 @@ PHASES = ("data", "copy", "compute")
 class Monitor:
     """Collects a `Timeline`; see the module docstring. Use through `gpuwise.monitor(...)`."""
 
-    def __init__(self, device=None, report: str | None = None, interval_s: float = 0.1, sample: bool = True,
+    def __init__(self, device=None, interval_s: float = 0.1, sample: bool = True,
                  precision: str | None = None, batch_size: int | None = None, workload: str | None = None,
-                 out_dir: str | None = None, rank: int | None = None, gpu_source=None, quiet: bool = True):
+                 out_dir: str | None = None, rank: int | None = None, gpu_source=None, quiet: bool = True,
+                 on_stop: Callable[[Monitor], None] | None = None):
+        """`on_stop(monitor)` runs once the run is over and its timeline complete (e.g. `gpuwise.monitor`'s
+        `report=` writes the HTML report there)."""
         self.device = _resolve_device(device)
-        self.report = report
+        self.on_stop = on_stop
         self.interval_s = interval_s
         self.sample = sample
         self.rank = int(os.environ.get("RANK", "0")) if rank is None else rank
@@ -112,10 +118,8 @@ class Monitor:
         meta["ended_with_error"] = error
         if self._writer is not None:
             self._writer.close(self.timeline)
-        if self.report:
-            from ..report.html import write_html
-
-            write_html(self.report, self.timeline, self.summary())
+        if self.on_stop is not None:
+            self.on_stop(self)
 
     # -- the loop ------------------------------------------------------------------------------------
     def loader(self, iterable):
@@ -201,10 +205,9 @@ class Monitor:
 
     # -- results -------------------------------------------------------------------------------------
     def summary(self) -> dict:
-        """The DESIGN.md monitor summary: steps, step_time_s.median, fractions, findings (+ extras)."""
-        from .summary import summarize
-
-        return summarize(self.timeline)
+        """The DESIGN.md monitor summary: steps, step_time_s.median, fractions, findings (+ extras); on a
+        CUDA run with memory to spare, the planner names the largest batch (plan/hint.py)."""
+        return summarize(self.timeline, planner=planner_max_batch)
 
     # -- internals -----------------------------------------------------------------------------------
     def _begin_step(self, t: float) -> None:
@@ -350,8 +353,3 @@ def _resolve_device(device):
     if d.type == "cuda" and d.index is None:
         d = torch.device("cuda", torch.cuda.current_device())
     return d
-
-
-def monitor(device=None, report: str | None = None, **kwargs) -> Monitor:
-    """`with gpuwise.monitor(device=None, report=None) as mon:` — see `Monitor` for the keyword arguments."""
-    return Monitor(device=device, report=report, **kwargs)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from ..errors import GpuwiseError
 from ..process import shell_exit_code
 from .sampler import Sampler, default_gpu_source, gpus_of_pids, process_tree
+from .summary import MaxBatchPlanner, summarize
 from .timeline import ENV_DIR, Timeline, read_rank_files
 
 
@@ -33,10 +34,9 @@ class WatchResult:
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
 
-    def summary(self) -> dict:
-        from .summary import summarize
-
-        return summarize(self.timeline)
+    def summary(self, planner: MaxBatchPlanner | None = None) -> dict:
+        """The monitor summary of the watched command; `planner`: see `summarize`."""
+        return summarize(self.timeline, planner=planner)
 
 
 def _visible_indices(env: dict) -> list[int]:

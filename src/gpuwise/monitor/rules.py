@@ -11,6 +11,8 @@ import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
+from ..errors import GpuwiseError
+from ..plan.catalog import lookup
 from ..units import fmt_bytes, fmt_duration
 
 
@@ -211,11 +213,9 @@ def tensor_core_capability(name: str) -> tuple[int, int] | None:
     if not name:
         return None
     try:
-        from ..plan.catalog import lookup
-
         major, minor = lookup(name).compute_capability.split(".")[:2]
         return int(major), int(minor)
-    except Exception:  # no catalog, or a GPU it does not list
+    except GpuwiseError:  # a GPU the catalog does not list
         pass
     hits = [(len(k), v) for k, v in _CAPABILITY.items() if k.lower() in name.lower()]
     return max(hits)[1] if hits else None

@@ -9,6 +9,7 @@ null when no per-step timing was recorded (an external `watch` of a script witho
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from typing import Any
 
 from .rules import diagnose, tensor_core_capability
@@ -105,23 +106,16 @@ def per_rank(steps: list[StepRecord]) -> list[dict[str, Any]]:
     return rows
 
 
-def planner_max_batch(meta: dict) -> int | None:
-    """The planner's largest batch on this GPU, when `gpuwise.plan.estimate` exists and the workload is known."""
-    workload, name, batch = meta.get("workload"), meta.get("device_name"), meta.get("batch_size")
-    if not workload or not name or not batch:
-        return None
-    try:
-        from ..plan import estimate
-
-        est = estimate(workload, batch_size=batch, target="cuda", gpu=name, precision=meta.get("precision") or "fp32")
-    except Exception:  # the planner is optional here: no planner, an unknown GPU, a workload it cannot trace
-        return None
-    value = est.get("max_batch_size") if isinstance(est, dict) else getattr(est, "max_batch_size", None)
-    return int(value) if isinstance(value, int) else None
+# (workload, batch size, GPU name, precision) -> the planner's largest batch on that GPU, or None;
+# `gpuwise.plan.hint.ask_max_batch` behind it, chosen by the caller (see `planner_max_batch`)
+MaxBatchPlanner = Callable[[str, int, str, str], "int | None"]
 
 
-def summarize(tl: Timeline) -> dict[str, Any]:
-    """The summary dict (contract + extras) with `findings` from the rule registry."""
+def summarize(tl: Timeline, planner: MaxBatchPlanner | None = None) -> dict[str, Any]:
+    """The summary dict (contract + extras) with `findings` from the rule registry.
+
+    `planner`, when given, is asked for the largest batch on this GPU when a CUDA run used under half
+    of its memory and the run's workload, batch size and GPU are known (the low_memory_use finding names it)."""
     steady = _steady(tl.steps)
     split = step_split(steady)
     window = (min(s.start_s for s in steady), max(s.start_s + s.total_s for s in steady)) if steady else None
@@ -161,8 +155,10 @@ def summarize(tl: Timeline) -> dict[str, Any]:
         "ranks": per_rank(steady) if len({s.rank for s in steady}) > 1 else [],
         "notes": list(tl.notes),
     }
-    if device.startswith("cuda") and (summary["memory"]["use_fraction"] or 1) < 0.5:
-        summary["memory"]["planner_max_batch_size"] = planner_max_batch(meta)
+    workload, name, batch = meta.get("workload"), meta.get("device_name"), meta.get("batch_size")
+    if (planner is not None and device.startswith("cuda") and (summary["memory"]["use_fraction"] or 1) < 0.5
+            and workload and name and batch):
+        summary["memory"]["planner_max_batch_size"] = planner(workload, batch, name, meta.get("precision") or "fp32")
     for key in ("command", "exit_code", "world_size"):
         if key in meta:
             summary[key] = meta[key]

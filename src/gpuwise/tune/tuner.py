@@ -27,7 +27,7 @@ from typing import Any
 from ..errors import GpuwiseError
 from ..measure.child import run_isolated
 from ..measure.oom import fake_oom_threshold
-from ..plan import estimate
+from ..plan.hint import ask_max_batch
 from ..workload import Workload, load_workload
 from . import search
 from .rules import lr_note, precision_candidates
@@ -316,14 +316,10 @@ class _Tuner:
 
     def planner_seed(self, b0: int, precision: str) -> int | None:
         """The planner's predicted max batch for this GPU, when the planner is there and can say."""
-        try:
-            est = estimate(self.wl, b0, optimizer=self.optimizer, precision=precision, target="cuda",
-                           gpu=self.info.get("name"))
-            seed = getattr(est, "max_batch_size", None)
-        except Exception as exc:  # noqa: BLE001 - the seed is optional; the search works without it
-            self.notes.append(f"no planner seed for the batch search ({type(exc).__name__}); searched from {b0}")
-            return None
-        return int(seed) if seed else None
+        answer = ask_max_batch(self.wl, b0, self.info.get("name"), precision=precision, optimizer=self.optimizer)
+        if answer.max_batch_size is None and answer.why_not != "no max batch":
+            self.notes.append(f"no planner seed for the batch search ({answer.why_not}); searched from {b0}")
+        return answer.max_batch_size
 
     def tune_loader(self, b: int, precision: str, limit_rate: float | None, ds_len: int):
         loader = self.trial("loader", b, None, 0, False, None, False)
