@@ -128,3 +128,17 @@ def test_low_memory_use_asks_the_planner_for_the_largest_batch():
     assert isinstance(planned, int) and planned > 100
     fix = next(f["fix"] for f in s["findings"] if f["kind"] == "low_memory_use")
     assert f"the planner's largest batch on this GPU is {planned} (now 100)" in fix
+
+
+def test_the_rules_read_a_typed_summary_whose_dict_keeps_the_contract_keys_in_order():
+    from gpuwise.monitor import StepRecord, Summary, Timeline, summarize, summary_of
+
+    tl = Timeline(steps=[StepRecord(i, 0.01 * i, 0.01, 0.004, 0.0, 0.006) for i in range(4)],
+                  meta={"device": "cpu", "command": ["python", "train.py"]})
+    typed = summary_of(tl)
+    assert isinstance(typed, Summary) and typed.steps == 4 and typed.data_wait_fraction == 0.4  # 0.004 / 0.01
+    d = summarize(tl)
+    assert list(d)[:6] == ["steps", "step_time_s", "data_wait_fraction", "copy_fraction", "compute_fraction",
+                           "findings"]
+    assert list(d)[-1] == "command" and d == typed.to_dict() and Summary.from_dict(d).to_dict() == d
+    assert kinds(gpu_summary()) == [f.kind for f in diagnose(Summary.from_dict(gpu_summary()))]

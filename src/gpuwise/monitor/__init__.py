@@ -16,13 +16,14 @@ from ..report.html import write_html
 from ..report.monitor import render_summary
 from .core import PHASES, Monitor
 from .ranks import merge_rank_files, merged
+from .result import Summary
 from .rules import RULES, Finding, diagnose, rule, suggest_num_workers
-from .summary import summarize
+from .summary import summarize, summary_of
 from .timeline import ENV_DIR, Sample, StepRecord, Timeline, merge_timelines, read_rank_files, read_timeline
 
-__all__ = ["ENV_DIR", "PHASES", "RULES", "Finding", "Monitor", "Sample", "StepRecord", "Timeline", "diagnose",
+__all__ = ["ENV_DIR", "PHASES", "RULES", "Finding", "Monitor", "Sample", "Summary", "StepRecord", "Timeline", "diagnose",
            "merge_rank_files", "merge_timelines", "merged_summary", "monitor", "read_rank_files", "read_timeline", "rule", "suggest_num_workers",
-           "show_run", "summarize"]
+           "show_run", "summarize", "summary_of"]
 
 
 def monitor(device=None, report: str | None = None, **kwargs) -> Monitor:

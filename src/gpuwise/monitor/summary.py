@@ -12,6 +12,7 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
+from .result import EXTRA_KEYS, Summary
 from .rules import diagnose, tensor_core_capability
 from .timeline import StepRecord, Timeline
 
@@ -112,7 +113,12 @@ MaxBatchPlanner = Callable[[str, int, str, str], "int | None"]
 
 
 def summarize(tl: Timeline, planner: MaxBatchPlanner | None = None) -> dict[str, Any]:
-    """The summary dict (contract + extras) with `findings` from the rule registry.
+    """The summary dict (contract + extras): `summary_of(...).to_dict()`."""
+    return summary_of(tl, planner).to_dict()
+
+
+def summary_of(tl: Timeline, planner: MaxBatchPlanner | None = None) -> Summary:
+    """The summary (contract + extras) with `findings` from the rule registry.
 
     `planner`, when given, is asked for the largest batch on this GPU when a CUDA run used under half
     of its memory and the run's workload, batch size and GPU are known (the low_memory_use finding names it)."""
@@ -127,40 +133,37 @@ def summarize(tl: Timeline, planner: MaxBatchPlanner | None = None) -> dict[str,
     total_bytes = meta.get("device_total_bytes") or util.get("memory_total_bytes")
     used = [v for v in (meta.get("peak_reserved_bytes"), util.get("memory_used_peak_bytes")) if v]
     capability = meta.get("capability") or tensor_core_capability(meta.get("device_name") or "")
-    summary: dict[str, Any] = {
-        "steps": len(tl.steps),
-        "step_time_s": split["step_time_s"],
-        "data_wait_fraction": split["data_wait_fraction"],
-        "copy_fraction": split["copy_fraction"],
-        "compute_fraction": split["compute_fraction"],
-        "findings": [],
-        "steady_steps": len(steady),
-        "split": {k: v for k, v in split.items() if k not in ("step_time_s", "data_wait_fraction", "copy_fraction",
-                                                                "compute_fraction")},
-        "device": device,
-        "device_name": meta.get("device_name"),
-        "capability": list(capability) if capability else None,
-        "precision": meta.get("precision"),
-        "batch_size": meta.get("batch_size"),
-        "loader": {k[len("loader_"):]: v for k, v in meta.items() if k.startswith("loader_")},
-        "pinned_fraction": meta.get("pinned_fraction"),
-        "batch_bytes": meta.get("batch_bytes"),
-        "utilization": util,
-        "memory": {"device_total_bytes": total_bytes, "peak_allocated_bytes": meta.get("peak_allocated_bytes"),
-                   "peak_reserved_bytes": meta.get("peak_reserved_bytes"),
-                   "device_used_peak_bytes": util.get("memory_used_peak_bytes"),
-                   "use_fraction": max(used) / total_bytes if used and total_bytes else None,
-                   "planner_max_batch_size": None},
-        "host": host_stats(tl),
-        "ranks": per_rank(steady) if len({s.rank for s in steady}) > 1 else [],
-        "notes": list(tl.notes),
-    }
+    summary = Summary(
+        steps=len(tl.steps),
+        step_time_s=split["step_time_s"],
+        data_wait_fraction=split["data_wait_fraction"],
+        copy_fraction=split["copy_fraction"],
+        compute_fraction=split["compute_fraction"],
+        steady_steps=len(steady),
+        split={k: v for k, v in split.items() if k not in ("step_time_s", "data_wait_fraction", "copy_fraction",
+                                                             "compute_fraction")},
+        device=device,
+        device_name=meta.get("device_name"),
+        capability=list(capability) if capability else None,
+        precision=meta.get("precision"),
+        batch_size=meta.get("batch_size"),
+        loader={k[len("loader_"):]: v for k, v in meta.items() if k.startswith("loader_")},
+        pinned_fraction=meta.get("pinned_fraction"),
+        batch_bytes=meta.get("batch_bytes"),
+        utilization=util,
+        memory={"device_total_bytes": total_bytes, "peak_allocated_bytes": meta.get("peak_allocated_bytes"),
+                "peak_reserved_bytes": meta.get("peak_reserved_bytes"),
+                "device_used_peak_bytes": util.get("memory_used_peak_bytes"),
+                "use_fraction": max(used) / total_bytes if used and total_bytes else None,
+                "planner_max_batch_size": None},
+        host=host_stats(tl),
+        ranks=per_rank(steady) if len({s.rank for s in steady}) > 1 else [],
+        notes=list(tl.notes),
+        extras={key: meta[key] for key in EXTRA_KEYS if key in meta},
+    )
     workload, name, batch = meta.get("workload"), meta.get("device_name"), meta.get("batch_size")
-    if (planner is not None and device.startswith("cuda") and (summary["memory"]["use_fraction"] or 1) < 0.5
+    if (planner is not None and summary.on_gpu and (summary.memory["use_fraction"] or 1) < 0.5
             and workload and name and batch):
-        summary["memory"]["planner_max_batch_size"] = planner(workload, batch, name, meta.get("precision") or "fp32")
-    for key in ("command", "exit_code", "world_size"):
-        if key in meta:
-            summary[key] = meta[key]
-    summary["findings"] = [f.to_dict() for f in diagnose(summary)]
+        summary.memory["planner_max_batch_size"] = planner(workload, batch, name, meta.get("precision") or "fp32")
+    summary.findings = [f.to_dict() for f in diagnose(summary)]
     return summary
