@@ -32,6 +32,13 @@ def list_examples() -> list[str]:
     return sorted(examples.EXAMPLES)
 
 
+def check_batch_size(batch_size) -> int:
+    """`batch_size` when it is a positive int (not a bool); else WorkloadError, one line."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise WorkloadError(f"batch size must be a positive integer, got {batch_size!r}")
+    return batch_size
+
+
 @dataclass
 class Workload:
     """A loaded workload: the user's functions plus checks on what they return."""
@@ -58,8 +65,7 @@ class Workload:
         return model
 
     def build_batch(self, batch_size: int):
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise WorkloadError(f"batch size must be a positive integer, got {batch_size!r}")
+        check_batch_size(batch_size)
         batch = _call(self, "batch", self.batch_fn, batch_size)
         check_batch(batch, f"{self.spec}: batch({batch_size})")
         return batch

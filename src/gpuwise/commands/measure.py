@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from ..devices.torch_device import resolve_device
 from ..errors import GpuwiseError
 from ..measure import find_max_batch, measure, snapshot
-from ..measure.api import resolve_device
 from ..plan.events import live_peak
 from ..report import console
 from ..report.measure import maxbatch_table, measurement_table, oom_message

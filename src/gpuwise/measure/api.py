@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..devices.torch_device import resolve_device
 from ..errors import GpuwiseError
 from ..step import StepConfig
-from ..workload import load_workload
+from ..workload import check_batch_size, load_workload
 from .child import run_isolated
 
 # the truth-record contract's fields (DESIGN.md "GPU truth records"), in order
@@ -58,29 +59,6 @@ class Measurement:
         return cls(**{k: v for k, v in d.items() if k in names})
 
 
-def resolve_device(device: str | None) -> str:
-    """'cuda' when a GPU is visible and nothing was asked; check that a named CUDA device exists."""
-    import torch
-
-    # torch.cuda.device_count() asks NVML (honouring CUDA_VISIBLE_DEVICES) without starting CUDA here:
-    # the parent stays free to choose GPUs, and only the child initialises CUDA.
-    count = torch.cuda.device_count()
-    if device in (None, "", "auto"):
-        return "cuda" if count else "cpu"
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise GpuwiseError(f"unknown device {device!r} (use cpu, cuda or cuda:N)") from exc
-    if dev.type == "cuda":
-        if not count:
-            raise GpuwiseError(f"device {device!r}: no CUDA GPU is usable here (try --device cpu)")
-        if dev.index is not None and dev.index >= count:
-            raise GpuwiseError(f"device {device!r}: only {count} CUDA device(s) visible")
-    elif dev.type != "cpu":
-        raise GpuwiseError(f"device {device!r}: measure supports cpu and cuda devices")
-    return str(dev)
-
-
 def measure(workload, batch_size: int, optimizer: str | None = None, precision: str = "fp32",
             checkpointing: bool = False, steps: int = 10, warmup: int = 2, device: str | None = None,
             snapshot: str | None = None, timeout_s: float | None = 1800,
@@ -92,8 +70,7 @@ def measure(workload, batch_size: int, optimizer: str | None = None, precision: 
     `oom=True` (the caller's memory is untouched); other failures raise `GpuwiseError`.
     """
     wl = load_workload(workload)  # a bad spec is one line here, not a child traceback
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise GpuwiseError(f"batch size must be a positive integer, got {batch_size!r}")
+    check_batch_size(batch_size)
     if steps < 1 or warmup < 1:
         raise GpuwiseError("measure needs --steps >= 1 and a warm-up of >= 1 step (steady state starts after it)")
     config = StepConfig(optimizer=optimizer, precision=precision, checkpointing=checkpointing)

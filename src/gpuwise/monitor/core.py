@@ -21,8 +21,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..devices.torch_device import resolve_device
 from ..plan.hint import planner_max_batch
-from ..step import batch_bytes, move_to
+from ..step import batch_bytes, move_to, tensors_in
+from . import cuda
 from .sampler import Sampler, default_gpu_source, nvml_index_for
 from .summary import summarize
 from .timeline import ENV_DIR, StepRecord, Timeline, TimelineWriter, free_rank_file
@@ -111,10 +113,7 @@ class Monitor:
         if self._pinned_seen[1]:
             meta["pinned_fraction"] = self._pinned_seen[0] / self._pinned_seen[1]
         if self._cuda:
-            import torch
-
-            meta["peak_allocated_bytes"] = int(torch.cuda.max_memory_allocated(self.device))
-            meta["peak_reserved_bytes"] = int(torch.cuda.max_memory_reserved(self.device))
+            meta["peak_allocated_bytes"], meta["peak_reserved_bytes"] = cuda.peak_bytes(self.device)
         meta["ended_with_error"] = error
         if self._writer is not None:
             self._writer.close(self.timeline)
@@ -213,10 +212,7 @@ class Monitor:
     def _begin_step(self, t: float) -> None:
         self._step_start = t
         if self._cuda:
-            import torch
-
-            self._start_event = torch.cuda.Event(enable_timing=True)
-            self._start_event.record()
+            self._start_event = cuda.timing_event()
 
     def _end_step(self, t: float, partial: bool = False) -> None:
         # the hot path (once per step): plain arithmetic, one record, no new containers
@@ -244,11 +240,8 @@ class Monitor:
         self._step_start = None
 
     def _cuda_end(self, rec: StepRecord) -> None:
-        import torch
-
-        end = torch.cuda.Event(enable_timing=True)
-        end.record()
-        rec.memory_allocated_bytes = int(torch.cuda.memory_allocated(self.device))
+        end = cuda.timing_event()
+        rec.memory_allocated_bytes = cuda.allocated_bytes(self.device)
         self._events.append((rec, self._prev_end_event, self._start_event, end))
         self._prev_end_event = end
         self._start_event = None
@@ -278,7 +271,7 @@ class Monitor:
     def _look_at_batch(self, batch) -> None:
         """The first few batches only: batch size, bytes, pinned or not."""
         self._looked += 1
-        tensors = _tensors(batch)
+        tensors = tensors_in(batch)
         if not tensors:
             return
         meta = self.timeline.meta
@@ -293,20 +286,13 @@ class Monitor:
 
     def _look_at_autocast(self, *_args) -> None:
         """Precision of the first module forward (a global pre-hook, removed at once): autocast dtype, else tf32/fp32."""
-        import torch
-
         if self._autocast_hook is not None:
             self._autocast_hook.remove()
             self._autocast_hook = None
         meta = self.timeline.meta
         if not self._cuda or meta.get("precision") is not None:
             return
-        if torch.is_autocast_enabled("cuda"):
-            dtype = torch.get_autocast_dtype("cuda")
-            meta["precision"] = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, str(dtype))
-        else:
-            tf32 = torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() != "highest"
-            meta["precision"] = "tf32" if tf32 else "fp32"
+        meta["precision"] = cuda.autocast_precision()
 
     def _describe_device(self) -> None:
         meta = self.timeline.meta
@@ -314,13 +300,7 @@ class Monitor:
             meta.setdefault("device_name", "CPU")
             meta["cpu_count"] = os.cpu_count()
             return
-        import torch
-
-        props = torch.cuda.get_device_properties(self.device)
-        meta.update(device_name=props.name, device_total_bytes=int(props.total_memory),
-                    capability=[props.major, props.minor],
-                    tf32=bool(torch.backends.cuda.matmul.allow_tf32), cpu_count=os.cpu_count())
-        torch.cuda.reset_peak_memory_stats(self.device)
+        meta.update(**cuda.describe(self.device), cpu_count=os.cpu_count())
 
     def _describe_loader(self, iterable) -> None:
         meta = self.timeline.meta
@@ -332,24 +312,11 @@ class Monitor:
             meta["batch_size"] = bs
 
 
-def _tensors(batch) -> list:
-    import torch
-
-    if isinstance(batch, torch.Tensor):
-        return [batch]
-    if isinstance(batch, dict):
-        batch = list(batch.values())
-    if isinstance(batch, (list, tuple)):
-        return [t for b in batch for t in _tensors(b)]
-    return []
-
-
 def _resolve_device(device):
+    """devices.resolve_device's answer as a torch.device; plain "cuda" is the current CUDA device."""
     import torch
 
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    d = torch.device(device)
+    d = torch.device(resolve_device(None if device is None else str(device), other_types=True))
     if d.type == "cuda" and d.index is None:
-        d = torch.device("cuda", torch.cuda.current_device())
+        d = torch.device("cuda", cuda.current_index())
     return d

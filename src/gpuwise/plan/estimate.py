@@ -17,15 +17,14 @@ from typing import Any
 from ..devices import discover
 from ..errors import GpuwiseError
 from ..step import OPTIMIZERS, StepConfig
-from ..workload import Workload, load_workload
+from ..workload import Workload, check_batch_size, load_workload
 from .allocator import AllocatorResult, replay
 from .catalog import GpuSpec, lookup
 from .curve import DEFAULT_MARGIN_PCT, Capacity, CurvePoint, find_capacity
-from .events import CATEGORIES, MemoryTrace, live_peak
+from .events import CATEGORIES, MemoryTrace, check_target, live_peak
 from .flops import Roofline, count_flops, roofline, traffic_bytes
 from .overheads import DEFAULT_ARCH, Overheads, add_workspaces
 
-TARGETS = ("cuda", "cpu")
 TOP_MODULES = 8
 
 
@@ -143,10 +142,8 @@ def estimate(workload: str | Workload, batch_size: int, optimizer: str | None = 
     roofline bound and the largest batch that fits with `margin_pct` percent of its memory kept free.
     """
     started = time.perf_counter()
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise GpuwiseError(f"batch size must be a positive integer, got {batch_size!r}")
-    if target not in TARGETS:
-        raise GpuwiseError(f"unknown target {target!r}; choose from: {', '.join(TARGETS)}")
+    check_batch_size(batch_size)
+    check_target(target)
     spec = resolve_gpu(gpu)
     if spec is not None and target != "cuda":
         raise GpuwiseError("a GPU was named but the target is 'cpu': use target='cuda' (--target cuda) with --gpu")

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from ..devices.torch_device import resolve_device
 from ..errors import GpuwiseError
 from ..measure.child import run_isolated
 from ..measure.oom import fake_oom_threshold
@@ -93,25 +94,7 @@ def tune(workload: str | Workload, budget_s: float = 300, device: str | None = N
     options = TuneOptions(budget_s=budget_s, results=results, batch_sizes=batch_sizes, batch_size=batch_size,
                           precision=precision, precisions=precisions, optimizer=optimizer, measure_s=measure_s,
                           max_workers=max_workers, min_gain=min_gain, on_trial=on_trial)
-    return _Tuner(wl, _check_device(device) if device else _default_device(), options).run()
-
-
-def _check_device(device: str) -> str:
-    import torch
-
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, ValueError):
-        raise GpuwiseError(f"unknown device {device!r}; use cpu, cuda or cuda:N") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise GpuwiseError(f"device {device!r}: this PyTorch sees no CUDA GPU")
-    return str(dev)
-
-
-def _default_device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    return _Tuner(wl, resolve_device(device), options).run()
 
 
 class _Tuner:
