@@ -24,6 +24,8 @@ case "${1:-check}" in
     { versions; echo "== gpuwise gpus"; gpuwise gpus --processes
       echo "== gpuwise pick --json"; gpuwise pick --json
       echo "== gpuwise run"; gpuwise run -- python3 -c 'import os, torch; print(os.environ["CUDA_VISIBLE_DEVICES"], torch.cuda.get_device_name(0))'
+      echo "== gpuwise doctor"; gpuwise doctor; echo "exit $?"
+      echo "== gpuwise doctor --json"; gpuwise doctor --json > "$OUT/doctor.json"; echo "exit $?"
       echo "== gpuwise demo"; gpuwise demo examples:gpt-mini --batch-size 16 --gpu H200
       echo "== gpu tests"; python3 -m pytest -q -m gpu -p no:cacheprovider tests
     } 2>&1 | tee "$OUT/check.log" ;;
@@ -35,6 +37,8 @@ case "${1:-check}" in
       echo "== truth errors"; python3 benchmarks/truth_errors.py
       echo "== tune"; timeout 240 python3 benchmarks/tune_imagefolder.py --device cuda --budget 2m
       echo "== watch"; gpuwise watch --report "$OUT/watch-gpu.html" -- python3 examples/train_with_monitor.py --steps 200
+      echo "== watch: clocks and PCIe link"; gpuwise watch --json -- python3 examples/train_with_monitor.py --steps 200 \
+        | python3 -c 'import json,sys; s=json.load(sys.stdin); print(json.dumps(s.get("gpu_health"))); print([f["kind"] for f in s["findings"]])'
       echo "== scale"; gpuwise scale examples:gpt-mini -n 1 --batch-size 16 --steps 20
     } 2>&1 | tee "$OUT/bench.log" ;;
   *) echo "usage: $0 check|truth|bench" >&2; exit 2 ;;

@@ -1,14 +1,16 @@
 """Reproduce the GPU truth corpus: real measurements the planner is judged against.
 
-    python benchmarks/truth/collect.py                        # on a GPU: the whole corpus (~20 min on an H200)
+    python benchmarks/truth/collect.py                        # on a GPU: the whole corpus (~30 min on an H100: resumable)
     python benchmarks/truth/collect.py --dry-run              # list what it would measure, run nothing
     python benchmarks/truth/collect.py --device cpu --quick   # the plumbing on a CPU, a tiny subset
 
-13 workloads (bundled examples and `benchmarks/truth/workloads/*.py`: CNN, ResNet, LSTM, GRU, MLP,
-embedding-heavy, encoder, decoders, encoder-decoder, vision transformer) x {sgd, momentum, adamw} x
-{fp32, bf16 autocast} x 3 batch sizes, a few with activation checkpointing, and the true max batch of 6.
+19 workloads (bundled examples and `benchmarks/truth/workloads/*.py`): six at published sizes (GPT-2 small,
+a Llama-3.2-1B-wide decoder, BERT-base, ViT-B/16, ConvNeXt-T, ResNet-50) and thirteen smaller ones (CNN,
+ResNet-18, LSTM, GRU, MLP, embedding-heavy, encoder, decoders, encoder-decoder, vision transformer), each
+x {sgd, momentum, adamw} x {fp32, bf16 autocast} x 3 batch sizes, a few with activation checkpointing, and
+the true max batch of 6.
 
-Organisation (to fit ~20 minutes of GPU time): one child process per workload runs all of its
+Organisation (to fit short GPU sessions): one child process per workload runs all of its
 configurations, with `gc.collect()`, cuBLAS workspaces cleared, `empty_cache()` and
 `reset_peak_memory_stats()` between them (`gpuwise.measure.runner.measure_here`); the max batch is
 searched in that process too (OOMs caught), then confirmed by two fresh processes (max fits, max+1
@@ -43,8 +45,16 @@ STEPS, WARMUP = 5, 2
 QUICK_STEPS, QUICK_WARMUP = 2, 1
 W = "benchmarks/truth/workloads/"
 
-# workload -> three batch sizes (all fit an H200 with AdamW in fp32; chosen so memory spans ~10x)
+# workload -> three batch sizes (all fit an 80 GB H100 with AdamW in fp32; chosen so memory spans ~10x).
+# Published sizes first (the issue's "realistic sizes users train"), so a short GPU session measures them
+# before the small configurations.
 GRID: dict[str, tuple[int, int, int]] = {
+    W + "gpt2_small.py": (2, 8, 32),
+    W + "decoder_1b.py": (1, 2, 8),
+    W + "bert_base.py": (4, 16, 64),
+    W + "vit_b16.py": (8, 32, 128),
+    W + "convnext_t.py": (8, 32, 128),
+    W + "resnet50.py": (16, 64, 256),
     "examples:mlp": (256, 4096, 65536),
     "examples:lenet": (64, 512, 4096),
     "examples:resnet": (32, 128, 512),
@@ -60,11 +70,14 @@ GRID: dict[str, tuple[int, int, int]] = {
     W + "vit.py": (16, 64, 256),
 }
 # activation checkpointing: (workload, batch, optimizer, precision)
-CHECKPOINTED = [("examples:gpt-mini", 32, "adamw", "fp32"), (W + "bert.py", 32, "adamw", "bf16"),
+CHECKPOINTED = [(W + "gpt2_small.py", 8, "adamw", "bf16"), (W + "decoder_1b.py", 2, "adamw", "bf16"),
+                (W + "bert_base.py", 16, "adamw", "fp32"),
+                ("examples:gpt-mini", 32, "adamw", "fp32"), (W + "bert.py", 32, "adamw", "bf16"),
                 (W + "gpt2.py", 16, "adamw", "bf16"), (W + "llama.py", 16, "adamw", "fp32"),
                 (W + "vit.py", 64, "adamw", "bf16")]
 # true max batch (AdamW, fp32), searched upwards from the grid's largest batch, never above the limit
-MAX_BATCH = ["examples:resnet", "examples:gpt-mini", W + "bert.py", W + "gpt2.py", W + "llama.py", W + "t5.py"]
+MAX_BATCH = [W + "resnet50.py", W + "gpt2_small.py", W + "bert_base.py", W + "vit_b16.py", "examples:gpt-mini",
+             W + "t5.py"]
 MAX_BATCH_LIMIT = 1 << 16
 FRESH_CHECKS = 4
 

@@ -109,8 +109,27 @@ def read_gpus() -> list[Gpu]:
     return gpus
 
 
+PCIE_THROUGHPUT_EVERY_S = 1.0  # nvmlDeviceGetPcieThroughput counts bytes over a 20 ms window (NVML docs): once a second
+_pcie_last: dict[int, tuple[float, float | None]] = {}
+
+
+def _pcie_rx(h, index: int) -> float | None:
+    """Host->device bytes/s (NVML_PCIE_UTIL_RX_BYTES = 1, reported in KB/s), at most once per second."""
+    import time
+
+    now = time.monotonic()
+    last = _pcie_last.get(index)
+    if last is not None and now - last[0] < PCIE_THROUGHPUT_EVERY_S:
+        return last[1]
+    kb = query("nvmlDeviceGetPcieThroughput", h, 1)
+    value = kb * 1000.0 if kb is not None else None
+    _pcie_last[index] = (now, value)
+    return value
+
+
 def sample(index: int) -> dict[str, float | None]:
-    """A cheap sample for monitors: utilisation, memory, power, SM clock of one GPU."""
+    """A cheap sample for monitors: utilisation, memory, power, clocks and why they are held down,
+    temperature, and the PCIe link (generation, width, host->device bytes/s) of one GPU."""
     h = query("nvmlDeviceGetHandleByIndex", index)
     if h is None:
         return {}
@@ -123,4 +142,86 @@ def sample(index: int) -> dict[str, float | None]:
         "memory_used_bytes": float(mem.used) if mem else None,
         "power_w": power / 1000 if power is not None else None,
         "sm_clock_mhz": query("nvmlDeviceGetClockInfo", h, 1, default=None),  # 1 = NVML_CLOCK_SM
+        "sm_clock_max_mhz": query("nvmlDeviceGetMaxClockInfo", h, 1, default=None),
+        "clock_reasons": _clock_reasons(h),  # NVML bitmask, names in devices.health.CLOCK_REASONS
+        "temperature_c": query("nvmlDeviceGetTemperature", h, 0, default=None),
+        "pcie_gen": query("nvmlDeviceGetCurrPcieLinkGeneration", h),
+        "pcie_width": query("nvmlDeviceGetCurrPcieLinkWidth", h),
+        "pcie_gen_max": query("nvmlDeviceGetMaxPcieLinkGeneration", h),
+        "pcie_width_max": query("nvmlDeviceGetMaxPcieLinkWidth", h),
+        "pcie_rx_bytes_per_s": _pcie_rx(h, index),
     }
+
+
+def driver_info():
+    """The driver version and the newest CUDA version it supports (`nvidia-smi`'s "CUDA Version")."""
+    from .health import DriverInfo, cuda_version_text
+
+    init()
+    return DriverInfo(driver_version=_text(query("nvmlSystemGetDriverVersion")),
+                      cuda_version=cuda_version_text(query("nvmlSystemGetCudaDriverVersion")))
+
+
+def _clock_reasons(h) -> int | None:
+    # nvmlDeviceGetCurrentClocksEventReasons replaced ...ThrottleReasons (same bits) in newer drivers
+    value = query("nvmlDeviceGetCurrentClocksEventReasons", h)
+    return value if value is not None else query("nvmlDeviceGetCurrentClocksThrottleReasons", h)
+
+
+def _mig(h):
+    from .health import MigDevice
+
+    mode = query("nvmlDeviceGetMigMode", h)  # (current, pending); 1 = enabled
+    if mode is None:
+        return None, ()
+    enabled = bool(mode[0])
+    if not enabled:
+        return False, ()
+    devices = []
+    for i in range(query("nvmlDeviceGetMaxMigDeviceCount", h, default=0) or 0):
+        m = query("nvmlDeviceGetMigDeviceHandleByIndex", h, i)
+        if m is None:
+            continue  # an empty slot: fewer instances than the maximum
+        mem = query("nvmlDeviceGetMemoryInfo", m)
+        devices.append(MigDevice(uuid=_text(query("nvmlDeviceGetUUID", m, default="MIG-unknown")),
+                                 name=_text(query("nvmlDeviceGetName", m)), memory_total_bytes=int(mem.total) if mem else None))
+    return True, tuple(devices)
+
+
+def read_health() -> list:
+    """A `GpuHealth` for every GPU NVML sees (what `gpuwise doctor` checks); unsupported fields are None."""
+    from .health import COMPUTE_MODES, GpuHealth
+
+    out = []
+    for gpu in read_gpus():
+        h = query("nvmlDeviceGetHandleByIndex", gpu.index)
+        if h is None:
+            continue
+        ecc = query("nvmlDeviceGetEccMode", h)  # (current, pending)
+        pending = query("nvmlDeviceGetRetiredPagesPendingStatus", h)
+        retired = [query("nvmlDeviceGetRetiredPages", h, cause) for cause in (0, 1)]  # multiple single-bit, double-bit
+        mode = query("nvmlDeviceGetComputeMode", h)
+        persistence = query("nvmlDeviceGetPersistenceMode", h)
+        mig_enabled, mig_devices = _mig(h)
+        out.append(GpuHealth(
+            gpu=gpu,
+            pcie_gen_current=query("nvmlDeviceGetCurrPcieLinkGeneration", h),
+            pcie_gen_max=query("nvmlDeviceGetMaxPcieLinkGeneration", h),
+            pcie_gen_gpu_max=query("nvmlDeviceGetGpuMaxPcieLinkGeneration", h),
+            pcie_width_current=query("nvmlDeviceGetCurrPcieLinkWidth", h),
+            pcie_width_max=query("nvmlDeviceGetMaxPcieLinkWidth", h),
+            clock_reasons_mask=_clock_reasons(h),
+            sm_clock_mhz=query("nvmlDeviceGetClockInfo", h, 1),  # 1 = NVML_CLOCK_SM
+            sm_clock_max_mhz=query("nvmlDeviceGetMaxClockInfo", h, 1),
+            temperature_slowdown_c=query("nvmlDeviceGetTemperatureThreshold", h, 1),  # NVML_TEMPERATURE_THRESHOLD_SLOWDOWN
+            temperature_shutdown_c=query("nvmlDeviceGetTemperatureThreshold", h, 0),  # ..._SHUTDOWN
+            compute_mode=COMPUTE_MODES.get(mode) if mode is not None else None,
+            mig_enabled=mig_enabled, mig_devices=mig_devices,
+            ecc_enabled=bool(ecc[0]) if ecc else None,
+            # NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1, NVML_VOLATILE_ECC = 0 (since the last driver load)
+            ecc_uncorrected_volatile=query("nvmlDeviceGetTotalEccErrors", h, 1, 0) if ecc and ecc[0] else None,
+            retired_pages=sum(len(r) for r in retired) if all(r is not None for r in retired) else None,
+            retired_pages_pending=bool(pending) if pending is not None else None,
+            persistence_mode=bool(persistence) if persistence is not None else None,
+        ))
+    return out
