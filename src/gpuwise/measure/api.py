@@ -8,12 +8,9 @@ from typing import Any
 from ..devices.torch_device import resolve_device
 from ..errors import GpuwiseError
 from ..step import StepConfig
+from ..truth import truth_record
 from ..workload import check_batch_size, load_workload
 from .child import run_isolated
-
-# the truth-record contract's fields (DESIGN.md "GPU truth records"), in order
-TRUTH_FIELDS = ("workload", "batch_size", "optimizer", "precision", "checkpointing", "gpu_name", "torch", "cuda",
-                "driver", "peak_allocated_bytes", "peak_reserved_bytes", "device_used_bytes", "step_time_s", "oom")
 
 
 @dataclass
@@ -49,9 +46,8 @@ class Measurement:
         return asdict(self)
 
     def to_truth_record(self) -> dict[str, Any]:
-        """The DESIGN.md truth record (one line of benchmarks/truth/<gpu>.jsonl)."""
-        d = self.to_dict()
-        return {k: d[k] for k in TRUTH_FIELDS}
+        """The DESIGN.md truth record (one line of benchmarks/truth/<gpu>.jsonl; gpuwise/truth.py)."""
+        return truth_record(self.to_dict())
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Measurement:

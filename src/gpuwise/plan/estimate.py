@@ -17,6 +17,7 @@ from typing import Any
 from ..devices import discover
 from ..errors import GpuwiseError
 from ..step import OPTIMIZERS, StepConfig
+from ..truth import record_workload
 from ..workload import Workload, check_batch_size, load_workload
 from .allocator import AllocatorResult, replay
 from .catalog import GpuSpec, lookup
@@ -204,46 +205,14 @@ def estimate(workload: str | Workload, batch_size: int, optimizer: str | None = 
     return est
 
 
-# -- GPU truth records (DESIGN.md contract): the estimate recomputed on the CPU vs a real GPU's numbers --
-
-TRUTH_DIR = "benchmarks/truth"
-
-
-def load_truth_records(folder: str = TRUTH_DIR) -> list[dict[str, Any]]:
-    """Every record of every `<gpu-slug>.jsonl` in `folder` (none when the folder is empty or absent)."""
-    import json
-    from pathlib import Path
-
-    records = []
-    root = Path(folder).resolve().parents[1]  # benchmarks/truth -> the repository: workload paths are relative to it
-    for path in sorted(Path(folder).glob("*.jsonl")):
-        for n, line in enumerate(path.read_text().splitlines(), 1):
-            try:
-                rec = json.loads(line) if line.strip() else None
-            except json.JSONDecodeError:
-                continue  # a line cut by a crash of the collector
-            if rec is not None:
-                rec.setdefault("_source", f"{path.name}:{n}")
-                rec.setdefault("_root", str(root))
-                records.append(rec)
-    return records
-
-
-def _record_workload(record: dict[str, Any]) -> str:
-    from pathlib import Path
-
-    spec = record["workload"]
-    if spec.endswith(".py") and not Path(spec).exists() and record.get("_root"):
-        candidate = Path(record["_root"]) / spec
-        if candidate.exists():
-            return str(candidate)
-    return spec
+# -- GPU truth records (DESIGN.md contract; read by gpuwise/truth.py): the estimate recomputed on the CPU
+# vs a real GPU's numbers --
 
 
 def truth_errors(record: dict[str, Any]) -> dict[str, Any]:
     """Recompute `record`'s estimate (target cuda, its GPU) and return signed errors in percent of the truth."""
     optimizer = record.get("optimizer")
-    est = estimate(_record_workload(record), int(record["batch_size"]),
+    est = estimate(record_workload(record), int(record["batch_size"]),
                    optimizer=optimizer if optimizer in OPTIMIZERS else None,
                    precision=record.get("precision", "fp32"), checkpointing=bool(record.get("checkpointing")),
                    target="cuda", gpu=record.get("gpu_name"), search_max_batch=False)
