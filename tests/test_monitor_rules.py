@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpuwise.monitor import RULES, diagnose, suggest_num_workers
-from gpuwise.monitor.rules import tensor_core_capability
+from gpuwise.plan.catalog import tensor_core_capability
 from gpuwise.units import GIB
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..devices.model import Gpu
-from ..monitor.rules import tensor_core_capability
+from ..plan.catalog import tensor_core_capability
 
 
 @dataclass(frozen=True)

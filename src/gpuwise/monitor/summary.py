@@ -12,8 +12,9 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
+from ..plan.catalog import tensor_core_capability
 from .result import EXTRA_KEYS, Summary
-from .rules import diagnose, tensor_core_capability
+from .rules import diagnose
 from .timeline import StepRecord, Timeline
 
 WARMUP_STEPS = 1
