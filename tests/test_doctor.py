@@ -414,3 +414,10 @@ def test_fake_torch_file_drives_the_real_command(tmp_path, write_fake):
     cpu.write_text("[1, 2]")
     done = run_cli("doctor", env={"GPUWISE_FAKE_GPUS": str(gpus), "GPUWISE_FAKE_TORCH": str(cpu)})
     assert done.returncode == 2 and "GPUWISE_FAKE_TORCH" in done.stderr and len(done.stderr.splitlines()) == 1
+
+
+def test_mig_instance_names_are_not_mapped(tmp_path, write_fake):
+    write_fake([gpu(0, mig_enabled=True, mig_devices=[{"uuid": "MIG-aaaa"}]), gpu(1)])
+    checks, _ = run(tmp_path, env={"CUDA_VISIBLE_DEVICES": "MIG-aaaa"}, dev=("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm"))
+    assert checks["cuda_device_order"].status == "skipped" and "MIG" in checks["cuda_device_order"].evidence
+    assert checks["cuda_visible_devices"].status == "ok"

@@ -22,7 +22,8 @@ def _modules() -> dict[str, tuple[Path, bool]]:
 
 
 def import_edges() -> dict[str, dict[str, list[tuple[int, bool]]]]:
-    """module -> imported gpuwise module -> [(line, at module level)] for every import statement."""
+    """module -> imported gpuwise module -> [(line, at module level)] for every import statement, with the
+    packages whose __init__ it runs on the way."""
     mods = _modules()
 
     def known(name: str) -> str:
@@ -47,8 +48,13 @@ def import_edges() -> dict[str, dict[str, list[tuple[int, bool]]]]:
                 continue
             for target in targets:
                 target = known(target)
-                if target.startswith("gpuwise") and target != mod:
-                    edges.setdefault(mod, {}).setdefault(target, []).append((node.lineno, id(node) in top))
+                if not target.startswith("gpuwise") or target == mod:
+                    continue
+                # importing a.b.c runs a/__init__ and a/b/__init__ first: those are imports too
+                parts = target.split(".")
+                for name in [".".join(parts[:i]) for i in range(2, len(parts))] + [target]:
+                    if name in mods and name != mod and not mod.startswith(name + "."):
+                        edges.setdefault(mod, {}).setdefault(name, []).append((node.lineno, id(node) in top))
     return edges
 
 

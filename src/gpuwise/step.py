@@ -64,6 +64,31 @@ def _rmsprop(params, **kw):
     return torch.optim.RMSprop(params, lr=1e-3, **kw)
 
 
+@register_optimizer("adafactor", "transformers' Adafactor: factored second moment (a row and a column vector "
+                    "per matrix), no first moment (beta1=None)")
+def _adafactor(params, **kw):
+    # transformers/optimization.py `Adafactor`: state exp_avg_sq_row / exp_avg_sq_col for >= 2-D parameters,
+    # exp_avg_sq for vectors, plus `RMS` and `step`; the foreach/fused switches do not exist there.
+    from transformers.optimization import Adafactor
+    return Adafactor(params, lr=1e-3, scale_parameter=False, relative_step=False, warmup_init=False)
+
+
+@register_optimizer("adamw8bit", "bitsandbytes' 8-bit AdamW: two uint8 states per parameter, fp32 absmax per "
+                    "256-element block (32-bit states below 4096 elements)")
+def _adamw8bit(params, **kw):
+    # bitsandbytes/optim/optimizer.py `Optimizer2State.init_state`: state1/state2 uint8 (numel), qmap1/qmap2
+    # (256 fp32), absmax1/absmax2 (ceil(numel / 256) fp32); parameters under `min_8bit_size` = 4096 keep
+    # fp32 states. Its ops have fake kernels (bitsandbytes/_ops.py), so the trace runs the real optimizer.
+    try:
+        import bitsandbytes as bnb
+    except ImportError as exc:
+        raise GpuwiseError("--optimizer adamw8bit needs bitsandbytes (pip install bitsandbytes)") from exc
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():  # the constructor builds its quantization maps with .tolist(): real data
+        return bnb.optim.AdamW8bit(params, lr=1e-3)
+
+
 OPTIMIZER_IMPLS = ("default", "for-loop", "foreach", "fused")
 
 

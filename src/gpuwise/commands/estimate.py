@@ -5,11 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import GpuwiseError
+from ..hf import TASKS
 from ..plan import estimate
 from ..plan.curve import DEFAULT_MARGIN_PCT
 from ..report import console
 from ..report.plan import plot_estimate, render_estimate
-from .common import add_workload_arguments
+from .common import add_workload_arguments, positive_int
 
 HELP = "predict a training step's GPU memory, FLOPs and largest batch (no GPU needed)"
 EXAMPLES = """\
@@ -18,6 +19,8 @@ EXAMPLES = """\
   gpuwise estimate path/to/job.py -b 32 --optimizer sgd --target cpu --json
   gpuwise estimate examples:resnet -b 64 --gpu "NVIDIA A100-SXM4-40GB" --margin 10
   gpuwise estimate examples:resnet -b 64 --gpu auto          # fits on the freest GPU here, now?
+  gpuwise estimate hf:Qwen/Qwen2.5-7B -b 1 --seq-len 2048 --precision bf16 --gpu H100   # config.json only
+  gpuwise estimate path/to/config.json -b 4 --qlora --precision bf16 --gpu rtx4090 --grad-accum 8
 --target cuda (default) replays the step through a model of PyTorch's CUDA caching allocator and adds
 the cuBLAS workspaces and CUDA context: peak allocated, reserved and what nvidia-smi would show.
 --target cpu predicts the CPU peak. --gpu NAME adds fits / largest batch and a roofline bound.
@@ -33,6 +36,26 @@ def add_arguments(p) -> None:
                    help="percent of GPU memory kept free when finding the largest batch (default 5)")
     p.add_argument("--no-max-batch", action="store_true", help="with --gpu: skip the largest-batch search")
     p.add_argument("--plot", metavar="FILE", help="write a chart (memory breakdown, memory vs batch size) to FILE")
+    add_mode_arguments(p)
+
+
+def add_mode_arguments(p) -> None:
+    """Model-config inputs and training modes (estimate and fit)."""
+    p.add_argument("--seq-len", type=positive_int, help="hf:ID / config.json: tokens per sample (default 512)")
+    p.add_argument("--task", choices=list(TASKS), help="hf:ID / config.json: the head (default causal-lm)")
+    p.add_argument("--grad-accum", type=positive_int, default=1, metavar="N",
+                   help="gradient accumulation: N micro-batches of --batch-size per optimizer step")
+    p.add_argument("--lora", type=positive_int, nargs="?", const=16, metavar="RANK",
+                   help="LoRA adapters through peft on every linear layer (rank, default 16); base frozen")
+    p.add_argument("--qlora", action="store_true", help="QLoRA: 4-bit NF4 base weights (bitsandbytes) + LoRA")
+    p.add_argument("--freeze", action="append", metavar="REGEX",
+                   help="freeze parameters whose name matches (repeatable)")
+    p.add_argument("--offload-optimizer", action="store_true", help="optimizer state and step on the CPU")
+
+
+def mode_kwargs(args) -> dict:
+    return {"seq_len": args.seq_len, "task": args.task, "grad_accum": args.grad_accum, "lora": args.lora,
+            "qlora": args.qlora, "freeze": args.freeze, "offload_optimizer": args.offload_optimizer}
 
 
 def run(args) -> int:
@@ -42,7 +65,7 @@ def run(args) -> int:
         est = estimate(args.workload, args.batch_size, optimizer=args.optimizer, precision=args.precision,
                        checkpointing=args.checkpointing, target=args.target, gpu=args.gpu,
                        margin_pct=DEFAULT_MARGIN_PCT if args.margin is None else args.margin,
-                       search_max_batch=not args.no_max_batch)
+                       search_max_batch=not args.no_max_batch, **mode_kwargs(args))
     if args.plot:
         try:
             plot_estimate(est, args.plot)

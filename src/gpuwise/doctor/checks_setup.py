@@ -209,6 +209,9 @@ def cuda_device_order(f: Facts, o: Options) -> Check:
     if value is not None and not value.strip():
         return Check("cuda_device_order", SKIPPED, "CUDA_VISIBLE_DEVICES hides every GPU")
     rows = visible.mapping(value, gpus)
+    if not rows:
+        return Check("cuda_device_order", SKIPPED, f"CUDA_VISIBLE_DEVICES={value!r} names no whole GPU to map "
+                     "(MIG instances, or an invalid first entry)")
     details = {"mapping": [r.to_dict() for r in rows], "cuda_device_order": order,
                "assumption": "FASTEST_FIRST ranks by compute capability (higher first), PCI order among equals"}
     measured = measured_order(f)

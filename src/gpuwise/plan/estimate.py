@@ -24,6 +24,8 @@ from .catalog import GpuSpec, lookup
 from .curve import DEFAULT_MARGIN_PCT, Capacity, CurvePoint, find_capacity
 from .events import CATEGORIES, MemoryTrace, check_target, live_peak
 from .flops import Roofline, count_flops, roofline, traffic_bytes
+from .inputs import resolve_inputs
+from .modes import apply_modes, make_modes, offload_optimizer_state
 from .overheads import DEFAULT_ARCH, Overheads, add_workspaces
 
 TOP_MODULES = 8
@@ -60,6 +62,9 @@ class Estimate:
     capacity: Capacity | None = None
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    grad_accum: int = 1
+    effective_batch_size: int = 0     # samples per optimizer step: batch_size x grad_accum
+    modes: list[str] = field(default_factory=list)  # training modes applied (LoRA, QLoRA, offload, ...)
     trace: MemoryTrace | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -67,7 +72,7 @@ class Estimate:
             "workload", "batch_size", "target", "optimizer", "precision", "method", "peak_allocated_bytes",
             "peak_reserved_bytes", "device_used_bytes", "by_category", "flops_per_step", "max_batch_size", "gpu",
             "checkpointing", "peak_phase", "peak_op", "peak_module", "by_module", "tensor_peak_bytes", "fits",
-            "gpu_memory_bytes", "notes", "seconds")}
+            "gpu_memory_bytes", "notes", "seconds", "grad_accum", "effective_batch_size", "modes")}
         d["by_category"] = {c: int(self.by_category.get(c, 0)) for c in CATEGORIES}
         if self.overheads is not None:
             o = self.overheads
@@ -132,17 +137,28 @@ def resolve_gpu(gpu: str | GpuSpec | None) -> GpuSpec | None:
     return dataclasses.replace(spec, name=f"{best.name} (GPU {best.index}, free now)", memory_bytes=best.memory_free_bytes)
 
 
-def estimate(workload: str | Workload, batch_size: int, optimizer: str | None = None, precision: str = "fp32",
-             checkpointing: bool = False, target: str = "cuda", gpu: str | GpuSpec | None = None, *,
-             margin_pct: float = DEFAULT_MARGIN_PCT, search_max_batch: bool = True,
-             optimizer_impl: str = "default") -> Estimate:
+def estimate(workload: str | Workload | None = None, batch_size: int | None = None, optimizer: str | None = None,
+             precision: str = "fp32", checkpointing: bool = False, target: str = "cuda",
+             gpu: str | GpuSpec | None = None, *, margin_pct: float = DEFAULT_MARGIN_PCT,
+             search_max_batch: bool = True, optimizer_impl: str = "default",
+             model: Any = None, batch: Any = None, loss: Any = None, seq_len: int | None = None,
+             task: str | None = None, grad_accum: int = 1, lora: int | bool | None = None, qlora: bool = False,
+             freeze: Any = None, offload_optimizer: bool = False) -> Estimate:
     """Predict the memory and compute of one steady-state training step of `workload` at `batch_size`.
+
+    `workload`: a workload file / module / `examples:NAME`, `hf:ORG/NAME` or a config.json (built with
+    random weights under fake tensors; `seq_len` and `task` apply), or leave it out and pass `model=`
+    (a module, possibly on the meta device), `batch=` (a function batch(batch_size) or one example
+    batch) and optionally `loss=`. Modes (plan/modes.py): `grad_accum`, `lora` (rank, or True for 16),
+    `qlora`, `freeze` (parameter-name regexes), `offload_optimizer`.
 
     `target="cuda"` replays the trace through the caching-allocator model and adds library workspaces
     and the CUDA context (for `gpu`'s architecture; Hopper when no GPU is named). With `gpu`, also a
     roofline bound and the largest batch that fits with `margin_pct` percent of its memory kept free.
     """
     started = time.perf_counter()
+    workload, batch_size = resolve_inputs(workload, batch_size, model, batch, loss, seq_len, task)
+    modes = make_modes(grad_accum, lora, qlora, freeze, offload_optimizer)
     check_batch_size(batch_size)
     check_target(target)
     spec = resolve_gpu(gpu)
@@ -152,8 +168,13 @@ def estimate(workload: str | Workload, batch_size: int, optimizer: str | None = 
         raise GpuwiseError(f"margin must be a percentage in [0, 100), got {margin_pct!r}")
     config = StepConfig(optimizer=optimizer, precision=precision, checkpointing=checkpointing,
                         optimizer_impl=optimizer_impl)
-    wl = load_workload(workload)
-    trace = _trace(wl, batch_size, config, target)
+    wl = apply_modes(load_workload(workload), modes, config.precision)
+
+    def traced(b: int) -> MemoryTrace:
+        t = _trace(wl, b, config, target)
+        return offload_optimizer_state(t) if modes.offload_optimizer else t
+
+    trace = traced(batch_size)
     notes = list(trace.notes)
     arch = spec.arch if spec is not None else DEFAULT_ARCH
     opt_name = config.optimizer or ("workload optimizer()" if wl.optimizer_fn is not None else "adamw")
@@ -184,14 +205,18 @@ def estimate(workload: str | Workload, batch_size: int, optimizer: str | None = 
     est.by_module = dict(list(peak.by_module.items())[:TOP_MODULES])
     est.trace = trace
 
+    est.grad_accum, est.effective_batch_size, est.modes = modes.grad_accum, batch_size * modes.grad_accum, modes.describe()
+    if modes.grad_accum > 1:  # the trace ran min(N, 2) micro-steps: scale to N
+        flops = est.flops_per_step = flops * modes.grad_accum // modes.traced_micro_steps
     if spec is not None:
         est.gpu_memory_bytes = spec.memory_bytes
-        est.roofline = roofline(flops, traffic_bytes(est.by_category), batch_size, spec, config.precision)
+        est.roofline = roofline(flops, traffic_bytes(est.by_category), batch_size * modes.grad_accum, spec,
+                                config.precision)
         if search_max_batch:
             first = CurvePoint(batch_size, est.peak_allocated_bytes, est.peak_reserved_bytes, est.device_used_bytes)
 
             def point(b: int) -> CurvePoint:
-                c = _cuda_memory(_trace(wl, b, config, target), arch)
+                c = _cuda_memory(traced(b), arch)
                 return CurvePoint(b, c.result.peak_allocated_bytes, c.result.peak_reserved_bytes, c.device_used_bytes)
 
             est.capacity = find_capacity(point, batch_size, spec.memory_bytes, margin_pct, first=first)

@@ -1,0 +1,291 @@
+"""Inputs people have: a Hugging Face model id, a local config.json, or a model object in the process.
+
+    hf:ORG/NAME        only `config.json` is fetched (huggingface_hub.hf_hub_download); offline: one line
+    path/config.json   a local config (or a folder holding one)
+    a model object     `gpuwise.estimate(model=..., batch=..., loss=...)`
+
+The model is built from its config with random weights by `transformers`' Auto classes. gpuwise builds
+it inside FakeTensorMode (plan/trace.py), so a 7B or 70B model allocates nothing; outside a trace the
+build is refused above `REAL_BUILD_MAX_PARAMS` so that nothing allocates real multi-GB weights by mistake.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .contract import Workload, check_batch
+from .errors import GpuwiseError
+
+HF_PREFIX = "hf:"
+DEFAULT_SEQ_LEN = 512
+# task -> transformers Auto class. A causal LM's labels are its input ids (the loss shifts them).
+TASKS = {
+    "causal-lm": "AutoModelForCausalLM",
+    "seq-cls": "AutoModelForSequenceClassification",
+    "masked-lm": "AutoModelForMaskedLM",
+    "base": "AutoModel",
+}
+NUM_LABELS = 2
+REAL_BUILD_MAX_PARAMS = 2_000_000_000  # outside fake tensors, refuse to build more than this for real
+
+
+def is_config_source(spec: Any) -> bool:
+    """Whether a workload spec names a model config (hf:ID, a .json file, a folder with config.json)."""
+    if not isinstance(spec, str):
+        return False
+    if spec.startswith(HF_PREFIX) or spec.endswith(".json"):
+        return True
+    p = Path(spec)
+    return p.is_dir() and (p / "config.json").is_file()
+
+
+def fetch_config(repo_id: str) -> dict[str, Any]:
+    """config.json of a Hub model, and nothing else of it (no weights). Offline / unknown: one line."""
+    try:
+        from huggingface_hub import hf_hub_download
+    except ImportError as exc:  # pragma: no cover - huggingface_hub comes with transformers
+        raise GpuwiseError("hf: inputs need huggingface_hub (pip install huggingface_hub)") from exc
+    try:
+        path = hf_hub_download(repo_id, "config.json")
+    except Exception as exc:  # noqa: BLE001 - offline, gated, not found: all one line
+        kind = type(exc).__name__
+        hint = ("offline or the Hub is unreachable: download config.json and pass its path"
+                if "Offline" in kind or "Connect" in kind or "LocalEntryNotFound" in kind or "Timeout" in kind
+                else "check the id (and access, for gated models), or pass a local config.json")
+        raise GpuwiseError(f"hf:{repo_id}: cannot fetch config.json ({kind}): {hint}") from exc
+    return _read_json(Path(path), f"hf:{repo_id}")
+
+
+def _read_json(path: Path, label: str) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise GpuwiseError(f"{label}: cannot read {path}: {exc.strerror or exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise GpuwiseError(f"{label}: not valid JSON (line {exc.lineno}): {exc.msg}") from exc
+    if not isinstance(data, dict) or "model_type" not in data:
+        raise GpuwiseError(f"{label}: not a transformers config.json (no model_type)")
+    return data
+
+
+def read_config_dict(source: str) -> dict[str, Any]:
+    """The config dict of `hf:ORG/NAME`, a config.json path, or a folder holding config.json."""
+    if source.startswith(HF_PREFIX):
+        repo_id = source[len(HF_PREFIX):].strip()
+        if repo_id.count("/") > 1 or not repo_id:
+            raise GpuwiseError(f"{source!r}: expected hf:ORG/NAME")
+        return fetch_config(repo_id)
+    path = Path(source)
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        raise GpuwiseError(f"no config file {str(path)!r}")
+    return _read_json(path, str(source))
+
+
+def load_config(source: str, num_layers: int | None = None):
+    """A transformers config object, optionally with its number of layers changed."""
+    from transformers import AutoConfig
+
+    data = dict(read_config_dict(source))
+    data.pop("quantization_config", None)  # weights are random: a checkpoint's quantization does not apply
+    model_type = data.pop("model_type")
+    try:
+        cfg = AutoConfig.for_model(model_type, **data)
+    except (ValueError, KeyError) as exc:
+        raise GpuwiseError(f"{source}: transformers does not know model_type {model_type!r}") from exc
+    if num_layers is not None:
+        set_num_layers(cfg, num_layers)
+    return cfg
+
+
+LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+
+
+def num_layers_of(cfg) -> int | None:
+    for key in LAYER_KEYS:
+        value = getattr(cfg, key, None)
+        if isinstance(value, int):
+            return value
+    return None
+
+
+def set_num_layers(cfg, n: int) -> None:
+    for key in LAYER_KEYS:
+        if isinstance(getattr(cfg, key, None), int):
+            setattr(cfg, key, n)
+    for key in ("layer_types",):  # per-layer lists (Qwen2 sliding window, Gemma) follow the count
+        value = getattr(cfg, key, None)
+        if isinstance(value, list) and value:
+            setattr(cfg, key, (value * (n // len(value) + 1))[:n])
+
+
+def vocab_size_of(cfg) -> int:
+    return int(getattr(cfg, "vocab_size", 0) or 32000)
+
+
+def hf_workload(source: str, seq_len: int = DEFAULT_SEQ_LEN, task: str = "causal-lm",
+                num_layers: int | None = None) -> Workload:
+    """A workload from a model config: random weights, token batches of `seq_len`, the model's own loss."""
+    if task not in TASKS:
+        raise GpuwiseError(f"unknown task {task!r}; choose from: {', '.join(TASKS)}")
+    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
+        raise GpuwiseError(f"--seq-len must be a positive integer, got {seq_len!r}")
+    cfg = load_config(source, num_layers)
+    if task == "seq-cls":
+        cfg.num_labels = NUM_LABELS
+        if getattr(cfg, "pad_token_id", None) is None:
+            cfg.pad_token_id = 0  # sequence classification needs one to find the last token
+    vocab = vocab_size_of(cfg)
+    max_pos = getattr(cfg, "max_position_embeddings", None)
+    if isinstance(max_pos, int) and seq_len > max_pos and task != "causal-lm":
+        raise GpuwiseError(f"{source}: --seq-len {seq_len} exceeds max_position_embeddings {max_pos}")
+
+    def model():
+        import transformers
+
+        auto = getattr(transformers, TASKS[task])
+        if not _under_fake_tensors():
+            _refuse_big_real_build(cfg, source)
+        return auto.from_config(cfg)
+
+    def batch(batch_size: int):
+        import torch
+
+        ids = torch.randint(0, vocab, (batch_size, seq_len), generator=torch.Generator().manual_seed(batch_size))
+        if task == "causal-lm" or task == "masked-lm":
+            return {"input_ids": ids, "labels": ids}
+        if task == "seq-cls":
+            return {"input_ids": ids, "labels": torch.zeros(batch_size, dtype=torch.long)}
+        return {"input_ids": ids}
+
+    loss = _mean_hidden_loss if task == "base" else None
+    label = source if num_layers is None else f"{source} ({num_layers} layers)"
+    wl = Workload(spec=label, model_fn=model, batch_fn=batch, loss_fn=loss, source=source)
+    wl.hf_config = cfg  # type: ignore[attr-defined]  - read by layer extrapolation and inference
+    wl.seq_len = seq_len  # type: ignore[attr-defined]
+    wl.task = task  # type: ignore[attr-defined]
+    return wl
+
+
+def _mean_hidden_loss(model, batch):
+    out = model(**batch)
+    return out.last_hidden_state.float().mean()
+
+
+def _under_fake_tensors() -> bool:
+    from torch._guards import detect_fake_mode
+
+    return detect_fake_mode() is not None
+
+
+def _refuse_big_real_build(cfg, source: str) -> None:
+    n = approx_params(cfg)
+    if n > REAL_BUILD_MAX_PARAMS:
+        raise GpuwiseError(f"{source}: about {n / 1e9:.1f}B parameters: gpuwise builds it only under fake "
+                           "tensors (estimate / fit), never with real weights")
+
+
+def approx_params(cfg) -> int:
+    """Parameters of a decoder config, from its widths (embeddings + layers), for guards and labels."""
+    h = int(getattr(cfg, "hidden_size", 0) or getattr(cfg, "n_embd", 0) or 0)
+    inter = int(getattr(cfg, "intermediate_size", 0) or 4 * h)
+    layers = num_layers_of(cfg) or 0
+    vocab = vocab_size_of(cfg)
+    heads = int(getattr(cfg, "num_attention_heads", 0) or 1)
+    head_dim = int(getattr(cfg, "head_dim", 0) or h // heads)
+    kv = int(getattr(cfg, "num_key_value_heads", 0) or heads) * head_dim
+    embeddings = vocab * h * (1 if getattr(cfg, "tie_word_embeddings", False) else 2)
+    return embeddings + layers * (2 * h * heads * head_dim + 2 * h * kv + 3 * h * inter)
+
+
+# -- a model object in the process ------------------------------------------------------------------
+
+def model_workload(model, batch: Any, loss: Callable | None = None, name: str = "model") -> tuple[Workload, int | None]:
+    """A workload around a model object: `batch` is a function batch(batch_size) or one example batch
+    (tensor / tuple / dict; its first dimension is the batch size). The model may live on the meta
+    device. Under a trace the model is copied into fake tensors: the caller's weights are never touched."""
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        raise GpuwiseError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if callable(batch):
+        batch_fn, size = batch, None
+    else:
+        check_batch(batch, "batch")
+        size = _leading_dim(batch)
+        example = batch
+
+        def batch_fn(batch_size: int):
+            if batch_size == size:
+                return example
+            return _resize(example, batch_size)
+
+    def model_fn():
+        return fake_copy(model)
+
+    return Workload(spec=name, model_fn=model_fn, batch_fn=batch_fn, loss_fn=loss), size
+
+
+def fake_copy(model):
+    """`model` in the active fake mode's tensors (a meta model gets empty fake CPU storage); outside a
+    trace, the model itself."""
+    import copy
+
+    from torch._guards import detect_fake_mode
+    from torch._subclasses.fake_tensor import FakeCopyMode
+
+    fake_mode = detect_fake_mode()
+    if fake_mode is None:
+        return model
+    on_meta = any(t.device.type == "meta" for t in [*model.parameters(), *model.buffers()])
+    if on_meta:
+        return _meta_to_fake(copy.deepcopy(model))
+    with FakeCopyMode(fake_mode):
+        return copy.deepcopy(model)
+
+
+def _meta_to_fake(model):
+    """Give a meta model empty (fake) CPU storage by hand: `to_empty` swaps parameters, which fake tensors
+    refuse; tied parameters stay tied."""
+    import torch
+
+    memo: dict[int, torch.Tensor] = {}
+    for m in model.modules():
+        for slots, is_param in ((m._parameters, True), (m._buffers, False)):
+            for k, t in slots.items():
+                if t is None or t.device.type != "meta":
+                    continue
+                if id(t) not in memo:
+                    new = torch.empty_like(t, device="cpu")
+                    memo[id(t)] = torch.nn.Parameter(new, requires_grad=t.requires_grad) if is_param else new
+                slots[k] = memo[id(t)]
+    return model
+
+
+def _leading_dim(batch) -> int | None:
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() else None
+    values = batch.values() if isinstance(batch, dict) else batch
+    for v in values:
+        if isinstance(v, torch.Tensor) and v.dim():
+            return int(v.shape[0])
+    return None
+
+
+def _resize(batch, n: int):
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        reps = [-(-n // batch.shape[0])] + [1] * (batch.dim() - 1)
+        return batch.repeat(*reps)[:n]
+    if isinstance(batch, dict):
+        return {k: _resize(v, n) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(_resize(v, n) for v in batch)
+    return batch

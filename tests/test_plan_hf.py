@@ -1,0 +1,85 @@
+"""Inputs: hf:ORG/NAME (config.json only, offline message), a local config.json, an in-process model."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import gpuwise
+from gpuwise import hf
+from gpuwise.errors import GpuwiseError
+
+TINY = "tests/data/configs/tiny-llama.json"
+
+
+def test_local_config_estimate_with_seq_len():
+    short = gpuwise.estimate(TINY, 2, target="cpu", seq_len=16)
+    long = gpuwise.estimate(TINY, 2, target="cpu", seq_len=32)
+    assert short.peak_allocated_bytes < long.peak_allocated_bytes
+    assert short.workload == TINY
+
+
+def test_hf_id_fetches_only_config_json(monkeypatch, tmp_path):
+    asked = []
+
+    def fake_download(repo_id, filename, **kw):
+        asked.append((repo_id, filename))
+        path = tmp_path / "config.json"
+        path.write_text(open(TINY).read())
+        return str(path)
+
+    import huggingface_hub
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
+    est = gpuwise.estimate("hf:org/tiny", 1, target="cpu", seq_len=8)
+    assert asked == [("org/tiny", "config.json")]
+    assert est.peak_allocated_bytes > 0
+
+
+def test_hf_id_offline_is_one_line_exit_2(tmp_path):
+    env = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path), "PYTHONPATH": "src", "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([sys.executable, "-m", "gpuwise", "estimate", "hf:Qwen/Qwen2.5-7B", "-b", "1"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "config.json" in lines[0], proc.stderr
+
+
+def test_bad_config_is_one_line(tmp_path):
+    bad = tmp_path / "config.json"
+    bad.write_text(json.dumps({"hidden_size": 4}))
+    with pytest.raises(GpuwiseError, match="model_type"):
+        gpuwise.estimate(str(bad), 1, target="cpu")
+
+
+def test_in_process_model_on_meta_and_real_agree():
+    def make():
+        return torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+
+    def loss(model, batch):
+        x, y = batch
+        return torch.nn.functional.cross_entropy(model(x), y)
+
+    batch = (torch.randn(8, 64), torch.randint(0, 10, (8,)))
+    real = make()
+    before = [p.clone() for p in real.parameters()]
+    a = gpuwise.estimate(model=real, batch=batch, loss=loss, target="cpu")
+    with torch.device("meta"):
+        meta = make()
+    b = gpuwise.estimate(model=meta, batch=batch, loss=loss, target="cpu")
+    assert a.batch_size == b.batch_size == 8
+    assert a.peak_allocated_bytes == b.peak_allocated_bytes > 0
+    assert all(torch.equal(x, y) for x, y in zip(before, real.parameters()))  # weights untouched
+
+
+def test_big_config_is_never_built_for_real():
+    wl = hf.hf_workload("examples/configs/llama-2-7b.json", seq_len=16)
+    with pytest.raises(GpuwiseError, match="fake"):
+        wl.build_model()
+
+
+def test_layer_count_changes():
+    cfg = hf.load_config("examples/configs/qwen2.5-7b.json", num_layers=2)
+    assert cfg.num_hidden_layers == 2
+    assert 7.0e9 < hf.approx_params(hf.load_config("examples/configs/qwen2.5-7b.json")) < 8.0e9
