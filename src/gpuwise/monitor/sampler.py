@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 
 from ..devices import discover, fake, nvml
+from . import cuda
 from .timeline import Sample, Timeline
 
 GpuSource = Callable[[int], dict]  # NVML index -> {"utilization_pct", "memory_used_bytes", "power_w", ...}
@@ -208,7 +209,7 @@ def nvml_index_for(device) -> int | None:
     device = torch.device(device)
     if device.type != "cuda":
         return None
-    i = device.index if device.index is not None else torch.cuda.current_device()
+    i = device.index if device.index is not None else cuda.current_index()
     visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
     if not visible:
         return i

@@ -6,7 +6,7 @@ from typing import Any
 
 from ..errors import GpuwiseError
 from ..hf import DEFAULT_SEQ_LEN, hf_workload, is_config_source, model_workload
-from ..workload import Workload
+from ..workload import Workload, check_batch_size
 
 
 def resolve_inputs(workload: Any, batch_size: int | None, model: Any = None, batch: Any = None, loss: Any = None,
@@ -28,6 +28,4 @@ def resolve_inputs(workload: Any, batch_size: int | None, model: Any = None, bat
         raise GpuwiseError("--seq-len / --task apply to hf:ORG/NAME and config.json inputs only")
     if batch_size is None:
         raise GpuwiseError("a batch size is needed (batch_size=..., or an example batch with a batch dimension)")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise GpuwiseError(f"batch size must be a positive integer, got {batch_size!r}")
-    return workload, batch_size
+    return workload, check_batch_size(batch_size)
