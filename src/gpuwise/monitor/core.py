@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..bootstrap.hooks import thread_demand_s
 from ..devices.torch_device import resolve_device
 from ..plan.hint import planner_max_batch
 from ..step import batch_bytes, move_to, tensors_in
@@ -63,6 +64,7 @@ class Monitor:
         self._in_loader_step = False
         self._pinned_seen = [0, 0]  # pinned batches, batches checked
         self._looked = 0  # batches looked at (the first 8)
+        self._loader_busy = [0.0, 0.0]  # CPU and wall seconds the main process spent loading (num_workers=0)
         self._events: list[tuple[StepRecord, Any, Any, Any]] = []  # (step, previous end, start, end) CUDA events to resolve
         self._prev_end_event = None
         self._start_event = None
@@ -112,6 +114,8 @@ class Monitor:
         meta = self.timeline.meta
         if self._pinned_seen[1]:
             meta["pinned_fraction"] = self._pinned_seen[0] / self._pinned_seen[1]
+        if self._loader_busy[1] > 0:
+            meta["loader_cpu_busy_fraction"] = min(self._loader_busy[0] / self._loader_busy[1], 1.0)
         if self._cuda:
             meta["peak_allocated_bytes"], meta["peak_reserved_bytes"] = cuda.peak_bytes(self.device)
         meta["ended_with_error"] = error
@@ -127,15 +131,22 @@ class Monitor:
         it = iter(iterable)
         clock = time.perf_counter
         acc, used, cuda = self._acc, self._phase_used, self._cuda  # the hot loop: locals, containers reused
+        # The main process loads (num_workers=0): its CPU demand while waiting says CPU-bound or I/O.
+        cpu_clock = thread_demand_s if getattr(iterable, "num_workers", None) == 0 else None
+        busy = self._loader_busy  # [CPU seconds, wall seconds] of the waits
         while True:
             t = clock()
             if self._step_start is not None:
                 self._end_step(t)
+            c = cpu_clock() if cpu_clock else 0.0
             try:
                 batch = next(it)
             except StopIteration:
                 return
             now = clock()
+            if cpu_clock:
+                busy[0] += cpu_clock() - c
+                busy[1] += now - t
             if cuda:
                 self._begin_step(t)
             else:

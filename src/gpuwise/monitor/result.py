@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 # keys copied from the timeline's meta when present (an external watch, DDP), after the fields
-EXTRA_KEYS = ("command", "exit_code", "world_size")
+EXTRA_KEYS = ("command", "exit_code", "world_size", "framework")
 
 
 @dataclass
@@ -39,19 +39,33 @@ class Summary:
     ranks: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     extras: dict[str, Any] = field(default_factory=dict)  # EXTRA_KEYS (and any other key from a dict)
+    cannot_tell: list[str] = field(default_factory=list)  # what the rules could not judge, and why (last key)
 
     @property
     def on_gpu(self) -> bool:
         return str(self.device or "").startswith("cuda")
 
+    @property
+    def command(self) -> list[str] | None:
+        """The watched command (`gpuwise watch -- CMD`), when there was one."""
+        return self.extras.get("command")
+
+    @property
+    def framework(self) -> str | None:
+        """The training framework the bootstrap saw (transformers, lightning), when it saw one."""
+        return self.extras.get("framework")
+
     def to_dict(self) -> dict[str, Any]:
-        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extras"}
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("extras", "cannot_tell")}
         d.update(self.extras)
+        d["cannot_tell"] = self.cannot_tell
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Summary:
         """A summary dict (e.g. written by hand, or read back from `--json`) as a Summary."""
         names = {f.name for f in fields(cls)} - {"extras"}
+        if d.get("cannot_tell") is None:
+            d = {k: v for k, v in d.items() if k != "cannot_tell"}
         return cls(**{k: v for k, v in d.items() if k in names},
                    extras={k: v for k, v in d.items() if k not in names})

@@ -57,7 +57,8 @@ LOW_MEMORY_FRACTION = 0.5    # less than half the GPU memory used: room for a la
 COMPUTE_FRACTION = 0.8       # the step is the bottleneck, not its inputs
 RANK_SPREAD = 1.10           # slowest rank's median step >= 10% above the fastest's
 WORKER_HEADROOM = 1.25       # workers to keep ahead of the GPU despite jitter (one in four spare)
-IO_BOUND_CPU_PCT = 50.0     # per loading process: below half a core busy, the loader waits on I/O, not CPU
+IO_BOUND_BUSY_FRACTION = 0.5  # a loader running or runnable (schedstat) < half the time the step waits sleeps
+                              # on I/O; CPU-bound decoding measured 0.95-1.0 on a shared 2-core machine
 LOW_UTIL_PCT_TXT = "10%"     # summary.LOW_UTIL_PCT, as text
 HIGH_UTIL_PCT_TXT = "90%"    # summary.HIGH_UTIL_PCT
 
@@ -113,16 +114,22 @@ def data_starvation(s: Summary) -> Finding | None:
     fixes = []
     if _num(step) and _num(data):
         needed = suggest_num_workers(step, data, workers, None)
-        # Loading that hardly uses the CPU waits on I/O (storage, network): workers beyond the CPU count help.
-        proc_cpu = (s.host or {}).get("process_cpu_mean_pct")
-        # The training process is busy (~one core) whenever it is not waiting; the rest is the loader's.
-        loader_cpu = proc_cpu - 100.0 * (1 - wait) if _num(proc_cpu) and _num(wait) else None
-        io_bound = _num(loader_cpu) and loader_cpu < IO_BOUND_CPU_PCT * max(workers or 0, 1)
+        # Measured while the step waits (gpuwise.bootstrap): the share of a core the loading process(es)
+        # used. Decoding that keeps a core busy is CPU-bound (workers beyond the cores do not help);
+        # loading that hardly uses the CPU waits on I/O (storage, network), where more workers do.
+        busy = loader.get("cpu_busy_fraction")
+        io_bound = _num(busy) and busy < IO_BOUND_BUSY_FRACTION
         n = suggest_num_workers(step, data, workers, None if io_bound else cpus)
         now = f"now {workers}" if workers is not None else "now unknown"
-        why = f"; loading waits on I/O: it used ~{max(loader_cpu, 0):.0f}% CPU" if io_bound else ""
+        who = "the main process" if not workers else f"each of the {workers} workers"
+        if not _num(busy):
+            why = "; cannot tell whether loading is CPU- or I/O-bound (not measured), so capped at the CPUs"
+        elif io_bound:
+            why = f"; loading waits on I/O: {who} ran or was ready to run only {_pct(busy)} of the time the step waited"
+        else:
+            why = f"; loading is CPU-bound: {who} ran or was ready to run {_pct(busy)} of the time the step waited"
         if n > (workers or 0):
-            fixes.append(f"DataLoader(num_workers={n}) ({now}; {cpus} CPUs{why})")
+            fixes.append(f"{_workers_fix(s, n)} ({now}; {cpus} CPUs{why})")
         if needed > n:
             fixes.append(f"keeping up needs ~{needed} workers, more than this machine's {cpus} CPUs: make samples "
                          "cheaper (pre-decode / cache / smaller inputs) or move augmentation to the GPU")
@@ -132,8 +139,22 @@ def data_starvation(s: Summary) -> Finding | None:
         fixes.append("pin_memory=True")
     if workers and loader.get("persistent_workers") is not True:
         fixes.append("persistent_workers=True (workers restart every epoch otherwise)")
-    fixes.append("or measure the best settings with `gpuwise tune WORKLOAD`")
+    command = s.command
+    if command:
+        fixes.append(f"or measure the best settings with `gpuwise tune -- {' '.join(command)}`")
+    else:
+        fixes.append("or measure the best settings with `gpuwise tune WORKLOAD`")
     return Finding("data_starvation", "; ".join(parts), "; ".join(fixes))
+
+
+def _workers_fix(s: Summary, n: int) -> str:
+    """The change in the user's own terms: their framework's setting where it has one."""
+    framework = s.framework
+    if framework == "transformers":
+        return f"TrainingArguments(dataloader_num_workers={n})"
+    if framework == "lightning":
+        return f"DataLoader(num_workers={n}) in the LightningModule / DataModule's train_dataloader()"
+    return f"DataLoader(num_workers={n})"
 
 
 @rule("cpu_bound")

@@ -167,4 +167,15 @@ def summary_of(tl: Timeline, planner: MaxBatchPlanner | None = None) -> Summary:
             and workload and name and batch):
         summary.memory["planner_max_batch_size"] = planner(workload, batch, name, meta.get("precision") or "fp32")
     summary.findings = [f.to_dict() for f in diagnose(summary)]
+    summary.cannot_tell = cannot_tell(summary, meta)
     return summary
+
+
+def cannot_tell(summary: Summary, meta: dict[str, Any]) -> list[str]:
+    """What the rules could not judge and why: an empty findings list then means "not measured", never
+    "no problem found"."""
+    out = []
+    if summary.data_wait_fraction is None:
+        out.append(meta.get("step_split_unknown") or "cannot tell whether the loop waits for data: no per-step "
+                   "timing was recorded (no optimizer step or DataLoader batch seen)")
+    return out
