@@ -7,8 +7,10 @@ import os
 from ..errors import GpuwiseError
 from ..report import console
 from ..report import tune as report
+from ..report.tune_script import print_progress, render
 from ..step import OPTIMIZERS, check_precision
 from ..tune import tune
+from ..tune.script import code_change, tune_script
 from ..units import parse_duration
 from ..workload import load_workload
 from .common import positive_int
@@ -114,9 +116,6 @@ def run(args) -> int:
 
 def _run_script(args, budget_s: float) -> int:
     """`gpuwise tune -- CMD`: the script's own DataLoader, tuned by short trials (tune/script.py)."""
-    from ..report.tune_script import print_progress, render
-    from ..tune.script import code_change, tune_script
-
     for name in ("batch_size", "batch_sizes", "precisions", "optimizer", "plot"):
         if getattr(args, name, None):
             raise GpuwiseError(f"--{name.replace('_', '-')} applies to workload files: a script's batch size, "
