@@ -128,7 +128,12 @@ def resolve_gpu(gpu: str | GpuSpec | None) -> GpuSpec | None:
     if gpu is None or isinstance(gpu, GpuSpec):
         return gpu
     if str(gpu).strip().lower() != "auto":
-        return lookup(gpu)
+        spec = lookup(gpu)
+        if not spec.modelled:
+            raise GpuwiseError(f"{spec.name} ({spec.arch}) is in the catalog for its numbers, but its allocator and "
+                               f"context are not modelled: cannot tell; --gpu {spec.memory_bytes / 2**30:.0f}GiB gives "
+                               f"the CUDA model against its memory")
+        return spec
     found = discover()
     if not found.gpus:
         raise GpuwiseError(f"--gpu auto: no GPU visible ({found.reason or found.backend}); name one, e.g. --gpu H100")
@@ -210,8 +215,11 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
         flops = est.flops_per_step = flops * modes.grad_accum // modes.traced_micro_steps
     if spec is not None:
         est.gpu_memory_bytes = spec.memory_bytes
-        est.roofline = roofline(flops, traffic_bytes(est.by_category), batch_size * modes.grad_accum, spec,
-                                config.precision)
+        if spec.bandwidth_bytes_per_s > 0:
+            est.roofline = roofline(flops, traffic_bytes(est.by_category), batch_size * modes.grad_accum, spec,
+                                    config.precision)
+        else:
+            notes.append(f"{spec.name}: memory only (no FLOP/s or bandwidth given): no roofline")
         if search_max_batch:
             first = CurvePoint(batch_size, est.peak_allocated_bytes, est.peak_reserved_bytes, est.device_used_bytes)
 
