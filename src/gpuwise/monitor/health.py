@@ -1,9 +1,9 @@
 """GPU health during a run (the doctor's clock and PCIe facts, over time): sample statistics and two rules.
 
 `health_stats(timeline, window)` condenses the sampler's `clock_reasons` bitmasks, SM clocks and PCIe
-link/throughput fields (devices.nvml.sample, or the fake-GPU file) into `summary["gpu_health"]`; the
-rules `clock_throttling` and `slow_host_copy` read it. Thresholds are this project's judgement, each
-with its reason.
+link/throughput fields (devices.nvml.sample, or the fake-GPU file) into `Summary.gpu_health`; the rules
+`clock_throttling` and `slow_host_copy` read it. Thresholds are this project's judgement, each with its
+reason.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from ..devices.health import (
     reason_names,
 )
 from ..units import fmt_bytes, fmt_duration
+from .result import Summary
 from .rules import COPY_FRACTION, Finding, rule
 from .timeline import Timeline
 
@@ -72,18 +73,9 @@ def _pct(x: float) -> str:
     return f"{100 * x:.0f}%"
 
 
-def _field(s, key: str):
-    """A summary field from a summary dict or a summary object (its attribute, else its extras)."""
-    if isinstance(s, dict):
-        return s.get(key)
-    if hasattr(s, key):
-        return getattr(s, key)
-    return (getattr(s, "extras", None) or {}).get(key)
-
-
 @rule("clock_throttling")
-def clock_throttling(s) -> Finding | None:
-    h = _field(s, "gpu_health") or {}
+def clock_throttling(s: Summary) -> Finding | None:
+    h = s.gpu_health or {}
     n = h.get("clock_samples") or 0
     if n < MIN_SAMPLES:
         return None
@@ -110,12 +102,12 @@ def clock_throttling(s) -> Finding | None:
 
 
 @rule("slow_host_copy")
-def slow_host_copy(s) -> Finding | None:
-    h = _field(s, "gpu_health") or {}
+def slow_host_copy(s: Summary) -> Finding | None:
+    h = s.gpu_health or {}
     link = h.get("pcie_bandwidth_bytes_per_s")
-    copy = _field(s, "copy_fraction")
-    copy_s = ((_field(s, "split") or {}).get("copy_s") or {}).get("median")
-    nbytes = _field(s, "batch_bytes")
+    copy = s.copy_fraction
+    copy_s = ((s.split or {}).get("copy_s") or {}).get("median")
+    nbytes = s.batch_bytes
     if not link or not isinstance(copy, (int, float)) or copy < COPY_FRACTION or not copy_s or not nbytes:
         return None
     rate = nbytes / copy_s
@@ -127,8 +119,8 @@ def slow_host_copy(s) -> Finding | None:
                 f"{fmt_bytes(nbytes)}), {_pct(rate / link)} of the PCIe gen{h['pcie_gen']} x{h['pcie_width']} link's "
                 f"{link / 1e9:.1f} GB/s, and take {_pct(copy)} of step time")
     fixes = []
-    pinned = _field(s, "pinned_fraction")
-    loader_pinned = (_field(s, "loader") or {}).get("pin_memory")
+    pinned = s.pinned_fraction
+    loader_pinned = (s.loader or {}).get("pin_memory")
     if pinned != 1.0 and not (pinned is None and loader_pinned is True):
         evidence += "; the batches are in pageable memory" if pinned is not None or loader_pinned is False else ""
         fixes.append("DataLoader(pin_memory=True) and .to(device, non_blocking=True): pageable copies go through a "
