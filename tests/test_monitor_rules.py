@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpuwise.monitor import RULES, diagnose, suggest_num_workers
-from gpuwise.monitor.rules import tensor_core_capability
+from gpuwise.plan.catalog import tensor_core_capability
 from gpuwise.units import GIB
 
 
@@ -117,13 +117,48 @@ def test_rank_imbalance():
 def test_low_memory_use_asks_the_planner_for_the_largest_batch():
     # a run of examples:mlp (batch 100) that used 1 GiB of a 40 GiB A100: the planner names the max batch
     from gpuwise.monitor import StepRecord, Timeline, summarize
+    from gpuwise.plan.hint import planner_max_batch
 
     tl = Timeline(steps=[StepRecord(i, 0.01 * i, 0.01, 0.0, 0.0, 0.01) for i in range(3)],
                   meta={"device": "cuda:0", "device_name": "NVIDIA A100-SXM4-40GB", "device_total_bytes": 40 * GIB,
                         "peak_reserved_bytes": GIB, "workload": "examples:mlp", "batch_size": 100,
                         "precision": "fp32"})
-    s = summarize(tl)
+    s = summarize(tl, planner=planner_max_batch)  # the caller chooses to ask the planner
     planned = s["memory"]["planner_max_batch_size"]
     assert isinstance(planned, int) and planned > 100
     fix = next(f["fix"] for f in s["findings"] if f["kind"] == "low_memory_use")
     assert f"the planner's largest batch on this GPU is {planned} (now 100)" in fix
+
+
+def test_the_rules_read_a_typed_summary_whose_dict_keeps_the_contract_keys_in_order():
+    from gpuwise.monitor import StepRecord, Summary, Timeline, summarize, summary_of
+
+    tl = Timeline(steps=[StepRecord(i, 0.01 * i, 0.01, 0.004, 0.0, 0.006) for i in range(4)],
+                  meta={"device": "cpu", "command": ["python", "train.py"]})
+    typed = summary_of(tl)
+    assert isinstance(typed, Summary) and typed.steps == 4 and typed.data_wait_fraction == 0.4  # 0.004 / 0.01
+    d = summarize(tl)
+    assert list(d)[:6] == ["steps", "step_time_s", "data_wait_fraction", "copy_fraction", "compute_fraction",
+                           "findings"]
+    assert list(d)[-2:] == ["command", "cannot_tell"] and d == typed.to_dict() and Summary.from_dict(d).to_dict() == d
+    assert kinds(gpu_summary()) == [f.kind for f in diagnose(Summary.from_dict(gpu_summary()))]
+
+
+def test_data_starvation_measures_the_loader_while_the_step_waits():
+    # 30 of 40 ms waiting with no workers, 2 CPUs: keeping up needs 30 / 10 * 1.25 -> 4 workers.
+    def fix(busy, framework=None):
+        loader = {"num_workers": 0, "pin_memory": True, "persistent_workers": False}
+        if busy is not None:
+            loader["cpu_busy_fraction"] = busy
+        s = gpu_summary(data_wait_fraction=0.75, compute_fraction=0.25, step_time_s={"median": 0.040},
+                        split={"data_wait_s": {"median": 0.030}}, loader=loader, host={"cpu_count": 2},
+                        framework=framework)
+        return next(f for f in diagnose(s) if f.kind == "data_starvation").fix
+
+    cpu = fix(0.97)  # decoding kept the main process runnable: capped at cpu_count - 1 = 1
+    assert "DataLoader(num_workers=1)" in cpu and "CPU-bound" in cpu and "keeping up needs ~4" in cpu
+    io = fix(0.05)  # it slept (storage, network): workers beyond the cores help
+    assert "DataLoader(num_workers=4)" in io and "waits on I/O" in io and "keeping up" not in io
+    unknown = fix(None)  # not measured: never lift the cap on a guess
+    assert "num_workers=1" in unknown and "cannot tell whether loading is CPU- or I/O-bound" in unknown
+    assert "TrainingArguments(dataloader_num_workers=1)" in fix(0.9, "transformers")

@@ -28,18 +28,50 @@ def test_lookup_tolerates_vendor_names(name, expected):
 
 
 def test_prefixes_respect_model_numbers():
-    # "A100" must not resolve to the A10, nor "L40" to the L4
-    assert lookup("A100").id == "a100-80gb"
-    with pytest.raises(GpuwiseError, match="l40s"):
-        lookup("L40")
+    # "A100" must not resolve to the A10; "L40" is the L40, not the L4 or the L40S
+    assert lookup("A100 80GB").id == "a100-80gb"
+    assert lookup("L40").id == "l40" and lookup("L4").id == "l4" and lookup("NVIDIA L40S").id == "l40s"
+    assert lookup("H20").id == "h20" and lookup("NVIDIA H200").id == "h200"
+
+
+@pytest.mark.parametrize("name, choices", [("a100", "a100-40gb, a100-80gb"), ("V100", "v100-16gb, v100-32gb")])
+def test_a_name_with_several_memory_sizes_asks_which(name, choices):
+    with pytest.raises(GpuwiseError, match=f"ambiguous: choose one of {choices}") as info:
+        lookup(name)
+    assert "\n" not in str(info.value)
 
 
 def test_unknown_name_suggests_close_matches():
     with pytest.raises(GpuwiseError) as info:
-        lookup("H20")
-    assert "did you mean h200" in str(info.value)
+        lookup("H300")
+    assert "did you mean" in str(info.value) and "h200" in str(info.value)
     with pytest.raises(GpuwiseError, match="known GPUs"):
         lookup("Radeon 7900")
+
+
+@pytest.mark.parametrize("text, nbytes", [("48GiB", 48 * 2**30), ("24 GB", 24 * 10**9), ("81559MiB", 81559 * 2**20)])
+def test_any_other_card_by_its_memory(text, nbytes):
+    spec = lookup(text)
+    assert spec.memory_bytes == nbytes and spec.modelled
+
+
+@pytest.mark.parametrize("name, gid, memory_gib, bf16_tflops", [
+    ("NVIDIA RTX A6000", "rtx-a6000", 48, 154.8), ("NVIDIA A40", "a40", 45, 149.7), ("NVIDIA L40", "l40", 45, 181),
+    ("NVIDIA GeForce RTX 5090", "rtx-5090", 31.8, 209.5), ("NVIDIA H20", "h20", 95.5, 148),
+    ("NVIDIA B200", "b200", 179, 2250), ("GB200", "gb200", 173, 2500), ("RTX 6000 Ada", "rtx-6000-ada", 48, 182.1),
+])
+def test_cards_people_rent_and_own(name, gid, memory_gib, bf16_tflops):
+    spec = lookup(name)
+    assert spec.id == gid and abs(spec.memory_bytes / 2**30 - memory_gib) < 0.5
+    assert spec.peak_flops("bf16") == bf16_tflops * 1e12 and spec.source
+
+
+def test_mi300x_is_listed_but_not_modelled():
+    from gpuwise.plan.estimate import resolve_gpu
+
+    assert lookup("MI300X").modelled is False
+    with pytest.raises(GpuwiseError, match="not modelled: cannot tell"):
+        resolve_gpu("MI300X")
 
 
 def test_required_gpus_are_there_with_datasheet_numbers():

@@ -102,7 +102,8 @@ def test_largest_batch_on_a_gpu_is_checked_by_tracing_it_and_its_neighbour(tmp_p
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"batch_size": 0}, "positive integer"),
-    ({"batch_size": 2, "gpu": "H20"}, "did you mean h200"),
+    ({"batch_size": 2, "gpu": "H300"}, "did you mean"),
+    ({"batch_size": 2, "gpu": "a100"}, "ambiguous: choose one of a100-40gb, a100-80gb"),
     ({"batch_size": 2, "target": "tpu"}, "unknown target"),
     ({"batch_size": 2, "target": "cpu", "gpu": "h100"}, "--target cuda"),
     ({"batch_size": 2, "optimizer": "lamb"}, "unknown optimizer"),

@@ -26,7 +26,9 @@ def test_exit_code_zero_and_three_pass_through(capsys):
     code, s = watch(capsys, "--", PY, "-c", "import sys, time; time.sleep(0.2); sys.exit(3)")
     assert code == 3 and s["exit_code"] == 3
     assert s["steps"] == 0 and s["data_wait_fraction"] is None  # no monitor in the command: no step split
-    assert any("does not use gpuwise.monitor" in n for n in s["notes"])
+    # the command never imports torch: the report says it cannot tell, and why, not "no problem found"
+    assert s["findings"] == [] and len(s["cannot_tell"]) == 1
+    assert "no Python process of the command imported torch" in s["cannot_tell"][0]
     assert s["utilization"]["samples"] == 0 and s["host"]["rss_peak_bytes"] > 0
 
 

@@ -57,7 +57,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    rest = None
+    if argv[:1] and "--" in argv and getattr(_load(argv[0]) if argv[0] in COMMANDS else None, "TRAILING_COMMAND", False):
+        # `gpuwise tune [options] -- CMD`: the command is split off first, so that an optional positional
+        # before it (tune's WORKLOAD) does not swallow the command's first word
+        cut = argv.index("--")
+        argv, rest = argv[:cut], argv[cut + 1:]
     args = parser.parse_args(argv)
+    if rest is not None:
+        args.cmd = rest
     if not getattr(args, "command", None):
         parser.print_help()
         return 2

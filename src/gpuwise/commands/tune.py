@@ -6,12 +6,19 @@ import os
 
 from ..errors import GpuwiseError
 from ..report import console
-from ..step import OPTIMIZERS
+from ..report import tune as report
+from ..report.tune_script import print_progress, render
+from ..step import OPTIMIZERS, check_precision
+from ..tune import tune
+from ..tune.script import code_change, tune_script
 from ..units import parse_duration
+from ..workload import load_workload
 from .common import positive_int
 
 HELP = "find the batch size, DataLoader settings and precision that train fastest (measured, resumable)"
+TRAILING_COMMAND = True  # `gpuwise tune [options] -- CMD`: cli.main splits the command off first
 EXAMPLES = """\
+  gpuwise tune --budget 90s -- python train.py --epochs 1   # your own script, unchanged: DataLoader settings
   gpuwise tune examples:imagefolder --budget 5m
   gpuwise tune train_job.py --device cuda:0 --results tune.jsonl --plot tune-charts/
   gpuwise tune examples:resnet --batch-sizes 32,64,128 --json | jq .best
@@ -20,7 +27,9 @@ EXAMPLES = """\
 
 
 def add_arguments(p) -> None:
-    p.add_argument("workload", metavar="WORKLOAD", help="path/to/job.py, pkg.module or examples:NAME")
+    p.add_argument("workload", metavar="WORKLOAD", nargs="?",
+                   help="path/to/job.py, pkg.module or examples:NAME; or give your script after `--` instead")
+    p.set_defaults(cmd=[])
     p.add_argument("--budget", default="5m", help="time for the whole search, e.g. 90s, 5m (default 5m)")
     p.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda when there is one, else cpu)")
     p.add_argument("--results", help="JSONL file: every trial is appended as it finishes; a rerun resumes from it")
@@ -30,7 +39,7 @@ def add_arguments(p) -> None:
     p.add_argument("--precision", default="fp32", help="the precision as given (baseline; default fp32)")
     p.add_argument("--precisions", help="comma-separated candidates (default: what the device does cheaply)")
     p.add_argument("--optimizer", choices=list(OPTIMIZERS), help="override the workload's optimizer (default: its own, else adamw)")
-    p.add_argument("--measure", default="2s", help="timed part of each trial (default 2s)")
+    p.add_argument("--measure", help="timed part of each trial (default 2s; 3s for a script after `--`)")
     p.add_argument("--max-workers", type=int, help="upper bound for num_workers (default 2 x usable CPUs)")
 
 
@@ -56,12 +65,14 @@ def _check_plot_folder(folder: str) -> None:
 
 
 def run(args) -> int:
-    from ..report import tune as report
-    from ..step import check_precision
-    from ..tune import tune
-    from ..workload import load_workload
-
     budget_s = parse_duration(args.budget)
+    if args.cmd:
+        if args.workload:
+            raise GpuwiseError(f"give a WORKLOAD ({args.workload!r}) or a command after `--`, not both")
+        return _run_script(args, budget_s)
+    if not args.workload:
+        raise GpuwiseError("give a WORKLOAD (job.py, examples:NAME) or your script: `gpuwise tune -- python train.py`")
+    args.measure = args.measure or "2s"
     precisions = [check_precision(p) for p in args.precisions.split(",")] if args.precisions else None
     load_workload(args.workload).build_batch(1)  # a bad workload is one line, before the progress bar starts
     if args.plot:
@@ -100,4 +111,21 @@ def run(args) -> int:
     console.out.print("\n" + text)
     for path in charts:
         console.out.print(f"chart: {path}")
+    return 0
+
+
+def _run_script(args, budget_s: float) -> int:
+    """`gpuwise tune -- CMD`: the script's own DataLoader, tuned by short trials (tune/script.py)."""
+    for name in ("batch_size", "batch_sizes", "precisions", "optimizer", "plot"):
+        if getattr(args, name, None):
+            raise GpuwiseError(f"--{name.replace('_', '-')} applies to workload files: a script's batch size, "
+                               "precision and optimizer are its own (gpuwise measures them and advises)")
+    result = tune_script(args.cmd, budget_s=budget_s, results=args.results,
+                         measure_s=parse_duration(args.measure or "3s"), max_workers=args.max_workers,
+                         on_trial=print_progress)
+    change = code_change(result)
+    if args.json:
+        console.emit_json({**result.to_dict(), "code_change": change})
+    else:
+        render(result, change, budget_s, args.results)
     return 0

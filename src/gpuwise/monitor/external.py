@@ -19,9 +19,12 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
+from ..bootstrap import environment
 from ..errors import GpuwiseError
 from ..process import shell_exit_code
+from .hookfiles import hook_diagnosis, read_hook_files
 from .sampler import Sampler, default_gpu_source, gpus_of_pids, process_tree
+from .summary import MaxBatchPlanner, summarize
 from .timeline import ENV_DIR, Timeline, read_rank_files
 
 
@@ -33,10 +36,9 @@ class WatchResult:
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
 
-    def summary(self) -> dict:
-        from .summary import summarize
-
-        return summarize(self.timeline)
+    def summary(self, planner: MaxBatchPlanner | None = None) -> dict:
+        """The monitor summary of the watched command; `planner`: see `summarize`."""
+        return summarize(self.timeline, planner=planner)
 
 
 def _visible_indices(env: dict) -> list[int]:
@@ -77,8 +79,12 @@ def _escalate(proc: subprocess.Popen, stage: int) -> None:
 
 
 def watch_command(cmd: list[str], interval_s: float = 0.1, steps_dir: str | None = None, env: dict | None = None,
-                  stdout=None, grace_s: float = 10.0) -> WatchResult:
-    """Run `cmd` to completion (or Ctrl-C) while sampling it; return its exit code and the timeline."""
+                  stdout=None, grace_s: float = 10.0, instrument: bool = True) -> WatchResult:
+    """Run `cmd` to completion (or Ctrl-C) while sampling it; return its exit code and the timeline.
+
+    With `instrument` (the default) every Python process of the command gets gpuwise's bootstrap
+    (`gpuwise.bootstrap`): its DataLoader waits, copies and optimizer steps make the per-step split
+    without a change to the script."""
     if not cmd:
         raise GpuwiseError("no command given: use `gpuwise watch -- python train.py ...`")
     if interval_s <= 0:
@@ -87,6 +93,8 @@ def watch_command(cmd: list[str], interval_s: float = 0.1, steps_dir: str | None
     directory = tempfile.mkdtemp(prefix="gpuwise-watch-") if own_dir else steps_dir
     os.makedirs(directory, exist_ok=True)
     env = dict(os.environ if env is None else env, **{ENV_DIR: directory})
+    if instrument:
+        env = environment(directory, env)
     timeline = Timeline(meta={"command": list(cmd), "cpu_count": os.cpu_count()})
     source, note = default_gpu_source()
     if note:
@@ -118,7 +126,7 @@ def watch_command(cmd: list[str], interval_s: float = 0.1, steps_dir: str | None
     seconds = time.perf_counter() - t0
     timeline.notes.extend(f"sampler error: {e}" for e in sampler.errors)
     code = shell_exit_code(proc.returncode)
-    _merge_child(timeline, directory)
+    _merge_child(timeline, directory, instrument)
     if own_dir:
         shutil.rmtree(directory, ignore_errors=True)
     timeline.meta.update(exit_code=code, interrupted=interrupted, seconds=seconds)
@@ -127,11 +135,18 @@ def watch_command(cmd: list[str], interval_s: float = 0.1, steps_dir: str | None
     return WatchResult(code, timeline, interrupted, seconds)
 
 
-def _merge_child(timeline: Timeline, directory: str) -> None:
-    """Fold the per-step files the command's gpuwise.monitor wrote into the watch's timeline."""
+def _merge_child(timeline: Timeline, directory: str, instrumented: bool = True) -> None:
+    """Fold the per-step files of the command (its gpuwise.monitor's, else the bootstrap's) into the timeline."""
     child = read_rank_files(directory, since_unix=timeline.meta["t0_unix"])  # not an earlier run's files
+    if child is not None and not child.steps:
+        child = None
+    why = "cannot tell the per-step split: the command does not use gpuwise.monitor (and was not instrumented)"
+    if child is None and instrumented:
+        child, every = read_hook_files(directory, since_unix=timeline.meta["t0_unix"])
+        why = hook_diagnosis(every) or why
     if child is None:
-        timeline.notes.append("no per-step timing: the command does not use gpuwise.monitor")
+        timeline.notes.append(why)
+        timeline.meta["step_split_unknown"] = why
         return
     offset = float(child.meta.get("t0_unix", timeline.meta["t0_unix"])) - float(timeline.meta["t0_unix"])
     for s in child.steps:

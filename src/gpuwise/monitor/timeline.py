@@ -30,6 +30,7 @@ class StepRecord:
     gpu_idle_s: float | None = None     # CUDA events: device idle between the last step's end and this one's start
     memory_allocated_bytes: int | None = None  # torch.cuda.memory_allocated at the step's end (GPU only)
     rank: int = 0  # field order is used positionally in Monitor._end_step
+    samples: int | None = None          # samples loaded during the step (gpuwise.bootstrap's hooks)
 
 
 @dataclass

@@ -31,6 +31,7 @@ class GpuSpec:
     compute_capability: str
     source: str
     aliases: tuple[str, ...] = ()
+    modelled: bool = True                   # False: numbers only; its allocator/context are not modelled
 
     def peak_flops(self, precision: str) -> float:
         """Peak FLOP/s for a gpuwise precision; bf16 on a GPU without bf16 tensor cores runs at fp32 rate."""
@@ -42,10 +43,10 @@ class GpuSpec:
         return self.id
 
 
-def _spec(id, name, memory_mib, fp32, tf32, bf16, fp16, bw_gbps, arch, cc, source, aliases=()):
+def _spec(id, name, memory_mib, fp32, tf32, bf16, fp16, bw_gbps, arch, cc, source, aliases=(), modelled=True):
     flops = {"fp32": fp32 * TFLOPS, "tf32": (tf32 or 0) * TFLOPS, "bf16": (bf16 or 0) * TFLOPS,
              "fp16": (fp16 or 0) * TFLOPS}
-    return GpuSpec(id, name, int(memory_mib * MIB), flops, bw_gbps * GBPS, arch, cc, source, tuple(aliases))
+    return GpuSpec(id, name, int(memory_mib * MIB), flops, bw_gbps * GBPS, arch, cc, source, tuple(aliases), modelled)
 
 
 # memory_mib: NVML/nvidia-smi totals as the cards report them. TF32/BF16/FP16: dense tensor-core TFLOPS.
@@ -66,7 +67,7 @@ CATALOG: dict[str, GpuSpec] = {s.id: s for s in [
     _spec("a100-40gb", "NVIDIA A100 40GB", 40960, 19.5, 156, 312, 312, 1555, "ampere", "8.0",
           "NVIDIA A100 Tensor Core GPU datasheet (40GB SXM)", ["a10040gb", "a100sxm440gb", "a100pcie40gb"]),
     _spec("a100-80gb", "NVIDIA A100 80GB", 81920, 19.5, 156, 312, 312, 2039, "ampere", "8.0",
-          "NVIDIA A100 Tensor Core GPU datasheet (80GB SXM)", ["a100", "a10080gb", "a100sxm480gb", "a10080gbpcie"]),
+          "NVIDIA A100 Tensor Core GPU datasheet (80GB SXM)", ["a10080gb", "a100sxm480gb", "a10080gbpcie"]),
     # NVIDIA L4 datasheet: FP32 30.3, TF32 120*, BF16/FP16 242* (*sparsity), 24 GB GDDR6 300 GB/s
     _spec("l4", "NVIDIA L4", 23034, 30.3, 60, 121, 121, 300, "ada", "8.9",
           "NVIDIA L4 Tensor Core GPU datasheet", ["l4"]),
@@ -81,7 +82,7 @@ CATALOG: dict[str, GpuSpec] = {s.id: s for s in [
           "NVIDIA T4 Tensor Core GPU datasheet", ["t4"]),
     # NVIDIA V100 datasheet (SXM2): FP32 15.7, tensor FP16 125; no TF32/BF16; HBM2 900 GB/s, 16 or 32 GB
     _spec("v100-16gb", "Tesla V100 16GB", 16160, 15.7, None, None, 125, 900, "volta", "7.0",
-          "NVIDIA Tesla V100 GPU datasheet (SXM2 16GB)", ["v100", "v10016gb", "v100sxm216gb", "v100pcie16gb"]),
+          "NVIDIA Tesla V100 GPU datasheet (SXM2 16GB)", ["v10016gb", "v100sxm216gb", "v100pcie16gb"]),
     _spec("v100-32gb", "Tesla V100 32GB", 32510, 15.7, None, None, 125, 900, "volta", "7.0",
           "NVIDIA Tesla V100 GPU datasheet (SXM2 32GB)", ["v10032gb", "v100sxm232gb", "v100pcie32gb"]),
     # NVIDIA Ampere GA102 GPU architecture whitepaper, RTX 3090: FP32 35.6; TF32 35.6; FP16/BF16 tensor with
@@ -92,7 +93,60 @@ CATALOG: dict[str, GpuSpec] = {s.id: s for s in [
     # accumulate 165.2 (dense); 24 GB GDDR6X 1008 GB/s
     _spec("rtx-4090", "NVIDIA GeForce RTX 4090", 24564, 82.6, 82.6, 165.2, 165.2, 1008, "ada", "8.9",
           "NVIDIA Ada GPU Architecture whitepaper (RTX 4090)", ["rtx4090", "4090"]),
+    # NVIDIA RTX Blackwell GPU architecture whitepaper, RTX 5090: FP32 104.8; TF32 tensor 104.8 (dense);
+    # FP16/BF16 tensor with FP32 accumulate 209.5 (dense); 32 GB GDDR7 1792 GB/s
+    _spec("rtx-5090", "NVIDIA GeForce RTX 5090", 32607, 104.8, 104.8, 209.5, 209.5, 1792, "blackwell", "12.0",
+          "NVIDIA RTX Blackwell GPU Architecture whitepaper (RTX 5090)", ["rtx5090", "5090"]),
+    # NVIDIA Ampere GA102 GPU architecture whitepaper, RTX A6000: FP32 38.7; TF32 tensor 77.4 (dense);
+    # FP16/BF16 tensor with FP32 accumulate 154.8 (dense); 48 GB GDDR6 768 GB/s
+    _spec("rtx-a6000", "NVIDIA RTX A6000", 49140, 38.7, 77.4, 154.8, 154.8, 768, "ampere", "8.6",
+          "NVIDIA Ampere GA102 GPU Architecture whitepaper (RTX A6000)", ["a6000", "rtxa6000"]),
+    # NVIDIA RTX 6000 Ada Generation datasheet: FP32 91.1; TF32 tensor 182.1*, FP16/BF16 364.2* (*sparsity,
+    # FP32 accumulate); 48 GB GDDR6 960 GB/s
+    _spec("rtx-6000-ada", "NVIDIA RTX 6000 Ada Generation", 49140, 91.1, 91.05, 182.1, 182.1, 960, "ada", "8.9",
+          "NVIDIA RTX 6000 Ada Generation datasheet", ["rtx6000ada", "rtx6000adageneration", "6000ada"]),
+    # NVIDIA A40 datasheet: FP32 37.4; TF32 74.8 (149.6*); BF16/FP16 149.7 (299.4*) (*sparsity);
+    # 48 GB GDDR6 with ECC, 696 GB/s
+    _spec("a40", "NVIDIA A40", 46068, 37.4, 74.8, 149.7, 149.7, 696, "ampere", "8.6",
+          "NVIDIA A40 datasheet", ["a40"]),
+    # NVIDIA L40 datasheet: FP32 90.5; TF32 90.5 (181*); BF16/FP16 181 (362*) (*sparsity); 48 GB GDDR6 864 GB/s
+    _spec("l40", "NVIDIA L40", 46068, 90.5, 90.5, 181, 181, 864, "ada", "8.9",
+          "NVIDIA L40 GPU datasheet", ["l40"]),
+    # NVIDIA H20 (Hopper, China market) product brief: FP32 44; TF32 74; BF16/FP16 148 (dense);
+    # 96 GB HBM3 4.0 TB/s
+    _spec("h20", "NVIDIA H20", 97871, 44, 74, 148, 148, 4000, "hopper", "9.0",
+          "NVIDIA H20 product brief", ["h20"]),
+    # NVIDIA HGX B200 datasheet (8 GPUs: FP32 600 TF, TF32 18 PF*, BF16/FP16 36 PF* (*sparsity), 1.44 TB HBM3e,
+    # 62 TB/s): per GPU FP32 75, TF32 1125, BF16/FP16 2250 dense, 180 GB at 7.7 TB/s
+    _spec("b200", "NVIDIA B200", 183359, 75, 1125, 2250, 2250, 7700, "blackwell", "10.0",
+          "NVIDIA HGX B200 datasheet (per GPU)", ["b200", "hgxb200", "dgxb200"]),
+    # NVIDIA GB200 NVL72 datasheet (72 GPUs: FP32 5,760 TF, TF32 180 PF*, BF16/FP16 360 PF* (*sparsity),
+    # 13.4 TB HBM3e at 576 TB/s): per GPU FP32 80, TF32 1250, BF16/FP16 2500 dense, 186 GB at 8 TB/s
+    # (memory from the datasheet's GB, not an NVML total)
+    _spec("gb200", "NVIDIA GB200 (per Blackwell GPU)", 186e9 / MIB, 80, 1250, 2500, 2500, 8000, "blackwell", "10.0",
+          "NVIDIA GB200 NVL72 datasheet (per GPU)", ["gb200", "gb200nvl72"]),
+    # AMD Instinct MI300X data sheet: FP32 163.4 (matrix); TF32 653.7; BF16/FP16 1307.4 (dense); 192 GB HBM3
+    # 5.3 TB/s. Listed for its numbers: ROCm's allocator and context are not modelled.
+    _spec("mi300x", "AMD Instinct MI300X", 192e9 / MIB, 163.4, 653.7, 1307.4, 1307.4, 5300, "cdna3", "gfx942",
+          "AMD Instinct MI300X data sheet", ["mi300x", "instinctmi300x"], modelled=False),
 ]}
+
+CUSTOM_ARCH = "hopper"  # `--gpu 48GiB`: the context and workspaces of a recent NVIDIA GPU are assumed
+
+
+def custom(name: str) -> GpuSpec | None:
+    """`48GiB`, `24 GB`, `80000MiB`: a GPU known only by its memory (no FLOP/s: no roofline). None when
+    `name` is not a size."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(gib|gb|mib|mb|tib|tb)\s*", name.lower())
+    if m is None:
+        return None
+    value, unit = float(m.group(1)), m.group(2)
+    scale = {"gib": 2**30, "gb": 1e9, "mib": 2**20, "mb": 1e6, "tib": 2**40, "tb": 1e12}[unit]
+    nbytes = int(value * scale)
+    if nbytes <= 0:
+        raise GpuwiseError(f"--gpu {name!r}: the memory must be positive")
+    return GpuSpec(f"custom-{m.group(1)}{unit}", f"a GPU with {name.strip()} of memory", nbytes, {"fp32": 0.0}, 0.0,
+                   CUSTOM_ARCH, "", "given on the command line")
 
 
 def _compact(name: str) -> str:
@@ -104,9 +158,18 @@ def _compact(name: str) -> str:
 
 def lookup(name: str) -> GpuSpec:
     """The catalog entry for a GPU name as NVML, nvidia-smi or a person writes it."""
+    sized = custom(name)
+    if sized is not None:
+        return sized
     key = _compact(name)
     if not key:
         raise GpuwiseError(f"empty GPU name; known GPUs: {', '.join(CATALOG)}")
+    family = sorted({s.id for s in CATALOG.values() for a in (_compact(s.id), *s.aliases)
+                     if a.startswith(key) and a[len(key):][:1].isdigit() and s.memory_bytes}
+                    if not any(key in (_compact(s.id), *s.aliases) for s in CATALOG.values()) else [])
+    if len({CATALOG[i].memory_bytes for i in family}) > 1:  # "a100": 40 or 80 GB? the answer depends on it
+        raise GpuwiseError(f"GPU {name!r} is ambiguous: choose one of {', '.join(family)} (or give its memory, "
+                           f"e.g. --gpu 48GiB)")
     best: tuple[int, GpuSpec] | None = None
     for spec in CATALOG.values():
         for alias in (_compact(spec.id), *spec.aliases):
@@ -133,3 +196,26 @@ def lookup(name: str) -> GpuSpec:
 def gpu_slug(name: str) -> str:
     """File-name form of a GPU name, as used for benchmarks/truth/<slug>.jsonl: 'NVIDIA H200' -> 'nvidia-h200'."""
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+# Compute capability by GPU name, for fake GPUs and external watches where torch did not report it,
+# when the catalog does not list the GPU.
+# Source: NVIDIA, "CUDA GPUs - Compute Capability", developer.nvidia.com/cuda-gpus. Longest match wins.
+_CAPABILITY = {"V100": (7, 0), "T4": (7, 5), "RTX 20": (7, 5), "A100": (8, 0), "A30": (8, 0), "A10": (8, 6),
+               "A40": (8, 6), "RTX 30": (8, 6), "A6000": (8, 6), "L4": (8, 9), "L40": (8, 9), "RTX 40": (8, 9),
+               "H100": (9, 0), "H200": (9, 0), "GH200": (9, 0), "B100": (10, 0), "B200": (10, 0),
+               "P100": (6, 0), "K80": (3, 7)}
+
+
+def tensor_core_capability(name: str) -> tuple[int, int] | None:
+    """Compute capability for a GPU name: the catalog above first, else the table above (the monitor's
+    precision rule, doctor's guess at CUDA's device order)."""
+    if not name:
+        return None
+    try:
+        major, minor = lookup(name).compute_capability.split(".")[:2]
+        return int(major), int(minor)
+    except GpuwiseError:  # a GPU the catalog does not list
+        pass
+    hits = [(len(k), v) for k, v in _CAPABILITY.items() if k.lower() in name.lower()]
+    return max(hits)[1] if hits else None

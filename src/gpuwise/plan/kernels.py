@@ -219,3 +219,44 @@ def _rnn_scratch(target, args, kwargs) -> Workspace:
 
 register_workspace("aten::mkldnn_rnn_layer")(_rnn_scratch)
 register_workspace("aten::mkldnn_rnn_layer_backward")(_rnn_scratch)
+
+
+# CPU TensorIterator promotes inputs of another dtype than the op's common dtype by copying them
+# (aten/src/ATen/TensorIterator.cpp `compute_types`: "Promotes inputs by creating temporaries of the
+# correct dtype", only when the common device is the CPU; CUDA casts inside the kernel). E.g. a bool
+# mask times a float gradient (scatter_reduce's amax/amin backward) copies the mask to float for the
+# op's duration. Pointwise ops (`torch.Tag.pointwise`) are TensorIterator ops; `where`'s condition is
+# not part of the common dtype. 0-dim inputs (CPU scalars) are left out: bytes, not megabytes.
+_NOT_PROMOTED_ARGS = {"aten.where": (0,), "aten.masked_fill": (1,), "aten.masked_fill_": (1,)}
+_CATEGORY = {"bool": 0, "int": 1, "float": 2, "complex": 3}
+
+
+def _category(dtype) -> int:
+    if dtype.is_complex:
+        return 3
+    if dtype.is_floating_point:
+        return 2
+    return 0 if str(dtype) == "torch.bool" else 1
+
+
+def promotion_copies_bytes(func, name: str, target: str, args: tuple) -> int:
+    """Bytes of the temporary dtype copies CPU TensorIterator makes of `func`'s inputs."""
+    import torch
+
+    if target != "cpu" or torch.Tag.pointwise not in getattr(func, "tags", ()):
+        return 0
+    skip = _NOT_PROMOTED_ARGS.get(name, ())
+    tensors = [a for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in skip]
+    if len(tensors) < 2:
+        return 0
+    dims = [t for t in tensors if t.dim() > 0]
+    if not dims or all(t.dtype == dims[0].dtype for t in tensors):
+        return 0
+    common = dims[0].dtype
+    for t in dims[1:]:
+        common = torch.promote_types(common, t.dtype)
+    for t in tensors:  # a 0-dim tensor of a higher category still moves the common dtype up
+        if t.dim() == 0 and _category(t.dtype) > _category(common):
+            common = torch.promote_types(common, t.dtype)
+    itemsize = torch.empty((), dtype=common).element_size()
+    return sum(t.numel() * itemsize for t in dims if t.dtype != common)

@@ -21,13 +21,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import GpuwiseError
-from ..step import StepConfig, TrainStep
-from .events import MemEvent, MemoryTrace
-from .kernels import FRESH_ZEROS_OPS, INPLACE_WITHOUT_MODE, output_bytes, workspace
+from ..step import StepConfig, TrainStep, tensors_in
+from ..workload import check_batch_size, load_workload
+from .events import MemEvent, MemoryTrace, check_target
+from .fallback import trace_with_fallback
+from .kernels import FRESH_ZEROS_OPS, INPLACE_WITHOUT_MODE, output_bytes, promotion_copies_bytes, workspace
 from .probe import PROBED_OPS, probe
-from .setup import WARMUPS, build_model_for_trace, fake_train_step, foreach_by_default, warm_up_optimizer
-
-TARGETS = ("cpu", "cuda")
+from .scope import ModuleScope
+from .sdpa import sdpa_as_gpu_runs_it
+from .setup import WARMUPS, build_model_for_trace, fake_train_step, foreach_by_default
 
 
 @dataclass
@@ -156,7 +158,10 @@ class _TraceMode(_dispatch_mode_base()):
         scratch = measured.workspace if measured is not None else workspace(name, self.target, args, kwargs)
         if scratch.before_bytes:
             self.free_block(self.alloc(scratch.before_bytes, f"kernel workspace: {name}"), name)
-        during = self.alloc(scratch.during_bytes, f"kernel workspace: {name}") if scratch.during_bytes else None
+        during_bytes = scratch.during_bytes
+        if measured is None:
+            during_bytes += promotion_copies_bytes(func, name, self.target, args)
+        during = self.alloc(during_bytes, f"kernel workspace: {name}") if during_bytes else None
         out = func(*args, **kwargs)
         if self.count_flops:
             formula = self._flop_registry.get(func.overloadpacket)
@@ -182,17 +187,7 @@ class _TraceMode(_dispatch_mode_base()):
 
 def _storages(obj, device_type: str):
     """Untyped storages of every tensor in a (nested) batch / state structure on `device_type`."""
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        if obj.device.type == device_type:
-            yield obj.untyped_storage()
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            yield from _storages(v, device_type)
-    elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            yield from _storages(v, device_type)
+    return [t.untyped_storage() for t in tensors_in(obj) if t.device.type == device_type]
 
 
 def _label(mode: _TraceMode, objs, category: str, create: bool = False) -> None:
@@ -250,6 +245,66 @@ def _phase_hooks(mode: _TraceMode, step: TrainStep):
             del step.scaler.step
 
 
+class _DeferredWarmUp:
+    """The warm-up's optimizer state, created for exactly the parameters a real step gives a gradient.
+
+    A real first step creates optimizer state only for parameters that got a gradient (torch.optim's
+    `_init_group` skips `p.grad is None`): a head the loss never uses, a frozen branch, a parameter
+    behind a data-dependent path get none. So the state is created when the steady step reaches its
+    optimizer (the gradients are known then) by a warm-up `optimizer.step()` on zero gradients of
+    those parameters; its events are then moved to where the warm-up belongs, before the steady
+    step (`splice`). This costs no extra forward/backward, unlike a whole warm-up step."""
+
+    def __init__(self, mode: _TraceMode, step: TrainStep, at: int):
+        self.mode, self.step, self.at = mode, step, at
+        self.segment: tuple[int, int] | None = None
+        self._handle = None
+
+    def __enter__(self):
+        self._handle = self.step.optimizer.register_step_pre_hook(self._warm_up)
+        return self
+
+    def __exit__(self, *exc):
+        self._handle.remove()
+
+    def _warm_up(self, opt, *_a, **_k) -> None:
+        import torch
+
+        if self.segment is not None:
+            return
+        self.segment = (len(self.mode.rec.events), -1)
+        phase, flops = self.mode.phase, self.mode.count_flops
+        self.mode.phase, self.mode.count_flops = "optimizer", False
+        stash = {}
+        for group in opt.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    stash[p] = p.grad
+                    p.grad = torch.zeros_like(p)
+        try:
+            opt.step()
+        finally:
+            for p, g in stash.items():
+                p.grad = g
+            del stash
+        self.mode.phase, self.mode.count_flops = phase, flops
+        self.segment = (self.segment[0], len(self.mode.rec.events))
+
+    def splice(self) -> int:
+        """Move the warm-up's events to the warm-up's place; returns how many moved."""
+        if self.segment is None:
+            return 0
+        events = self.mode.rec.events
+        a, b = self.segment
+        born = {e[1] for e in events[a:b] if e[0] == "alloc"}
+        moved = [e for e in events[a:b] if e[1] in born]
+        kept = [e for e in events[a:b] if e[1] not in born]
+        events[self.at:b] = moved + events[self.at:a] + kept
+        for e in moved:  # the warm-up's blocks belong to the setup, as a first step's would
+            self.mode.rec.blocks[e[1]].phase = "setup"
+        return len(moved)
+
+
 def _settle(mode: _TraceMode) -> list[MemEvent]:
     """Turn the raw events into MemEvents, with each block's category decided from what it became."""
     out = []
@@ -266,12 +321,12 @@ def _settle(mode: _TraceMode) -> list[MemEvent]:
     return out
 
 
-def _run_fake(workload, batch_size: int, config: StepConfig, target: str, warmup: str = "optimizer") -> MemoryTrace:
+def run_fake(workload, batch_size: int, config: StepConfig, target: str, warmup: str = "optimizer") -> MemoryTrace:
     """Trace with fake tensors (no memory is used)."""
     return _run(workload, batch_size, config, target, fake=True, warmup=warmup)
 
 
-def _run_real(workload, batch_size: int, config: StepConfig, target: str, warmup: str = "optimizer") -> MemoryTrace:
+def run_real(workload, batch_size: int, config: StepConfig, target: str, warmup: str = "optimizer") -> MemoryTrace:
     """Trace the same step on real CPU tensors (data-dependent ops just run); sizes stand for `target`."""
     trace = _run(workload, batch_size, config, target, fake=False, warmup=warmup)
     trace.method = "real-trace"
@@ -284,10 +339,8 @@ def _run(workload, batch_size: int, config: StepConfig, target: str, fake: bool,
     tensors aborts a CPU-only torch (no CUDA device guard), so what differs on CUDA is emulated instead:
     attention runs the kernel the GPU would pick (plan/sdpa.py), optimizers default to foreach as on
     CUDA, and kernel workspaces come from the target's registry entries."""
+    import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
-
-    from .scope import ModuleScope
-    from .sdpa import sdpa_as_gpu_runs_it
 
     tracker = ModuleScope()
     mode = _TraceMode(target, tracker)
@@ -303,10 +356,11 @@ def _run(workload, batch_size: int, config: StepConfig, target: str, fake: bool,
         _label(mode, list(step.model.parameters()), "parameters", create=True)
         _label(mode, list(step.model.buffers()), "buffers", create=True)
         _label(mode, batch, "inputs", create=True)
+        deferred = None
         if warmup == "optimizer":
-            mode.phase = "optimizer"
-            with _phase_hooks(mode, step):
-                warm_up_optimizer(step)
+            if step.scaler is not None:  # the scale and growth tracker a first step leaves behind
+                step.scaler.scale(torch.zeros((), device=step.device))
+            deferred = _DeferredWarmUp(mode, step, len(mode.rec.events))
         else:
             mode.phase = "forward"
             with _phase_hooks(mode, step):
@@ -314,9 +368,11 @@ def _run(workload, batch_size: int, config: StepConfig, target: str, fake: bool,
         steady_start = len(mode.rec.events)
         mode.phase = "forward"
         mode.count_flops = True
-        with _phase_hooks(mode, step):
+        with deferred or contextlib.nullcontext(), _phase_hooks(mode, step):
             step.step(batch, on_device=True)
         mode.count_flops = False
+        if deferred is not None:
+            steady_start += deferred.splice()
         if step.scaler is not None:
             _label(mode, [step.scaler._scale, step.scaler._growth_tracker], "optimizer_state")
         _label(mode, [list(s.values()) for s in step.optimizer.state.values()], "optimizer_state")
@@ -341,12 +397,8 @@ def trace_step(workload, batch_size: int, config: StepConfig | None = None, targ
     without the first forward/backward (the default for "cpu", whose live-bytes peak does not depend on
     history; about 40% faster).
     """
-    from ..workload import load_workload
-
-    if target not in TARGETS:
-        raise GpuwiseError(f"unknown target {target!r}; choose from: {', '.join(TARGETS)}")
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise GpuwiseError(f"batch size must be a positive integer, got {batch_size!r}")
+    check_target(target)
+    check_batch_size(batch_size)
     workload = load_workload(workload)
     config = config or StepConfig()
     if warmup is None:
@@ -355,6 +407,5 @@ def trace_step(workload, batch_size: int, config: StepConfig | None = None, targ
         raise GpuwiseError(f"unknown warm-up {warmup!r}; choose from: {', '.join(WARMUPS)}")
     if not fallback:
         return _run(workload, batch_size, config, target, fake=True, warmup=warmup)
-    from .fallback import trace_with_fallback
-
-    return trace_with_fallback(workload, batch_size, config, target, warmup)
+    return trace_with_fallback(lambda b: run_fake(workload, b, config, target, warmup),
+                               lambda b: run_real(workload, b, config, target, warmup), batch_size, workload)

@@ -157,7 +157,10 @@ def render_html(timeline, summary: dict, title: str = "gpuwise watch report") ->
              + (f" · command: <code>{e(cmd_text)}</code>" if cmd_text else "") + "</p>",
              "<h2>Findings</h2>"]
     findings = summary.get("findings") or []
-    if not findings:
+    unknown = summary.get("cannot_tell") or []
+    for why in unknown:
+        parts.append(f"<p><b>Cannot tell.</b> {html.escape(why)}</p>")
+    if not findings and not unknown:
         parts.append("<p>No problem found.</p>")
     for f in findings:
         cls = "finding info" if f.get("severity") == "info" else "finding"

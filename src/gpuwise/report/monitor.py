@@ -28,7 +28,7 @@ def render_summary(summary: dict, console=None, report_path: str | None = None) 
                                 f"[yellow]copy {_pct(summary['copy_fraction'])}[/yellow]  "
                                 f"[green]compute {_pct(summary['compute_fraction'])}[/green]")
     else:
-        t.add_row("step split", "[dim]not measured (use gpuwise.monitor in the script for the per-step split)[/dim]")
+        t.add_row("step split", "[yellow]cannot tell (see below)[/yellow]")
     util = summary.get("utilization") or {}
     if util.get("samples"):
         t.add_row("GPU utilisation", f"mean {util['mean_pct']:.0f}%, idle {_pct(util['low_fraction'])} / "
@@ -48,7 +48,10 @@ def render_summary(summary: dict, console=None, report_path: str | None = None) 
         console.print(f"  rank {r['rank']}: {r['steps']} steps, median {fmt_duration(r['step_time_s_median'])}, "
                       f"data wait {_pct(r['data_wait_fraction'])}", markup=False)
     findings = summary.get("findings") or []
-    if not findings:
+    unknown = summary.get("cannot_tell") or []
+    for why in unknown:
+        console.print(Text(why, style="bold yellow"))
+    if not findings and not unknown:
         console.print("[green]no problem found[/green]")
     for f in findings:
         colour = "blue" if f.get("severity") == "info" else "red"
@@ -57,6 +60,8 @@ def render_summary(summary: dict, console=None, report_path: str | None = None) 
         console.print("  [bold]fix:[/bold] ", end="")
         console.print(f["fix"], markup=False)
     for note in summary.get("notes") or []:
+        if note in unknown:
+            continue
         console.print(Text(f"note: {note}", style="dim"))  # Text: brackets in a note are not markup
     if report_path:
         console.print(f"[dim]report: {report_path}[/dim]")

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..errors import GpuwiseError
-from ..workload import Workload
+from .contract import Workload, check_batch
+from .errors import GpuwiseError
 
 HF_PREFIX = "hf:"
 DEFAULT_SEQ_LEN = 512
@@ -217,8 +217,6 @@ def model_workload(model, batch: Any, loss: Callable | None = None, name: str = 
     if callable(batch):
         batch_fn, size = batch, None
     else:
-        from ..workload import check_batch
-
         check_batch(batch, "batch")
         size = _leading_dim(batch)
         example = batch
