@@ -92,6 +92,8 @@ def load_config(source: str, num_layers: int | None = None):
 
     data = dict(read_config_dict(source))
     data.pop("quantization_config", None)  # weights are random: a checkpoint's quantization does not apply
+    for key in ("torch_dtype", "dtype", "_source"):  # the storage dtype is --precision's (fp32 master weights)
+        data.pop(key, None)
     model_type = data.pop("model_type")
     try:
         cfg = AutoConfig.for_model(model_type, **data)
