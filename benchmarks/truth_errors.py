@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from gpuwise.plan import estimate, lookup_gpu  # noqa: E402
-from gpuwise.plan.estimate import _record_workload, load_truth_records, truth_errors  # noqa: E402
+from gpuwise.plan.estimate import truth_errors  # noqa: E402
+from gpuwise.truth import read_records, record_workload  # noqa: E402
 
 TARGETS = {"peak_allocated_err_pct": (1.5, 4.0), "device_used_err_pct": (3.0, 6.0)}
 
@@ -41,7 +42,7 @@ def max_batch_rows(records: list[dict]) -> list[dict]:
         if r.get("kind") != "max_batch" or not r.get("max_batch_size") or not r.get("gpu_memory_total_bytes"):
             continue
         spec = dataclasses.replace(lookup_gpu(r["gpu_name"]), memory_bytes=int(r["gpu_memory_total_bytes"]))
-        est = estimate(_record_workload(r), int(r["max_batch_size"]), optimizer=r.get("optimizer"),
+        est = estimate(record_workload(r), int(r["max_batch_size"]), optimizer=r.get("optimizer"),
                        precision=r.get("precision", "fp32"), gpu=spec, margin_pct=0.0)
         true_b = int(r["max_batch_size"])
         rows.append({"workload": r["workload"], "true_max_batch": true_b, "capped": r.get("max_batch_capped"),
@@ -55,7 +56,7 @@ def main() -> int:
     ap.add_argument("--truth", default=str(ROOT / "benchmarks" / "truth"), help="folder of <gpu-slug>.jsonl")
     ap.add_argument("--no-max-batch", action="store_true", help="skip the largest-batch comparison (slow)")
     args = ap.parse_args()
-    records = load_truth_records(args.truth)
+    records = read_records(args.truth, root=ROOT)
     if not records:
         print("no truth records in benchmarks/truth/ yet: measure on a GPU first (see DESIGN.md 'GPU truth records')")
         return 0

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuwise.bootstrap import environment, read_hook_files
+from gpuwise.bootstrap import environment
 from gpuwise.bootstrap.hooks import _batch_len, apply_overrides
 from gpuwise.cli import main
+from gpuwise.monitor.hookfiles import read_hook_files
 
 PY = sys.executable
 SCRIPTS = Path(__file__).parent / "scripts"

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from ..errors import GpuwiseError
+from ..hf import TASKS
+from ..plan import estimate
+from ..plan.curve import DEFAULT_MARGIN_PCT
 from ..report import console
-from .common import add_workload_arguments
+from ..report.plan import plot_estimate, render_estimate
+from .common import add_workload_arguments, positive_int
 
 HELP = "predict a training step's GPU memory, FLOPs and largest batch (no GPU needed)"
 EXAMPLES = """\
@@ -34,9 +41,6 @@ def add_arguments(p) -> None:
 
 def add_mode_arguments(p) -> None:
     """Model-config inputs and training modes (estimate and fit)."""
-    from ..plan.hf import TASKS
-    from .common import positive_int
-
     p.add_argument("--seq-len", type=positive_int, help="hf:ID / config.json: tokens per sample (default 512)")
     p.add_argument("--task", choices=list(TASKS), help="hf:ID / config.json: the head (default causal-lm)")
     p.add_argument("--grad-accum", type=positive_int, default=1, metavar="N",
@@ -55,12 +59,6 @@ def mode_kwargs(args) -> dict:
 
 
 def run(args) -> int:
-    from pathlib import Path
-
-    from ..errors import GpuwiseError
-    from ..plan import estimate
-    from ..plan.curve import DEFAULT_MARGIN_PCT
-
     if args.plot and not Path(args.plot).resolve().parent.is_dir():  # before the trace, not after it
         raise GpuwiseError(f"--plot {args.plot}: the folder {Path(args.plot).resolve().parent} does not exist")
     with console.err.status("tracing the step with fake tensors…"):  # transient: gone before any error line
@@ -69,8 +67,6 @@ def run(args) -> int:
                        margin_pct=DEFAULT_MARGIN_PCT if args.margin is None else args.margin,
                        search_max_batch=not args.no_max_batch, **mode_kwargs(args))
     if args.plot:
-        from ..report.plan import plot_estimate
-
         try:
             plot_estimate(est, args.plot)
         except (OSError, ValueError) as exc:  # unwritable file, or an extension matplotlib cannot write
@@ -78,8 +74,6 @@ def run(args) -> int:
     if args.json:
         console.emit_json(est.to_dict())
         return 0
-    from ..report.plan import render_estimate
-
     render_estimate(est)
     if args.plot:
         console.err.print(f"chart written to {args.plot}")

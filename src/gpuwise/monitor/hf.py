@@ -16,7 +16,10 @@ from __future__ import annotations
 import os
 import time
 
+from ..plan.hint import planner_max_batch
+from . import show_run  # the package's public face renders (HTML, terminal); this module returns data
 from .core import Monitor
+from .summary import summarize
 from .timeline import ENV_DIR
 
 
@@ -96,16 +99,8 @@ class GpuwiseCallback(_callback_base()):
         mon, self.monitor = self.monitor, None
         mon.cancel_step()  # the step begun by the last on_step_end never ran
         mon.stop()
-        from .summary import summarize
-
-        self.result = summarize(mon.timeline)
+        self.result = summarize(mon.timeline, planner=planner_max_batch)
         if not getattr(state, "is_world_process_zero", True):
             return
-        if self.report:
-            from ..report.html import write_html
-
-            write_html(self.report, mon.timeline, self.result, title="gpuwise monitor (HF Trainer)")
-        if self.print_summary:
-            from ..report.monitor import render_summary
-
-            render_summary(self.result, report_path=self.report)
+        show_run(mon.timeline, self.result, report=self.report, title="gpuwise monitor (HF Trainer)",
+                 print_summary=self.print_summary)
