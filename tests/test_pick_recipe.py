@@ -21,8 +21,8 @@ def readme_pick_line() -> str:
                 if "$(gpuwise pick -n 2" in line)
 
 
-def shell(recipe: str, fake: Path) -> subprocess.CompletedProcess:
-    script = (f'gpuwise() {{ "{PY}" -m gpuwise "$@"; }}\nexport CUDA_VISIBLE_DEVICES=7\n{recipe}\n'
+def shell(recipe: str, fake: Path, before: str = "export CUDA_VISIBLE_DEVICES=7") -> subprocess.CompletedProcess:
+    script = (f'gpuwise() {{ "{PY}" -m gpuwise "$@"; }}\n{before}\n{recipe}\n'
               'status=$?\necho "status=$status cvd=[$CUDA_VISIBLE_DEVICES]"')
     return subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "GPUWISE_FAKE_GPUS": str(fake)})
@@ -34,10 +34,10 @@ def test_readme_pick_recipe_fails_loudly_and_keeps_the_old_value(tmp_path):
     recipe = readme_pick_line()
     assert recipe.startswith("gpus=$(gpuwise pick") and "&& export CUDA_VISIBLE_DEVICES=$gpus" in recipe
     out = shell(recipe, none)
-    assert out.stdout.strip() == "status=1 cvd=[7]"  # not an exported empty value
+    assert out.stdout.strip() == "status=2 cvd=[7]"  # pick failed (exit 2) and nothing was exported
     assert "no GPU found" in out.stderr and "--device cpu" not in out.stderr
     four = Path(__file__).parent / "data" / "four_gpus.json"
-    out = shell(recipe.replace("--wait 10m", "--no-reserve"), four)
+    out = shell(recipe.replace("--wait 10m", "--no-reserve"), four, before="unset CUDA_VISIBLE_DEVICES")
     assert out.stdout.strip().startswith("status=0 cvd=[") and "cvd=[7]" not in out.stdout
 
 
