@@ -210,8 +210,8 @@ class _Tuner:
         # 1. baseline
         base = (self.trial("train", b0, self.precision, 0, False, None, False) if ds_len
                 else self.trial("compute", b0, self.precision))
-        if base is not None and base.get("status") == "error":
-            error = str(base.get("error") or "unknown error").removeprefix("WorkloadError: ")
+        if base is not None and base.status == "error":
+            error = str(base.error or "unknown error").removeprefix("WorkloadError: ")
             raise GpuwiseError(f"the workload as given fails, nothing to tune: {error}")
         if ds_len:
             # The loader is usually the bottleneck: precision and batch size get at most PRECISION_BATCH_SHARE of
