@@ -7,8 +7,8 @@ import sys
 import pytest
 
 from gpuwise.cli import main
+from gpuwise.hf import hf_workload
 from gpuwise.plan.fit import fit
-from gpuwise.plan.hf import hf_workload
 from gpuwise.plan.modes import TrainingModes
 from gpuwise.plan.scaled import Evaluator, phase_peaks
 from gpuwise.plan.sharding import Split, shard_trace

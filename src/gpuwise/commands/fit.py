@@ -16,7 +16,7 @@ config, layers 1 and 2 are traced and extrapolated. Options that fit come first,
 
 
 def add_arguments(p) -> None:
-    from ..plan.hf import TASKS
+    from ..hf import TASKS
     from ..step import OPTIMIZERS, PRECISIONS
     from .common import positive_int
 

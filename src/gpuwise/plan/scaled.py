@@ -92,7 +92,7 @@ class Evaluator:
         self.wl = load_workload(workload)
         self.arch = arch
         cfg = getattr(self.wl, "hf_config", None)
-        from .hf import num_layers_of
+        from ..hf import num_layers_of
 
         self.layers = num_layers_of(cfg) if cfg is not None else None
         if self.layers is not None and self.layers <= 2:
@@ -104,7 +104,7 @@ class Evaluator:
     def _workload_at(self, layers: int | None):
         if layers is None:
             return self.wl
-        from .hf import hf_workload
+        from ..hf import hf_workload
 
         return hf_workload(self.wl.source, self.wl.seq_len, self.wl.task, num_layers=layers)
 
