@@ -21,10 +21,11 @@ GpuSource = Callable[[int], dict]  # NVML index -> {"utilization_pct", "memory_u
 
 def fake_sample(index: int) -> dict:
     """A sample from the fake-GPU file (DESIGN.md contract), same keys as `nvml.sample`."""
-    for g in fake.read_fake_gpus(fake.fake_path() or ""):
-        if g.index == index:
+    for h in fake.read_fake_health(fake.fake_path() or ""):
+        if h.gpu.index == index:
+            g = h.gpu
             return {"utilization_pct": g.utilization_pct, "memory_used_bytes": float(g.memory_used_bytes),
-                    "memory_total_bytes": float(g.memory_total_bytes), "power_w": g.power_w, "sm_clock_mhz": None}
+                    "memory_total_bytes": float(g.memory_total_bytes), "power_w": g.power_w, **fake.sample_fields(h)}
     return {}
 
 
