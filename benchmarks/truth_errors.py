@@ -27,11 +27,19 @@ TARGETS = {"peak_allocated_err_pct": (1.5, 4.0), "device_used_err_pct": (3.0, 6.
 
 
 def summarize(rows: list[dict]) -> dict[str, dict[str, float]]:
+    """Median and max |error|, with the sign: the signed median and the worst under- and over-estimate."""
     out = {}
     for key in ("peak_allocated_err_pct", "peak_reserved_err_pct", "device_used_err_pct"):
-        vals = [abs(r[key]) for r in rows if r[key] is not None and not r["oom"]]
+        vals = [r[key] for r in rows if r[key] is not None and not r["oom"]]
         if vals:
-            out[key] = {"median_abs": round(statistics.median(vals), 3), "max_abs": round(max(vals), 3), "n": len(vals)}
+            out[key] = {"median_abs": round(statistics.median(map(abs, vals)), 3),
+                        "max_abs": round(max(map(abs, vals)), 3), "median": round(statistics.median(vals), 3),
+                        "most_under": round(min(vals), 3), "most_over": round(max(vals), 3), "n": len(vals)}
+    ratios = [r["measured_step_s"] / r["roofline_step_s"] for r in rows
+              if r.get("measured_step_s") and r.get("roofline_step_s") and not r["oom"]]
+    if ratios:  # how far real steps are from the roofline bound (1.0 = at the bound)
+        out["measured_over_roofline"] = {"median": round(statistics.median(ratios), 3),
+                                         "min": round(min(ratios), 3), "max": round(max(ratios), 3), "n": len(ratios)}
     return out
 
 
@@ -78,9 +86,14 @@ def main() -> int:
             print(f"{m['workload']:28} {m['true_max_batch']:>15} {m['predicted_max_batch']:>22} {m['err_pct']:>+7.2f}%")
     print()
     for key, s in summary.items():
+        if key == "measured_over_roofline":
+            print(f"{key:24} median {s['median']:.2f}x  min {s['min']:.2f}x  max {s['max']:.2f}x  n={s['n']}"
+                  "  (measured step time / roofline bound)")
+            continue
         target = TARGETS.get(key)
         goal = f"  (target median <= {target[0]}%, max <= {target[1]}%)" if target else ""
-        print(f"{key:24} median |err| {s['median_abs']:.2f}%  max |err| {s['max_abs']:.2f}%  n={s['n']}{goal}")
+        print(f"{key:24} median |err| {s['median_abs']:.2f}%  max |err| {s['max_abs']:.2f}%  signed median "
+              f"{s['median']:+.2f}%  most under {s['most_under']:+.2f}%  most over {s['most_over']:+.2f}%  n={s['n']}{goal}")
     out = ROOT / "benchmarks" / "results" / "truth_errors.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"rows": rows, "summary": summary, "max_batch": mb_rows}, indent=1))

@@ -51,6 +51,9 @@ def add_mode_arguments(p) -> None:
     p.add_argument("--freeze", action="append", metavar="REGEX",
                    help="freeze parameters whose name matches (repeatable)")
     p.add_argument("--offload-optimizer", action="store_true", help="optimizer state and step on the CPU")
+    p.add_argument("--inference", action="store_true", help="inference instead of training: a no-grad forward, "
+                   "or for a causal LM prefill of --seq-len tokens + --new-tokens decode steps with a KV cache")
+    p.add_argument("--new-tokens", type=int, default=1, metavar="N", help="--inference: tokens generated (default 1)")
 
 
 def mode_kwargs(args) -> dict:
@@ -61,6 +64,8 @@ def mode_kwargs(args) -> dict:
 def run(args) -> int:
     if args.plot and not Path(args.plot).resolve().parent.is_dir():  # before the trace, not after it
         raise GpuwiseError(f"--plot {args.plot}: the folder {Path(args.plot).resolve().parent} does not exist")
+    if args.inference:
+        return _run_inference(args)
     with console.err.status("tracing the step with fake tensors…"):  # transient: gone before any error line
         est = estimate(args.workload, args.batch_size, optimizer=args.optimizer, precision=args.precision,
                        checkpointing=args.checkpointing, target=args.target, gpu=args.gpu,
@@ -77,4 +82,23 @@ def run(args) -> int:
     render_estimate(est)
     if args.plot:
         console.err.print(f"chart written to {args.plot}")
+    return 0
+
+
+def _run_inference(args) -> int:
+    from ..plan.inference import estimate_inference
+    from ..units import fmt_bytes
+
+    dtype = {"bf16-pure": "bf16", "tf32": "fp32"}.get(args.precision, args.precision)
+    with console.err.status("tracing generation with fake tensors…"):
+        est = estimate_inference(args.workload, args.batch_size, args.seq_len, args.new_tokens, dtype,
+                                 args.target, args.gpu)
+    if args.json:
+        console.emit_json(est.to_dict())
+        return 0
+    console.out.print(f"inference: {est.workload}  batch {est.batch_size}  context {est.context_len}  "
+                      f"+{est.new_tokens} tokens  {est.dtype}  ({est.target})")
+    console.out.print(f"  peak allocated {fmt_bytes(est.peak_allocated_bytes)}  device used "
+                      f"{fmt_bytes(est.device_used_bytes)}  (weights {fmt_bytes(est.parameters_bytes)}, "
+                      f"KV cache {fmt_bytes(est.kv_cache_bytes)}, peak in {est.peak_phase})")
     return 0

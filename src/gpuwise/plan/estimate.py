@@ -259,4 +259,7 @@ def truth_errors(record: dict[str, Any]) -> dict[str, Any]:
             "optimizer": optimizer, "precision": record.get("precision"), "oom": bool(record.get("oom")),
             "predicted_fits": est.fits,
             "peak_allocated_err_pct": err("peak_allocated_bytes"), "peak_reserved_err_pct": err("peak_reserved_bytes"),
-            "device_used_err_pct": err("device_used_bytes"), "estimate_s": est.seconds}
+            "device_used_err_pct": err("device_used_bytes"), "estimate_s": est.seconds,
+            # the roofline's step time (a lower bound: peak FLOP/s and bandwidth) against the measured median
+            "roofline_step_s": est.roofline.time_s if est.roofline else None,
+            "measured_step_s": record.get("step_time_s")}
