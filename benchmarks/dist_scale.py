@@ -3,7 +3,7 @@
     python benchmarks/dist_scale.py            # GPUs when present (NCCL), else CPU ranks (gloo)
     python benchmarks/dist_scale.py --nproc 1,2,4,8 --cases gpt-mini:16
 
-Each case is `gpuwise scale` (gpuwise.dist.scale.measure_scaling): one torchrun job per world size,
+Each case is `gpuwise scale` (gpuwise.scaleout.scale.measure_scaling): one torchrun job per world size,
 the per-rank batch held constant, medians of alternating synced / no_sync steps. The same model at a
 small and a large per-rank batch shows the allreduce being amortised by more compute per step.
 Full results go to benchmarks/results/dist_scale-<device>.json.
@@ -20,7 +20,7 @@ import time
 
 import torch
 
-from gpuwise.dist.scale import ScaleConfig, measure_scaling
+from gpuwise.scaleout.scale import ScaleConfig, measure_scaling
 
 DEFAULT_CASES = "mlp:8,mlp:2048,lenet:64"
 

@@ -26,7 +26,7 @@ case "${1:-check}" in
       echo "== gpuwise run"; gpuwise run -- python3 -c 'import os, torch; print(os.environ["CUDA_VISIBLE_DEVICES"], torch.cuda.get_device_name(0))'
       echo "== gpuwise doctor"; gpuwise doctor; echo "exit $?"
       echo "== gpuwise doctor --json"; gpuwise doctor --json > "$OUT/doctor.json"; echo "exit $?"
-      echo "== gpuwise demo"; gpuwise demo examples:gpt-mini --batch-size 16 --gpu H200
+      echo "== gpuwise demo"; gpuwise demo examples:gpt-mini --batch-size 16 --gpu "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
       echo "== gpu tests"; python3 -m pytest -q -m gpu -p no:cacheprovider tests
     } 2>&1 | tee "$OUT/check.log" ;;
   truth)
@@ -36,10 +36,14 @@ case "${1:-check}" in
     { versions
       echo "== truth errors"; python3 benchmarks/truth_errors.py
       echo "== tune"; timeout 240 python3 benchmarks/tune_imagefolder.py --device cuda --budget 2m
-      echo "== watch"; gpuwise watch --report "$OUT/watch-gpu.html" -- python3 examples/train_with_monitor.py --steps 200
+      echo "== watch: data-starved (unmodified script)"; gpuwise watch --report "$OUT/watch-gpu-starved.html" -- python3 tests/scripts/starved.py
+      echo "== watch: data-starved (gpuwise.monitor loop)"; gpuwise watch --report "$OUT/watch-gpu.html" -- python3 examples/train_with_monitor.py --steps 200
+      echo "== watch: compute-bound"; gpuwise watch --report "$OUT/watch-gpu-compute.html" -- python3 examples/train_with_monitor.py --steps 200 --read-ms 0 --workers 4 --pin-memory
       echo "== watch: clocks and PCIe link"; gpuwise watch --json -- python3 examples/train_with_monitor.py --steps 200 \
         | python3 -c 'import json,sys; s=json.load(sys.stdin); print(json.dumps(s.get("gpu_health"))); print([f["kind"] for f in s["findings"]])'
-      echo "== scale"; gpuwise scale examples:gpt-mini -n 1 --batch-size 16 --steps 20
+      echo "== scale (NCCL)"; gpuwise scale examples:gpt-mini -n 1 --batch-size 16 --steps 20
+      echo "== train (NCCL)"; gpuwise train examples:gpt-mini -n 1 --batch-size 16 --steps 50 --checkpoint-dir "$OUT/ckpt" --json
+      echo "== roofline vs measured: see 'measured_over_roofline' in the truth errors above"
     } 2>&1 | tee "$OUT/bench.log" ;;
   *) echo "usage: $0 check|truth|bench" >&2; exit 2 ;;
 esac

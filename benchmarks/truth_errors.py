@@ -20,17 +20,26 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from gpuwise.plan import estimate, lookup_gpu  # noqa: E402
-from gpuwise.plan.estimate import _record_workload, load_truth_records, truth_errors  # noqa: E402
+from gpuwise.plan.estimate import truth_errors  # noqa: E402
+from gpuwise.truth import read_records, record_workload  # noqa: E402
 
 TARGETS = {"peak_allocated_err_pct": (1.5, 4.0), "device_used_err_pct": (3.0, 6.0)}
 
 
 def summarize(rows: list[dict]) -> dict[str, dict[str, float]]:
+    """Median and max |error|, with the sign: the signed median and the worst under- and over-estimate."""
     out = {}
     for key in ("peak_allocated_err_pct", "peak_reserved_err_pct", "device_used_err_pct"):
-        vals = [abs(r[key]) for r in rows if r[key] is not None and not r["oom"]]
+        vals = [r[key] for r in rows if r[key] is not None and not r["oom"]]
         if vals:
-            out[key] = {"median_abs": round(statistics.median(vals), 3), "max_abs": round(max(vals), 3), "n": len(vals)}
+            out[key] = {"median_abs": round(statistics.median(map(abs, vals)), 3),
+                        "max_abs": round(max(map(abs, vals)), 3), "median": round(statistics.median(vals), 3),
+                        "most_under": round(min(vals), 3), "most_over": round(max(vals), 3), "n": len(vals)}
+    ratios = [r["measured_step_s"] / r["roofline_step_s"] for r in rows
+              if r.get("measured_step_s") and r.get("roofline_step_s") and not r["oom"]]
+    if ratios:  # how far real steps are from the roofline bound (1.0 = at the bound)
+        out["measured_over_roofline"] = {"median": round(statistics.median(ratios), 3),
+                                         "min": round(min(ratios), 3), "max": round(max(ratios), 3), "n": len(ratios)}
     return out
 
 
@@ -41,7 +50,7 @@ def max_batch_rows(records: list[dict]) -> list[dict]:
         if r.get("kind") != "max_batch" or not r.get("max_batch_size") or not r.get("gpu_memory_total_bytes"):
             continue
         spec = dataclasses.replace(lookup_gpu(r["gpu_name"]), memory_bytes=int(r["gpu_memory_total_bytes"]))
-        est = estimate(_record_workload(r), int(r["max_batch_size"]), optimizer=r.get("optimizer"),
+        est = estimate(record_workload(r), int(r["max_batch_size"]), optimizer=r.get("optimizer"),
                        precision=r.get("precision", "fp32"), gpu=spec, margin_pct=0.0)
         true_b = int(r["max_batch_size"])
         rows.append({"workload": r["workload"], "true_max_batch": true_b, "capped": r.get("max_batch_capped"),
@@ -55,7 +64,7 @@ def main() -> int:
     ap.add_argument("--truth", default=str(ROOT / "benchmarks" / "truth"), help="folder of <gpu-slug>.jsonl")
     ap.add_argument("--no-max-batch", action="store_true", help="skip the largest-batch comparison (slow)")
     args = ap.parse_args()
-    records = load_truth_records(args.truth)
+    records = read_records(args.truth, root=ROOT)
     if not records:
         print("no truth records in benchmarks/truth/ yet: measure on a GPU first (see DESIGN.md 'GPU truth records')")
         return 0
@@ -77,9 +86,14 @@ def main() -> int:
             print(f"{m['workload']:28} {m['true_max_batch']:>15} {m['predicted_max_batch']:>22} {m['err_pct']:>+7.2f}%")
     print()
     for key, s in summary.items():
+        if key == "measured_over_roofline":
+            print(f"{key:24} median {s['median']:.2f}x  min {s['min']:.2f}x  max {s['max']:.2f}x  n={s['n']}"
+                  "  (measured step time / roofline bound)")
+            continue
         target = TARGETS.get(key)
         goal = f"  (target median <= {target[0]}%, max <= {target[1]}%)" if target else ""
-        print(f"{key:24} median |err| {s['median_abs']:.2f}%  max |err| {s['max_abs']:.2f}%  n={s['n']}{goal}")
+        print(f"{key:24} median |err| {s['median_abs']:.2f}%  max |err| {s['max_abs']:.2f}%  signed median "
+              f"{s['median']:+.2f}%  most under {s['most_under']:+.2f}%  most over {s['most_over']:+.2f}%  n={s['n']}{goal}")
     out = ROOT / "benchmarks" / "results" / "truth_errors.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"rows": rows, "summary": summary, "max_batch": mb_rows}, indent=1))

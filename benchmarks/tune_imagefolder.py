@@ -212,9 +212,10 @@ def main(argv=None) -> int:
     result = tune(WORKLOAD, budget_s=budget_s, device=device, results=tune_file, measure_s=measure_s,
                   max_workers=max_w)
     tune_wall_s = time.monotonic() - t0
-    tune_trials_s = sum(t["seconds"] for t in result.trials)
-    print(f"tune: {len(result.trials)} trials, {tune_wall_s:.0f}s -> {fmt(result.best)} "
-          f"{result.best['samples_per_s'] or 0:.0f}/s", file=sys.stderr)
+    tuned = result.to_dict()  # best, baseline, trials as in `gpuwise tune --json`
+    tune_trials_s = sum(t["seconds"] for t in tuned["trials"])
+    print(f"tune: {len(result.trials)} trials, {tune_wall_s:.0f}s -> {fmt(tuned['best'])} "
+          f"{tuned['best']['samples_per_s'] or 0:.0f}/s", file=sys.stderr)
 
     # 2. the grid (resumable: a killed benchmark keeps its finished points)
     precisions = [p for p, d in result.precisions.items() if "skipped" not in d] or ["fp32"]
@@ -231,7 +232,7 @@ def main(argv=None) -> int:
     grid_s = sum(r["seconds"] for r in grid)
 
     # 3. confirmation, interleaved
-    finalists = {"defaults": settings_of(result.baseline), "tuned": settings_of(result.best),
+    finalists = {"defaults": settings_of(tuned['baseline']), "tuned": settings_of(tuned['best']),
                  "grid best": settings_of(grid_best)}
     confirm = {name: [] for name in finalists}
     for _ in range(args.confirm):
@@ -240,8 +241,8 @@ def main(argv=None) -> int:
             confirm[name].append(rec.get("samples_per_s") or 0.0)
     med = {name: statistics.median(v) for name, v in confirm.items()}
 
-    rows = [("defaults (as given)", finalists["defaults"], result.baseline["samples_per_s"]),
-            ("gpuwise tune", finalists["tuned"], result.best["samples_per_s"]),
+    rows = [("defaults (as given)", finalists["defaults"], tuned['baseline']["samples_per_s"]),
+            ("gpuwise tune", finalists["tuned"], tuned['best']["samples_per_s"]),
             ("grid best", finalists["grid best"], grid_best["samples_per_s"])]
     print(f"\n{WORKLOAD} on {device} ({cpus} CPUs, shared), trial measure {measure_s:g}s\n")
     print(f"| {'config':<20} | {'settings':<34} | {'search samples/s':>16} | {'confirmed median':>16} | {'vs defaults':>11} |")
@@ -251,15 +252,15 @@ def main(argv=None) -> int:
     frac_best = med["tuned"] / med["grid best"] if med["grid best"] else None
     frac_time = tune_wall_s / grid_s  # the tuner's whole wall time against the grid's trial time
     print(f"\ntuned / grid best (confirmed medians): {frac_best:.3f}   (single-shot: "
-          f"{(result.best['samples_per_s'] or 0) / grid_best['samples_per_s']:.3f})   goal >= 0.97")
+          f"{(tuned['best']['samples_per_s'] or 0) / grid_best['samples_per_s']:.3f})   goal >= 0.97")
     print(f"tune time / grid time: {tune_wall_s:.0f}s / {grid_s:.0f}s = {frac_time:.3f}   "
           f"({len(result.trials)} vs {len(points)} trials; tune trials alone {tune_trials_s:.0f}s)   goal <= 0.15")
     print(f"compute-only limit at the tuned batch: {result.limit_samples_per_s or 0:.0f}/s; "
-          f"tuned / limit = {(result.best['samples_per_s'] or 0) / (result.limit_samples_per_s or 1):.2f}")
+          f"tuned / limit = {(tuned['best']['samples_per_s'] or 0) / (result.limit_samples_per_s or 1):.2f}")
 
     gpu = {}
     if dtype == "cuda":
-        gpu["tuned_fraction_of_limit"] = (result.best["samples_per_s"] or 0) / (result.limit_samples_per_s or 1)
+        gpu["tuned_fraction_of_limit"] = (tuned['best']["samples_per_s"] or 0) / (result.limit_samples_per_s or 1)
         gpu["largest_safe_batch_size"] = result.largest_safe_batch_size
         gpu["accelerate"] = accelerate_finder(device)
         gpu["lightning"] = lightning_finder(device)

@@ -14,7 +14,7 @@ import gpuwise
 from gpuwise.cli import main
 from gpuwise.errors import GpuwiseError
 from gpuwise.measure import Measurement, measure
-from gpuwise.measure.api import TRUTH_FIELDS
+from gpuwise.truth import TRUTH_FIELDS
 
 # examples:mlp is Linear(32, 16): parameters 32*16*4 + 16*4 = 2,112 B; batch 8: x 8*32*4 = 1,024 B
 # and y 8*8 = 64 B (int64). With SGD nothing else lives between steps: 2,112 + 1,088 = 3,200 B.

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwise.measure.api import TRUTH_FIELDS
+from gpuwise.truth import TRUTH_FIELDS
 from gpuwise.workload import load_workload
 
 ROOT = Path(__file__).resolve().parents[1]

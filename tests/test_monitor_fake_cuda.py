@@ -46,6 +46,7 @@ def fake_cuda(monkeypatch, tmp_path):
     monkeypatch.setenv("GPUWISE_FAKE_GPUS", str(gpus))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")  # torch's cuda:0 is NVML's GPU 1
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)  # what CUDA_VISIBLE_DEVICES=1 leaves visible
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: Props())
     monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda d: None)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpuwise.monitor import RULES, diagnose, suggest_num_workers
-from gpuwise.monitor.rules import tensor_core_capability
+from gpuwise.plan.catalog import tensor_core_capability
 from gpuwise.units import GIB
 
 
@@ -117,16 +117,31 @@ def test_rank_imbalance():
 def test_low_memory_use_asks_the_planner_for_the_largest_batch():
     # a run of examples:mlp (batch 100) that used 1 GiB of a 40 GiB A100: the planner names the max batch
     from gpuwise.monitor import StepRecord, Timeline, summarize
+    from gpuwise.plan.hint import planner_max_batch
 
     tl = Timeline(steps=[StepRecord(i, 0.01 * i, 0.01, 0.0, 0.0, 0.01) for i in range(3)],
                   meta={"device": "cuda:0", "device_name": "NVIDIA A100-SXM4-40GB", "device_total_bytes": 40 * GIB,
                         "peak_reserved_bytes": GIB, "workload": "examples:mlp", "batch_size": 100,
                         "precision": "fp32"})
-    s = summarize(tl)
+    s = summarize(tl, planner=planner_max_batch)  # the caller chooses to ask the planner
     planned = s["memory"]["planner_max_batch_size"]
     assert isinstance(planned, int) and planned > 100
     fix = next(f["fix"] for f in s["findings"] if f["kind"] == "low_memory_use")
     assert f"the planner's largest batch on this GPU is {planned} (now 100)" in fix
+
+
+def test_the_rules_read_a_typed_summary_whose_dict_keeps_the_contract_keys_in_order():
+    from gpuwise.monitor import StepRecord, Summary, Timeline, summarize, summary_of
+
+    tl = Timeline(steps=[StepRecord(i, 0.01 * i, 0.01, 0.004, 0.0, 0.006) for i in range(4)],
+                  meta={"device": "cpu", "command": ["python", "train.py"]})
+    typed = summary_of(tl)
+    assert isinstance(typed, Summary) and typed.steps == 4 and typed.data_wait_fraction == 0.4  # 0.004 / 0.01
+    d = summarize(tl)
+    assert list(d)[:6] == ["steps", "step_time_s", "data_wait_fraction", "copy_fraction", "compute_fraction",
+                           "findings"]
+    assert list(d)[-2:] == ["command", "cannot_tell"] and d == typed.to_dict() and Summary.from_dict(d).to_dict() == d
+    assert kinds(gpu_summary()) == [f.kind for f in diagnose(Summary.from_dict(gpu_summary()))]
 
 
 def test_data_starvation_measures_the_loader_while_the_step_waits():

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import gpuwise
+from gpuwise import hf
 from gpuwise.errors import GpuwiseError
-from gpuwise.plan import hf
 
 TINY = "tests/data/configs/tiny-llama.json"
 

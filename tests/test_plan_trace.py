@@ -189,10 +189,10 @@ def test_model_whose_init_reads_data_is_still_fake_traced():
 
 def test_extrapolation_from_batch_one_and_two():
     from gpuwise.plan.fallback import extrapolate
-    from gpuwise.plan.trace import _run_real
+    from gpuwise.plan.trace import run_real
 
     workload = load_workload("examples:mlp")
-    one, two = (_run_real(workload, b, StepConfig(optimizer="sgd"), "cpu") for b in (1, 2))
+    one, two = (run_real(workload, b, StepConfig(optimizer="sgd"), "cpu") for b in (1, 2))
     guess = extrapolate(one, two, 50)
     assert guess is not None and guess.method == "real-trace-extrapolated"
     exact = live_peak(trace_step("examples:mlp", 50, StepConfig(optimizer="sgd"))).allocated_bytes

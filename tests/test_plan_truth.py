@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from gpuwise.plan.estimate import load_truth_records, truth_errors
+from gpuwise.plan.estimate import truth_errors
+from gpuwise.truth import read_records
 
-TRUTH = Path(__file__).resolve().parent.parent / "benchmarks" / "truth"
-RECORDS = load_truth_records(str(TRUTH))
+ROOT = Path(__file__).resolve().parent.parent
+TRUTH = ROOT / "benchmarks" / "truth"
+RECORDS = read_records(TRUTH, root=ROOT)
 # Each record costs one fake trace (seconds for a GPT-2): CI recomputes a sample spread over every workload,
 # GPUWISE_TRUTH_ALL=1 (and benchmarks/truth_errors.py) recompute every record.
 SAMPLE = 0 if os.environ.get("GPUWISE_TRUTH_ALL") == "1" else int(os.environ.get("GPUWISE_TRUTH_SAMPLE", "12"))
@@ -98,7 +100,7 @@ def test_the_comparison_itself_on_a_record_made_from_the_estimate(tmp_path):
            "peak_reserved_bytes": est.peak_reserved_bytes, "device_used_bytes": int(est.device_used_bytes * 1.1),
            "step_time_s": 0.001, "oom": False}
     (tmp_path / "nvidia-h200.jsonl").write_text(json.dumps(rec) + "\n")
-    [loaded] = load_truth_records(str(tmp_path))
+    [loaded] = read_records(tmp_path)
     row = truth_errors(loaded)
     assert row["peak_allocated_err_pct"] == 0.0 and row["peak_reserved_err_pct"] == 0.0
     assert row["device_used_err_pct"] == pytest.approx(100 * (1 / 1.1 - 1), abs=0.01)   # -9.09%

@@ -2,20 +2,22 @@
 
 from gpuwise.report import tune as report
 from gpuwise.tune import TuneResult
+from gpuwise.tune.records import Settings, Trial
 
 
 def _result(**best):
     settings = {"batch_size": 128, "num_workers": 3, "pin_memory": True, "prefetch_factor": 4,
                 "persistent_workers": True, "precision": "bf16", "samples_per_s": 900.0, **best}
-    trials = [{"kind": "compute", "batch_size": b, "precision": "bf16", "status": "ok", "samples_per_s": r,
-               "num_workers": None, "seconds": 3.0} for b, r in ((32, 500.0), (64, 800.0), (128, 950.0))]
-    trials += [{"kind": "train", "batch_size": 128, "precision": "bf16", "status": "ok", "samples_per_s": r,
-                "num_workers": w, "pin_memory": True, "prefetch_factor": None, "persistent_workers": False,
-                "seconds": 5.0} for w, r in ((2, 600.0), (3, 880.0), (4, 850.0))]
-    return TuneResult(workload="examples:imagefolder", device="cuda:0", best=settings,
-                      baseline={**settings, "batch_size": 32, "num_workers": 0, "pin_memory": False,
-                                "prefetch_factor": None, "persistent_workers": False, "precision": "fp32",
-                                "samples_per_s": 300.0},
+    where = {"workload": "examples:imagefolder", "device": "cuda:0"}
+    trials = [Trial(**where, kind="compute", batch_size=b, precision="bf16", status="ok", samples_per_s=r,
+                    num_workers=None, seconds=3.0) for b, r in ((32, 500.0), (64, 800.0), (128, 950.0))]
+    trials += [Trial(**where, kind="train", batch_size=128, precision="bf16", status="ok", samples_per_s=r,
+                     num_workers=w, pin_memory=True, prefetch_factor=None, persistent_workers=False,
+                     seconds=5.0) for w, r in ((2, 600.0), (3, 880.0), (4, 850.0))]
+    return TuneResult(workload="examples:imagefolder", device="cuda:0", best=Settings(**settings),
+                      baseline=Settings(**{**settings, "batch_size": 32, "num_workers": 0, "pin_memory": False,
+                                           "prefetch_factor": None, "persistent_workers": False, "precision": "fp32",
+                                           "samples_per_s": 300.0}),
                       limit_samples_per_s=950.0, trials=trials, lr_note="batch 32 -> 128 (x4): ...")
 
 
@@ -77,3 +79,18 @@ def test_cli_refuses_a_plot_folder_it_cannot_create_before_tuning(tmp_path, caps
     (tmp_path / "file").write_text("")
     code = main(["tune", "examples:mlp", "--budget", "10m", "--plot", str(tmp_path / "file"), "--json"])
     assert code == 2 and "--plot" in capsys.readouterr().err  # at once, not after a 10-minute tune
+
+
+def test_typed_results_keep_the_json_keys_in_their_order():
+    """`best`, `baseline` and each trial are dataclasses now; their JSON is the contract's, key for key."""
+    d = _result().to_dict()
+    settings = ["batch_size", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "precision",
+                "samples_per_s"]
+    assert list(d["best"]) == settings and list(d["baseline"]) == settings  # no num_threads unless set
+    assert list(Settings(8, num_threads=2).to_dict())[-1] == "num_threads"
+    assert list(d["trials"][0]) == [
+        "workload", "device", "kind", "batch_size", "precision", "optimizer", "num_workers", "pin_memory",
+        "prefetch_factor", "persistent_workers", "measure_s", "status", "oom", "samples_per_s", "seconds", "steps",
+        "startup_s", "num_threads", "peak_memory_bytes", "memory_kind", "error", "resumed"]
+    record = _result().trials[0].to_record()
+    assert "resumed" not in record and Trial.from_record({**record, "old_field": 1}) == _result().trials[0]

@@ -158,6 +158,6 @@ def test_tune_on_a_real_gpu(tmp_path):
 
     res = tune("examples:mlp", budget_s=180, device="cuda", batch_sizes=[64, 128], measure_s=0.3,
                results=str(tmp_path / "r.jsonl"))
-    assert res.best["samples_per_s"] > 0 and res.limit_samples_per_s > 0
+    assert res.best.samples_per_s > 0 and res.limit_samples_per_s > 0
     assert {"fp32", "tf32", "bf16", "fp16"} <= set(res.precisions)
-    assert all(t["memory_kind"] == "cuda_allocated" for t in res.trials if t["status"] == "ok")
+    assert all(t.memory_kind == "cuda_allocated" for t in res.trials if t.status == "ok")

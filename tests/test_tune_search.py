@@ -9,6 +9,7 @@ import torch
 from gpuwise.jsonl import read_lines as read_records
 from gpuwise.measure.oom import FAKE_OOM_ENV, is_oom, maybe_fake_oom
 from gpuwise.tune import search
+from gpuwise.tune.records import Settings, TuneOptions
 from gpuwise.tune.rules import lr_note, precision_candidates
 from gpuwise.tune.store import TrialStore, key_of
 
@@ -222,10 +223,10 @@ def test_tune_orchestration_with_a_fake_device(monkeypatch, tmp_path):
         ("train", 128, 3, None, True),      # end to end, half the batch: min(800, 900) * 1.1 = 880, slower
     ]
     assert len(seen) == len(calls)
-    assert res.best == {"batch_size": 256, "num_workers": 3, "pin_memory": False, "prefetch_factor": None,
+    assert res.best.to_dict() == {"batch_size": 256, "num_workers": 3, "pin_memory": False, "prefetch_factor": None,
                         "persistent_workers": True, "precision": "fp32", "samples_per_s": pytest.approx(977.9, 0.01),
                         "num_threads": 1}
-    assert res.baseline["samples_per_s"] == pytest.approx(1 / (1 / 300 + 1 / 500))  # 187.5
+    assert res.baseline.samples_per_s == pytest.approx(1 / (1 / 300 + 1 / 500))  # 187.5
     assert res.limit_samples_per_s == pytest.approx(888.9, 0.01)
     assert res.workers_estimate == 3 and res.throughput_batch_size == 256
     assert any("more workers got slower: 3 -> 4" in n for n in res.notes)
@@ -251,7 +252,7 @@ def test_tune_stops_at_the_budget(monkeypatch, tmp_path):
     monkeypatch.setattr(tuner.time, "monotonic", lambda: clock[0])
     res = tuner.tune("examples:mlp", budget_s=100, device="cpu")
     # 0 s: baseline; 40 s: compute 32 (precision); 80 s: 20 s left < 80% of a 40 s trial: stop
-    assert [t["kind"] for t in res.trials] == ["train", "compute"]
+    assert [t.kind for t in res.trials] == ["train", "compute"]
     assert res.out_of_budget and any("budget" in n for n in res.notes)
 
 
@@ -268,10 +269,10 @@ def test_end_to_end_batch_refinement_halves_while_faster(monkeypatch, tmp_path):
         return ChildResult("ok", {"samples_per_s": rate}, seconds=1.0)
 
     monkeypatch.setattr(tuner, "run_isolated", fake)
-    t = tuner._Tuner(tuner.load_workload("examples:mlp"), 600, "cpu", None, None, None, "fp32", None, None,
-                     1.0, None, 0.05, None)
+    t = tuner._Tuner(tuner.load_workload("examples:mlp"), "cpu",
+                     TuneOptions(budget_s=600, precision="fp32", measure_s=1.0, min_gain=0.05))
     best = {"batch_size": 64, "num_workers": 2, "pin_memory": False, "prefetch_factor": None,
             "persistent_workers": True, "precision": "fp32", "samples_per_s": 400.0}
-    out = t.refine_batch(best, "fp32")
+    out = t.refine_batch(Settings(**best), "fp32")
     assert calls == [("train", 32), ("train", 16)]  # 32 is faster: try 16, which is not: keep 32
-    assert out == {**best, "batch_size": 32, "samples_per_s": 450.0}
+    assert out.to_dict() == {**best, "batch_size": 32, "samples_per_s": 450.0}

@@ -38,6 +38,7 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))  # lets spawned children import this file as `collect`
 
 from gpuwise.jsonl import append_line, read_lines  # noqa: E402  (after the path set-up)
+from gpuwise.truth import truth_record  # noqa: E402
 
 OPTIMIZERS = ("sgd", "momentum", "adamw")
 PRECISIONS = ("fp32", "bf16")
@@ -114,11 +115,8 @@ def key(rec: dict) -> tuple:
 
 def to_record(cfg: dict, m: dict, env: dict) -> dict:
     """The DESIGN.md truth record (contract fields first), from a measurement dict."""
-    rec = {k: cfg[k] for k in ("workload", "batch_size", "optimizer", "precision", "checkpointing")}
-    rec.update({k: env.get(k) for k in ("gpu_name", "torch", "cuda", "driver")})
-    rec.update({k: m.get(k) for k in ("peak_allocated_bytes", "peak_reserved_bytes", "device_used_bytes",
-                                      "step_time_s")})
-    rec["oom"] = bool(m.get("oom"))
+    # the configuration names the run, the environment the GPU and software, the measurement the numbers
+    rec = truth_record({**m, **{k: env.get(k) for k in ("gpu_name", "torch", "cuda", "driver")}, **cfg})
     rec.update({"kind": cfg["kind"], "samples_per_s": m.get("samples_per_s"), "steps": m.get("steps"),
                 "warmup": m.get("warmup"), "device": m.get("device") or env.get("device"),
                 "peak_method": m.get("peak_method"), "device_used_method": m.get("device_used_method"),

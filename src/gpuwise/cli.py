@@ -14,7 +14,7 @@ import sys
 from . import __version__
 from .errors import GpuwiseError
 
-COMMANDS = ["demo", "gpus", "pick", "run", "estimate", "measure", "tune", "watch", "launch", "train", "scale", "doctor"]
+COMMANDS = ["demo", "gpus", "pick", "run", "estimate", "fit", "measure", "tune", "watch", "launch", "train", "scale", "doctor"]
 
 
 def _load(name: str):

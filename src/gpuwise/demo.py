@@ -8,14 +8,13 @@ from typing import Any
 from .devices import discover
 from .devices.select import pick
 from .errors import GpuwiseError
+from .measure import measure as measure_step
+from .plan import estimate
 from .workload import load_workload
 
 
 def run_demo(spec: str, batch_size: int, *, gpu: str | None = "H100", steps: int = 3, measure: bool = True,
              on_stage: Callable[[str], None] | None = None) -> dict[str, Any]:
-    from .measure import measure as measure_step
-    from .plan import estimate
-
     stage = on_stage or (lambda s: None)
     result: dict[str, Any] = {"workload": spec, "batch_size": batch_size}
     wl = load_workload(spec)  # first, so a bad workload is one line before any progress output

@@ -95,10 +95,7 @@ OPTIMIZER_IMPLS = ("default", "for-loop", "foreach", "fused")
 def make_optimizer(name: str, params, impl: str = "default"):
     """Build a registered optimizer. `impl` picks for-loop / foreach / fused; 'default' lets torch choose
     (foreach on CUDA, for-loop on CPU; see torch/optim/optimizer.py `_default_to_fused_or_foreach`)."""
-    key = name.lower().replace("_", "").replace("-", "")
-    key = {"sgdmomentum": "momentum", "sgdm": "momentum"}.get(key, key)
-    if key not in OPTIMIZERS:
-        raise GpuwiseError(f"unknown optimizer {name!r}; choose from: {', '.join(OPTIMIZERS)}")
+    key = optimizer_name(name)
     if impl not in OPTIMIZER_IMPLS:
         raise GpuwiseError(f"unknown optimizer implementation {impl!r}; choose from: {', '.join(OPTIMIZER_IMPLS)}")
     kw = {"for-loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}.get(impl, {})
@@ -135,30 +132,40 @@ def device_type(device) -> str:
     return str(device).split(":")[0]
 
 
-def move_to(batch: Any, device, non_blocking: bool = False, float_dtype=None):
-    """Move a Tensor / tuple / list / dict batch to `device` (floats optionally cast to `float_dtype`)."""
+def map_tensors(fn: Callable[[Any], Any], batch: Any) -> Any:
+    """The one walk over a nested batch (Tensor / tuple / list / Mapping, nested; anything else kept as is):
+    `fn` applied to every tensor, the structure rebuilt (a Mapping becomes a dict). Not torch.utils._pytree:
+    it treats unregistered Mappings (transformers' BatchEncoding) as leaves."""
     import torch
 
     if isinstance(batch, torch.Tensor):
-        t = batch.to(device, non_blocking=non_blocking)
-        return t.to(float_dtype) if float_dtype is not None and t.is_floating_point() else t
+        return fn(batch)
     if isinstance(batch, Mapping):
-        return {k: move_to(v, device, non_blocking, float_dtype) for k, v in batch.items()}
+        return {k: map_tensors(fn, v) for k, v in batch.items()}
     if isinstance(batch, (list, tuple)):
-        return type(batch)(move_to(v, device, non_blocking, float_dtype) for v in batch)
+        return type(batch)(map_tensors(fn, v) for v in batch)
     return batch
 
 
-def batch_bytes(batch: Any) -> int:
-    import torch
+def tensors_in(batch: Any) -> list:
+    """Every tensor of a nested batch, in order (`map_tensors`'s walk)."""
+    found: list = []
+    map_tensors(found.append, batch)
+    return found
 
-    if isinstance(batch, torch.Tensor):
-        return batch.numel() * batch.element_size()
-    if isinstance(batch, Mapping):
-        return sum(batch_bytes(v) for v in batch.values())
-    if isinstance(batch, (list, tuple)):
-        return sum(batch_bytes(v) for v in batch)
-    return 0
+
+def move_to(batch: Any, device, non_blocking: bool = False, float_dtype=None):
+    """Move a Tensor / tuple / list / dict batch to `device` (floats optionally cast to `float_dtype`)."""
+
+    def move(t):
+        t = t.to(device, non_blocking=non_blocking)
+        return t.to(float_dtype) if float_dtype is not None and t.is_floating_point() else t
+
+    return map_tensors(move, batch)
+
+
+def batch_bytes(batch: Any) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors_in(batch))
 
 
 def enable_checkpointing(model) -> int:

@@ -9,6 +9,7 @@ Each stage that is not installed or fails is reported and skipped; the demo neve
 
 from __future__ import annotations
 
+from ..demo import run_demo
 from ..report import console
 from ..report.demo import render_demo
 from .common import positive_int
@@ -30,8 +31,6 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ..demo import run_demo
-
     result = run_demo(args.workload, args.batch_size, gpu=args.gpu, steps=args.steps, measure=not args.no_measure,
                       on_stage=None if args.json else lambda s: console.err.print(f"[dim]… {s}[/dim]"))
     if args.json:

@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from ..errors import GpuwiseError
+from ..hf import TASKS
+from ..plan import estimate
+from ..plan.curve import DEFAULT_MARGIN_PCT
+from ..plan.inference import estimate_inference
 from ..report import console
-from .common import add_workload_arguments
+from ..report.plan import plot_estimate, render_estimate
+from ..units import fmt_bytes
+from .common import add_workload_arguments, positive_int
 
 HELP = "predict a training step's GPU memory, FLOPs and largest batch (no GPU needed)"
 EXAMPLES = """\
@@ -34,9 +43,6 @@ def add_arguments(p) -> None:
 
 def add_mode_arguments(p) -> None:
     """Model-config inputs and training modes (estimate and fit)."""
-    from ..plan.hf import TASKS
-    from .common import positive_int
-
     p.add_argument("--seq-len", type=positive_int, help="hf:ID / config.json: tokens per sample (default 512)")
     p.add_argument("--task", choices=list(TASKS), help="hf:ID / config.json: the head (default causal-lm)")
     p.add_argument("--grad-accum", type=positive_int, default=1, metavar="N",
@@ -47,6 +53,9 @@ def add_mode_arguments(p) -> None:
     p.add_argument("--freeze", action="append", metavar="REGEX",
                    help="freeze parameters whose name matches (repeatable)")
     p.add_argument("--offload-optimizer", action="store_true", help="optimizer state and step on the CPU")
+    p.add_argument("--inference", action="store_true", help="inference instead of training: a no-grad forward, "
+                   "or for a causal LM prefill of --seq-len tokens + --new-tokens decode steps with a KV cache")
+    p.add_argument("--new-tokens", type=int, default=1, metavar="N", help="--inference: tokens generated (default 1)")
 
 
 def mode_kwargs(args) -> dict:
@@ -55,22 +64,16 @@ def mode_kwargs(args) -> dict:
 
 
 def run(args) -> int:
-    from pathlib import Path
-
-    from ..errors import GpuwiseError
-    from ..plan import estimate
-    from ..plan.curve import DEFAULT_MARGIN_PCT
-
     if args.plot and not Path(args.plot).resolve().parent.is_dir():  # before the trace, not after it
         raise GpuwiseError(f"--plot {args.plot}: the folder {Path(args.plot).resolve().parent} does not exist")
+    if args.inference:
+        return _run_inference(args)
     with console.err.status("tracing the step with fake tensors…"):  # transient: gone before any error line
         est = estimate(args.workload, args.batch_size, optimizer=args.optimizer, precision=args.precision,
                        checkpointing=args.checkpointing, target=args.target, gpu=args.gpu,
                        margin_pct=DEFAULT_MARGIN_PCT if args.margin is None else args.margin,
                        search_max_batch=not args.no_max_batch, **mode_kwargs(args))
     if args.plot:
-        from ..report.plan import plot_estimate
-
         try:
             plot_estimate(est, args.plot)
         except (OSError, ValueError) as exc:  # unwritable file, or an extension matplotlib cannot write
@@ -78,9 +81,23 @@ def run(args) -> int:
     if args.json:
         console.emit_json(est.to_dict())
         return 0
-    from ..report.plan import render_estimate
-
     render_estimate(est)
     if args.plot:
         console.err.print(f"chart written to {args.plot}")
+    return 0
+
+
+def _run_inference(args) -> int:
+    dtype = {"bf16-pure": "bf16", "tf32": "fp32"}.get(args.precision, args.precision)
+    with console.err.status("tracing generation with fake tensors…"):
+        est = estimate_inference(args.workload, args.batch_size, args.seq_len, args.new_tokens, dtype,
+                                 args.target, args.gpu)
+    if args.json:
+        console.emit_json(est.to_dict())
+        return 0
+    console.out.print(f"inference: {est.workload}  batch {est.batch_size}  context {est.context_len}  "
+                      f"+{est.new_tokens} tokens  {est.dtype}  ({est.target})")
+    console.out.print(f"  peak allocated {fmt_bytes(est.peak_allocated_bytes)}  device used "
+                      f"{fmt_bytes(est.device_used_bytes)}  (weights {fmt_bytes(est.parameters_bytes)}, "
+                      f"KV cache {fmt_bytes(est.kv_cache_bytes)}, peak in {est.peak_phase})")
     return 0

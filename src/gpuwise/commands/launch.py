@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import shlex
 
-from ..dist import launch as launching
 from ..report import console
+from ..scaleout import launch as launching
 from .common import add_command_argument, add_gpu_selection_arguments, command_from_args, positive_int
 
 HELP = "run a distributed script under torchrun on free GPUs (or CPU ranks with gloo), one rank per GPU"

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from ..devices.torch_device import resolve_device
 from ..errors import GpuwiseError
+from ..measure import find_max_batch, measure, snapshot
+from ..plan.events import live_peak
 from ..report import console
+from ..report.measure import maxbatch_table, measurement_table, oom_message
+from ..workload import load_workload
 from .common import add_workload_arguments, positive_int, step_config_from_args
 
 HELP = "run real steps on a device (in a child process, OOM-safe): peak memory, device memory, step time"
@@ -33,11 +38,6 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ..measure import find_max_batch, measure
-    from ..measure.api import resolve_device
-    from ..report.measure import maxbatch_table, measurement_table, oom_message
-    from ..workload import load_workload
-
     config = step_config_from_args(args)
     if args.max_batch:
         return _max_batch(args, config, find_max_batch, resolve_device, maxbatch_table)
@@ -70,9 +70,6 @@ def run(args) -> int:
 
 def _snapshot_summary(path: str) -> dict:
     """The saved snapshot in the plan's event shape: event count and steady-step peak (a cross-check)."""
-    from ..measure import snapshot
-    from ..plan.events import live_peak
-
     try:
         trace = snapshot.to_trace(snapshot.load(path))
         peak = live_peak(trace)

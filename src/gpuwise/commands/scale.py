@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from ..dist.preflight import preflight
-from ..dist.scale import ScaleConfig, measure_scaling
 from ..report import console
 from ..report import scale as scale_report
+from ..scaleout.preflight import preflight
+from ..scaleout.scale import ScaleConfig, measure_scaling
 from .common import (
     add_gpu_selection_arguments,
     add_workload_arguments,

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 
-from ..dist.job import require_result, run_job
-from ..dist.preflight import preflight
-from ..dist.train import TrainConfig
 from ..errors import GpuwiseError
 from ..report import console
 from ..report import scale as scale_report
+from ..scaleout.job import require_result, run_job
+from ..scaleout.preflight import preflight
+from ..scaleout.train import TrainConfig
 from .common import add_workload_arguments, positive_int, step_config_from_args, workload_from_args
 from .launch import add_launch_arguments, launch_kwargs
 

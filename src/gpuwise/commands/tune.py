@@ -6,8 +6,13 @@ import os
 
 from ..errors import GpuwiseError
 from ..report import console
-from ..step import OPTIMIZERS
+from ..report import tune as report
+from ..report.tune_script import print_progress, render
+from ..step import OPTIMIZERS, check_precision
+from ..tune import tune
+from ..tune.script import code_change, tune_script
 from ..units import parse_duration
+from ..workload import load_workload
 from .common import positive_int
 
 HELP = "find the batch size, DataLoader settings and precision that train fastest (measured, resumable)"
@@ -60,11 +65,6 @@ def _check_plot_folder(folder: str) -> None:
 
 
 def run(args) -> int:
-    from ..report import tune as report
-    from ..step import check_precision
-    from ..tune import tune
-    from ..workload import load_workload
-
     budget_s = parse_duration(args.budget)
     if args.cmd:
         if args.workload:
@@ -116,9 +116,6 @@ def run(args) -> int:
 
 def _run_script(args, budget_s: float) -> int:
     """`gpuwise tune -- CMD`: the script's own DataLoader, tuned by short trials (tune/script.py)."""
-    from ..report.tune_script import print_progress, render
-    from ..tune.script import code_change, tune_script
-
     for name in ("batch_size", "batch_sizes", "precisions", "optimizer", "plot"):
         if getattr(args, name, None):
             raise GpuwiseError(f"--{name.replace('_', '-')} applies to workload files: a script's batch size, "

@@ -5,7 +5,11 @@ from __future__ import annotations
 import os
 
 from ..errors import GpuwiseError
+from ..monitor.external import watch_command
+from ..plan.hint import planner_max_batch
 from ..report import console
+from ..report.html import write_html
+from ..report.monitor import render_summary
 from .common import add_command_argument, command_from_args
 
 HELP = "run a training command, watch its GPUs and CPU, and explain low or oscillating GPU utilisation"
@@ -26,27 +30,21 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ..monitor.external import watch_command
-
     cmd = command_from_args(args, "gpuwise watch -- python train.py ...")
     if args.report:
         _check_report_path(args.report)  # before the run, not after it
     # With --json our stdout carries exactly one JSON object, so the command's stdout goes to stderr.
     result = watch_command(cmd, interval_s=args.interval, steps_dir=args.steps_dir,
                            stdout=2 if args.json else None)  # fd 2: stderr
-    summary = result.summary()
+    summary = result.summary(planner=planner_max_batch)
     summary["exit_code"] = result.exit_code
     summary["interrupted"] = result.interrupted
     summary["seconds"] = result.seconds
     if args.report:
-        from ..report.html import write_html
-
         write_html(args.report, result.timeline, summary)
     if args.json:
         console.emit_json({**summary, "command": cmd, "report": args.report})
     else:
-        from ..report.monitor import render_summary
-
         render_summary(summary, report_path=args.report)
     return result.exit_code
 

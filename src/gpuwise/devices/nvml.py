@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from .health import COMPUTE_MODES, DriverInfo, GpuHealth, MigDevice, cuda_version_text
 from .model import Gpu, GpuProcess
 
 _lock = threading.Lock()
@@ -155,8 +156,6 @@ def sample(index: int) -> dict[str, float | None]:
 
 def driver_info():
     """The driver version and the newest CUDA version it supports (`nvidia-smi`'s "CUDA Version")."""
-    from .health import DriverInfo, cuda_version_text
-
     init()
     return DriverInfo(driver_version=_text(query("nvmlSystemGetDriverVersion")),
                       cuda_version=cuda_version_text(query("nvmlSystemGetCudaDriverVersion")))
@@ -169,8 +168,6 @@ def _clock_reasons(h) -> int | None:
 
 
 def _mig(h):
-    from .health import MigDevice
-
     mode = query("nvmlDeviceGetMigMode", h)  # (current, pending); 1 = enabled
     if mode is None:
         return None, ()
@@ -190,8 +187,6 @@ def _mig(h):
 
 def read_health() -> list:
     """A `GpuHealth` for every GPU NVML sees (what `gpuwise doctor` checks); unsupported fields are None."""
-    from .health import COMPUTE_MODES, GpuHealth
-
     out = []
     for gpu in read_gpus():
         h = query("nvmlDeviceGetHandleByIndex", gpu.index)

@@ -8,7 +8,10 @@ driver, library, device files, visibility, ordering, then each GPU's health).
 
 from __future__ import annotations
 
-from . import checks_gpu  # noqa: F401  (registers the setup checks, then the per-GPU ones)
+from . import (
+    checks_gpu,  # noqa: F401  (registers the setup checks, then the per-GPU ones)
+    torch_probe,
+)
 from .facts import Facts, gather
 from .model import (
     CHECKS,
@@ -44,7 +47,5 @@ def diagnose(facts: Facts, options: Options = Options()) -> Report:
 
 def doctor(*, expect_gpu: bool = False, max_temperature_c: float | None = None, probe_torch: bool = True) -> Report:
     """Look at this machine and check it: `gpuwise.doctor.doctor().checks`."""
-    from .torch_probe import probe
-
-    facts = gather(torch_probe=probe if probe_torch else None)
+    facts = gather(torch_probe=torch_probe.probe if probe_torch else None)
     return diagnose(facts, Options(expect_gpu=expect_gpu, max_temperature_c=max_temperature_c))

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..devices.model import Gpu
+from ..plan.catalog import tensor_core_capability
 
 
 @dataclass(frozen=True)
@@ -41,8 +42,6 @@ def fastest_first(gpus: list[Gpu]) -> list[Gpu]:
     """gpuwise's guess at CUDA's FASTEST_FIRST order: higher compute capability first, PCI order among
     equals. CUDA documents only that device 0 is the one its heuristic finds fastest; identical GPUs
     keep PCI order in practice. The guess is only used where torch could not report the real order."""
-    from ..monitor.rules import tensor_core_capability
-
     def key(g: Gpu):
         return tuple(-c for c in (tensor_core_capability(g.name) or (0, 0)))
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..devices.torch_device import resolve_device
 from ..errors import GpuwiseError
-
-# the truth-record contract's fields (DESIGN.md "GPU truth records"), in order
-TRUTH_FIELDS = ("workload", "batch_size", "optimizer", "precision", "checkpointing", "gpu_name", "torch", "cuda",
-                "driver", "peak_allocated_bytes", "peak_reserved_bytes", "device_used_bytes", "step_time_s", "oom")
+from ..step import StepConfig
+from ..truth import truth_record
+from ..workload import check_batch_size, load_workload
+from .child import run_isolated
 
 
 @dataclass
@@ -45,37 +46,13 @@ class Measurement:
         return asdict(self)
 
     def to_truth_record(self) -> dict[str, Any]:
-        """The DESIGN.md truth record (one line of benchmarks/truth/<gpu>.jsonl)."""
-        d = self.to_dict()
-        return {k: d[k] for k in TRUTH_FIELDS}
+        """The DESIGN.md truth record (one line of benchmarks/truth/<gpu>.jsonl; gpuwise/truth.py)."""
+        return truth_record(self.to_dict())
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Measurement:
         names = cls.__dataclass_fields__
         return cls(**{k: v for k, v in d.items() if k in names})
-
-
-def resolve_device(device: str | None) -> str:
-    """'cuda' when a GPU is visible and nothing was asked; check that a named CUDA device exists."""
-    import torch
-
-    # torch.cuda.device_count() asks NVML (honouring CUDA_VISIBLE_DEVICES) without starting CUDA here:
-    # the parent stays free to choose GPUs, and only the child initialises CUDA.
-    count = torch.cuda.device_count()
-    if device in (None, "", "auto"):
-        return "cuda" if count else "cpu"
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise GpuwiseError(f"unknown device {device!r} (use cpu, cuda or cuda:N)") from exc
-    if dev.type == "cuda":
-        if not count:
-            raise GpuwiseError(f"device {device!r}: no CUDA GPU is usable here (try --device cpu)")
-        if dev.index is not None and dev.index >= count:
-            raise GpuwiseError(f"device {device!r}: only {count} CUDA device(s) visible")
-    elif dev.type != "cpu":
-        raise GpuwiseError(f"device {device!r}: measure supports cpu and cuda devices")
-    return str(dev)
 
 
 def measure(workload, batch_size: int, optimizer: str | None = None, precision: str = "fp32",
@@ -88,13 +65,8 @@ def measure(workload, batch_size: int, optimizer: str | None = None, precision: 
     cuda, cuda:N (default: cuda when available, else cpu). An OOM returns a Measurement with
     `oom=True` (the caller's memory is untouched); other failures raise `GpuwiseError`.
     """
-    from ..step import StepConfig
-    from ..workload import load_workload
-    from .child import run_isolated
-
     wl = load_workload(workload)  # a bad spec is one line here, not a child traceback
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise GpuwiseError(f"batch size must be a positive integer, got {batch_size!r}")
+    check_batch_size(batch_size)
     if steps < 1 or warmup < 1:
         raise GpuwiseError("measure needs --steps >= 1 and a warm-up of >= 1 step (steady state starts after it)")
     config = StepConfig(optimizer=optimizer, precision=precision, checkpointing=checkpointing)

@@ -1,6 +1,6 @@
 """The true max batch on a real device: isolated trials, a pure search strategy, and the driver.
 
-The strategy is one pure function, `next_candidate(largest_ok, smallest_fail, start, ...)`, so that
+The strategy is one pure function, `next_candidate(largest_ok, smallest_fail, start, ...)` (gpuwise/bracket.py), so that
 every search (this one, the tuner's batch search) is the same few lines and tests can assert the exact
 sequence of batch sizes tried (after Lightning's `tuner/batch_size_scaling.py`, without its duplicated
 power/binsearch loops):
@@ -20,45 +20,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from ..bracket import next_candidate
 from ..errors import GpuwiseError
+from .child import run_isolated
 
 OK, OOM = "ok", "oom"
-
-
-def next_candidate(largest_ok: int | None, smallest_fail: int | None, start: int, *,
-                   step: int | None = None, limit: int | None = None, resolution: int = 1) -> int | None:
-    """The next batch size to try, or None when the search is over.
-
-    `largest_ok` / `smallest_fail`: the largest batch that ran and the smallest that ran out of memory
-    so far (None: none yet). `start`: the first candidate (the seed). `step`: None for power-of-two
-    growth from `start`; an int for seed mode (grow or shrink by step, 2*step, 4*step ... from start).
-    `limit`: never try above it. `resolution`: stop when smallest_fail - largest_ok <= resolution.
-    """
-    if start < 1:
-        raise ValueError(f"start must be >= 1, got {start}")
-    if limit is not None and limit < 1:
-        raise ValueError(f"limit must be >= 1, got {limit}")
-    if step is not None and step < 1:
-        raise ValueError(f"step must be >= 1, got {step}")
-    if largest_ok is None and smallest_fail is None:
-        return min(start, limit) if limit is not None else start
-    if smallest_fail is None:  # only successes: grow
-        if limit is not None and largest_ok >= limit:
-            return None
-        if step is None:
-            nxt = largest_ok * 2
-        else:
-            nxt = largest_ok + max(step, largest_ok - start)
-        return min(nxt, limit) if limit is not None else nxt
-    if largest_ok is None:  # only failures: shrink
-        if smallest_fail <= 1:
-            return None
-        if step is None:
-            return smallest_fail // 2
-        return max(1, smallest_fail - max(step, start - smallest_fail))
-    if smallest_fail - largest_ok <= max(resolution, 1):
-        return None
-    return (largest_ok + smallest_fail) // 2
 
 
 class Trial(NamedTuple):
@@ -134,8 +100,6 @@ def isolated_trial(workload: str, *, optimizer: str | None = None, precision: st
                    checkpointing: bool = False, device: str = "cuda", steps: int = 1, warmup: int = 1,
                    timeout_s: float | None = 600, env: dict[str, str] | None = None) -> Callable[[int], TrialOutcome]:
     """A trial function: warm-up + `steps` steady steps of `workload` at a batch size, in a spawned child."""
-    from .child import run_isolated
-
     def trial(batch_size: int) -> TrialOutcome:
         kwargs = {"workload": workload, "batch_size": batch_size, "optimizer": optimizer, "precision": precision,
                   "checkpointing": checkpointing, "device": device, "steps": steps, "warmup": warmup,

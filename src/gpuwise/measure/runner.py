@@ -19,6 +19,10 @@ import statistics
 import time
 from typing import Any
 
+from ..devices import nvml
+from ..plan.cpu_truth import measure_cpu_peak
+from ..step import StepConfig, TrainStep
+from ..workload import load_workload
 from .oom import maybe_fake_oom
 from .snapshot import PhaseMarks
 from .snapshot import save as save_snapshot
@@ -61,9 +65,6 @@ def measure_here(workload: str, batch_size: int, *, optimizer: str | None = None
 
 def _measure(spec, batch_size, optimizer, precision, checkpointing, dev, steps, warmup, snapshot, cpu_peak, model):
     import torch
-
-    from ..step import StepConfig, TrainStep
-    from ..workload import load_workload
 
     if steps < 1 or warmup < 1:
         raise ValueError("measure needs steps >= 1 and warmup >= 1 (the steady state starts after one step)")
@@ -136,8 +137,6 @@ def _timed_steps(step, batch, dev, steps: int) -> list[float]:
 
 def cpu_peak_bytes(wl, batch_size: int, config) -> tuple[int, str]:
     """Peak of live CPU tensor bytes of a steady step: the plan's CPU truth (profiler, exact to the byte)."""
-    from ..plan.cpu_truth import measure_cpu_peak
-
     return measure_cpu_peak(wl, batch_size, config), "plan.cpu_truth"
 
 
@@ -179,8 +178,6 @@ def _nvml_index(cuda_index: int) -> int:
 
 
 def _device_used_total(cuda_index: int) -> int | None:
-    from ..devices import nvml
-
     try:
         handle = nvml.query("nvmlDeviceGetHandleByIndex", _nvml_index(cuda_index))
         mem = nvml.query("nvmlDeviceGetMemoryInfo", handle) if handle is not None else None
@@ -199,8 +196,6 @@ def _remember_baseline(cuda_index: int) -> None:
 
 def device_used_bytes(cuda_index: int) -> tuple[int | None, str | None]:
     """This process's device memory (context included): NVML per-process, else device used - baseline."""
-    from ..devices import nvml
-
     try:
         handle = nvml.query("nvmlDeviceGetHandleByIndex", _nvml_index(cuda_index))
         procs = nvml.query("nvmlDeviceGetComputeRunningProcesses", handle, default=[]) if handle is not None else []
@@ -226,8 +221,6 @@ def environment(dev) -> dict[str, Any]:
         _remember_baseline(dev.index if dev.index is not None else 0)  # before this starts CUDA
         env["gpu_name"] = torch.cuda.get_device_name(dev)
         env["gpu_memory_total_bytes"] = int(torch.cuda.get_device_properties(dev).total_memory)
-        from ..devices import nvml
-
         try:
             drv = nvml.query("nvmlSystemGetDriverVersion")
             env["driver"] = drv.decode() if isinstance(drv, bytes) else drv

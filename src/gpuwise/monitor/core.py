@@ -18,11 +18,16 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ..bootstrap.hooks import thread_demand_s
-from ..step import batch_bytes, move_to
+from ..devices.torch_device import resolve_device
+from ..plan.hint import planner_max_batch
+from ..step import batch_bytes, move_to, tensors_in
+from . import cuda
 from .sampler import Sampler, default_gpu_source, nvml_index_for
+from .summary import summarize
 from .timeline import ENV_DIR, StepRecord, Timeline, TimelineWriter, free_rank_file
 
 PHASES = ("data", "copy", "compute")
@@ -31,11 +36,14 @@ PHASES = ("data", "copy", "compute")
 class Monitor:
     """Collects a `Timeline`; see the module docstring. Use through `gpuwise.monitor(...)`."""
 
-    def __init__(self, device=None, report: str | None = None, interval_s: float = 0.1, sample: bool = True,
+    def __init__(self, device=None, interval_s: float = 0.1, sample: bool = True,
                  precision: str | None = None, batch_size: int | None = None, workload: str | None = None,
-                 out_dir: str | None = None, rank: int | None = None, gpu_source=None, quiet: bool = True):
+                 out_dir: str | None = None, rank: int | None = None, gpu_source=None, quiet: bool = True,
+                 on_stop: Callable[[Monitor], None] | None = None):
+        """`on_stop(monitor)` runs once the run is over and its timeline complete (e.g. `gpuwise.monitor`'s
+        `report=` writes the HTML report there)."""
         self.device = _resolve_device(device)
-        self.report = report
+        self.on_stop = on_stop
         self.interval_s = interval_s
         self.sample = sample
         self.rank = int(os.environ.get("RANK", "0")) if rank is None else rank
@@ -109,17 +117,12 @@ class Monitor:
         if self._loader_busy[1] > 0:
             meta["loader_cpu_busy_fraction"] = min(self._loader_busy[0] / self._loader_busy[1], 1.0)
         if self._cuda:
-            import torch
-
-            meta["peak_allocated_bytes"] = int(torch.cuda.max_memory_allocated(self.device))
-            meta["peak_reserved_bytes"] = int(torch.cuda.max_memory_reserved(self.device))
+            meta["peak_allocated_bytes"], meta["peak_reserved_bytes"] = cuda.peak_bytes(self.device)
         meta["ended_with_error"] = error
         if self._writer is not None:
             self._writer.close(self.timeline)
-        if self.report:
-            from ..report.html import write_html
-
-            write_html(self.report, self.timeline, self.summary())
+        if self.on_stop is not None:
+            self.on_stop(self)
 
     # -- the loop ------------------------------------------------------------------------------------
     def loader(self, iterable):
@@ -212,19 +215,15 @@ class Monitor:
 
     # -- results -------------------------------------------------------------------------------------
     def summary(self) -> dict:
-        """The DESIGN.md monitor summary: steps, step_time_s.median, fractions, findings (+ extras)."""
-        from .summary import summarize
-
-        return summarize(self.timeline)
+        """The DESIGN.md monitor summary: steps, step_time_s.median, fractions, findings (+ extras); on a
+        CUDA run with memory to spare, the planner names the largest batch (plan/hint.py)."""
+        return summarize(self.timeline, planner=planner_max_batch)
 
     # -- internals -----------------------------------------------------------------------------------
     def _begin_step(self, t: float) -> None:
         self._step_start = t
         if self._cuda:
-            import torch
-
-            self._start_event = torch.cuda.Event(enable_timing=True)
-            self._start_event.record()
+            self._start_event = cuda.timing_event()
 
     def _end_step(self, t: float, partial: bool = False) -> None:
         # the hot path (once per step): plain arithmetic, one record, no new containers
@@ -252,11 +251,8 @@ class Monitor:
         self._step_start = None
 
     def _cuda_end(self, rec: StepRecord) -> None:
-        import torch
-
-        end = torch.cuda.Event(enable_timing=True)
-        end.record()
-        rec.memory_allocated_bytes = int(torch.cuda.memory_allocated(self.device))
+        end = cuda.timing_event()
+        rec.memory_allocated_bytes = cuda.allocated_bytes(self.device)
         self._events.append((rec, self._prev_end_event, self._start_event, end))
         self._prev_end_event = end
         self._start_event = None
@@ -286,7 +282,7 @@ class Monitor:
     def _look_at_batch(self, batch) -> None:
         """The first few batches only: batch size, bytes, pinned or not."""
         self._looked += 1
-        tensors = _tensors(batch)
+        tensors = tensors_in(batch)
         if not tensors:
             return
         meta = self.timeline.meta
@@ -301,20 +297,13 @@ class Monitor:
 
     def _look_at_autocast(self, *_args) -> None:
         """Precision of the first module forward (a global pre-hook, removed at once): autocast dtype, else tf32/fp32."""
-        import torch
-
         if self._autocast_hook is not None:
             self._autocast_hook.remove()
             self._autocast_hook = None
         meta = self.timeline.meta
         if not self._cuda or meta.get("precision") is not None:
             return
-        if torch.is_autocast_enabled("cuda"):
-            dtype = torch.get_autocast_dtype("cuda")
-            meta["precision"] = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, str(dtype))
-        else:
-            tf32 = torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() != "highest"
-            meta["precision"] = "tf32" if tf32 else "fp32"
+        meta["precision"] = cuda.autocast_precision()
 
     def _describe_device(self) -> None:
         meta = self.timeline.meta
@@ -322,13 +311,7 @@ class Monitor:
             meta.setdefault("device_name", "CPU")
             meta["cpu_count"] = os.cpu_count()
             return
-        import torch
-
-        props = torch.cuda.get_device_properties(self.device)
-        meta.update(device_name=props.name, device_total_bytes=int(props.total_memory),
-                    capability=[props.major, props.minor],
-                    tf32=bool(torch.backends.cuda.matmul.allow_tf32), cpu_count=os.cpu_count())
-        torch.cuda.reset_peak_memory_stats(self.device)
+        meta.update(**cuda.describe(self.device), cpu_count=os.cpu_count())
 
     def _describe_loader(self, iterable) -> None:
         meta = self.timeline.meta
@@ -340,29 +323,11 @@ class Monitor:
             meta["batch_size"] = bs
 
 
-def _tensors(batch) -> list:
-    import torch
-
-    if isinstance(batch, torch.Tensor):
-        return [batch]
-    if isinstance(batch, dict):
-        batch = list(batch.values())
-    if isinstance(batch, (list, tuple)):
-        return [t for b in batch for t in _tensors(b)]
-    return []
-
-
 def _resolve_device(device):
+    """devices.resolve_device's answer as a torch.device; plain "cuda" is the current CUDA device."""
     import torch
 
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    d = torch.device(device)
+    d = torch.device(resolve_device(None if device is None else str(device), other_types=True))
     if d.type == "cuda" and d.index is None:
-        d = torch.device("cuda", torch.cuda.current_device())
+        d = torch.device("cuda", cuda.current_index())
     return d
-
-
-def monitor(device=None, report: str | None = None, **kwargs) -> Monitor:
-    """`with gpuwise.monitor(device=None, report=None) as mon:` — see `Monitor` for the keyword arguments."""
-    return Monitor(device=device, report=report, **kwargs)

@@ -19,9 +19,12 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
+from ..bootstrap import environment
 from ..errors import GpuwiseError
 from ..process import shell_exit_code
+from .hookfiles import hook_diagnosis, read_hook_files
 from .sampler import Sampler, default_gpu_source, gpus_of_pids, process_tree
+from .summary import MaxBatchPlanner, summarize
 from .timeline import ENV_DIR, Timeline, read_rank_files
 
 
@@ -33,10 +36,9 @@ class WatchResult:
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
 
-    def summary(self) -> dict:
-        from .summary import summarize
-
-        return summarize(self.timeline)
+    def summary(self, planner: MaxBatchPlanner | None = None) -> dict:
+        """The monitor summary of the watched command; `planner`: see `summarize`."""
+        return summarize(self.timeline, planner=planner)
 
 
 def _visible_indices(env: dict) -> list[int]:
@@ -92,8 +94,6 @@ def watch_command(cmd: list[str], interval_s: float = 0.1, steps_dir: str | None
     os.makedirs(directory, exist_ok=True)
     env = dict(os.environ if env is None else env, **{ENV_DIR: directory})
     if instrument:
-        from ..bootstrap import environment
-
         env = environment(directory, env)
     timeline = Timeline(meta={"command": list(cmd), "cpu_count": os.cpu_count()})
     source, note = default_gpu_source()
@@ -142,8 +142,6 @@ def _merge_child(timeline: Timeline, directory: str, instrumented: bool = True) 
         child = None
     why = "cannot tell the per-step split: the command does not use gpuwise.monitor (and was not instrumented)"
     if child is None and instrumented:
-        from ..bootstrap import hook_diagnosis, read_hook_files
-
         child, every = read_hook_files(directory, since_unix=timeline.meta["t0_unix"])
         why = hook_diagnosis(every) or why
     if child is None:

@@ -15,7 +15,10 @@ from __future__ import annotations
 import os
 import time
 
+from ..plan.hint import planner_max_batch
+from . import show_run  # the package's public face renders (HTML, terminal); this module returns data
 from .core import Monitor
+from .summary import summarize
 from .timeline import ENV_DIR, read_rank_files
 
 
@@ -43,11 +46,14 @@ def lightning_precision(value) -> str | None:
 
 
 class GpuwiseMonitor(_callback_base()):
-    """Per-step data-wait / compute split, sampling, findings; an HTML report from rank 0 if `report` is set."""
+    """Per-step data-wait / compute split, sampling, findings in `result`; rank 0 hands them to `on_result`
+    (`gpuwise.monitor.show_run` by default: an HTML report if `report` is set, the summary printed if
+    `print_summary`)."""
 
     def __init__(self, report: str | None = None, out_dir: str | None = None, interval_s: float = 0.1,
-                 print_summary: bool = True):
+                 print_summary: bool = True, on_result=None):
         super().__init__()
+        self.on_result = on_result or show_run
         self.report = report
         self.out_dir = out_dir
         self.interval_s = interval_s
@@ -111,14 +117,6 @@ class GpuwiseMonitor(_callback_base()):
             if rank != 0:
                 return
             timeline = read_rank_files(self._dir) or timeline
-        from .summary import summarize
-
-        self.result = summarize(timeline)
-        if self.report:
-            from ..report.html import write_html
-
-            write_html(self.report, timeline, self.result, title="gpuwise monitor (Lightning)")
-        if self.print_summary and rank == 0:
-            from ..report.monitor import render_summary
-
-            render_summary(self.result, report_path=self.report)
+        self.result = summarize(timeline, planner=planner_max_batch)
+        self.on_result(timeline, self.result, report=self.report, title="gpuwise monitor (Lightning)",
+                       print_summary=self.print_summary and rank == 0)

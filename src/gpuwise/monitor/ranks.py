@@ -1,12 +1,13 @@
-"""DDP: one file per rank (the monitor writes `monitor-rank{RANK}.jsonl` into its out_dir), one merged report.
+"""DDP: one file per rank (the monitor writes `monitor-rank{RANK}.jsonl` into its out_dir), one merged summary.
 
     # in train.py, every rank:   with gpuwise.monitor(out_dir="runs/mon") as mon: ...
-    # afterwards, anywhere:      gpuwise.monitor.ranks.merged_summary("runs/mon", report="ddp.html")
+    # afterwards, anywhere:      gpuwise.monitor.merged_summary("runs/mon", report="ddp.html")
 """
 
 from __future__ import annotations
 
 from ..errors import GpuwiseError
+from ..plan.hint import planner_max_batch
 from .summary import summarize
 from .timeline import Timeline, read_rank_files
 
@@ -19,12 +20,7 @@ def merge_rank_files(directory: str) -> Timeline:
     return tl
 
 
-def merged_summary(directory: str, report: str | None = None) -> dict:
-    """The summary of all ranks (with per-rank rows and the rank_imbalance rule); optionally an HTML report."""
+def merged(directory: str) -> tuple[Timeline, dict]:
+    """All ranks' timeline and its summary (with per-rank rows and the rank_imbalance rule)."""
     tl = merge_rank_files(directory)
-    summary = summarize(tl)
-    if report:
-        from ..report.html import write_html
-
-        write_html(report, tl, summary, title="gpuwise monitor (all ranks)")
-    return summary
+    return tl, summarize(tl, planner=planner_max_batch)

@@ -1,4 +1,4 @@
-"""Diagnosis rules: a registry of small pure functions `summary dict -> Finding | None`.
+"""Diagnosis rules: a registry of small pure functions `Summary -> Finding | None` (monitor/result.py).
 
 Each finding carries the measured numbers behind it (`evidence`) and a concrete change (`fix`).
 The thresholds are this project's judgement, not vendor numbers; each says why next to it. Add a rule
@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from ..units import fmt_bytes, fmt_duration
+from .result import Summary
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,7 @@ class Finding:
         return asdict(self)
 
 
-RULES: dict[str, Callable[[dict], Finding | None]] = {}
+RULES: dict[str, Callable[[Summary], Finding | None]] = {}
 
 
 def rule(kind: str):
@@ -35,7 +36,10 @@ def rule(kind: str):
     return deco
 
 
-def diagnose(summary: dict, rules: dict[str, Callable[[dict], Finding | None]] | None = None) -> list[Finding]:
+def diagnose(summary: Summary | dict, rules: dict[str, Callable[[Summary], Finding | None]] | None = None) -> list[Finding]:
+    """Every rule's finding on `summary` (a Summary, or a summary dict such as `mon.summary()` returns)."""
+    if isinstance(summary, dict):
+        summary = Summary.from_dict(summary)
     found = []
     for fn in (rules or RULES).values():
         f = fn(summary)
@@ -53,8 +57,9 @@ LOW_MEMORY_FRACTION = 0.5    # less than half the GPU memory used: room for a la
 COMPUTE_FRACTION = 0.8       # the step is the bottleneck, not its inputs
 RANK_SPREAD = 1.10           # slowest rank's median step >= 10% above the fastest's
 WORKER_HEADROOM = 1.25       # workers to keep ahead of the GPU despite jitter (one in four spare)
-IO_BOUND_BUSY_FRACTION = 0.5  # a loader running or runnable (schedstat) < half the time the step waits sleeps
-                              # on I/O; CPU-bound decoding measured 0.95-1.0 on a shared 2-core machine
+IO_BOUND_BUSY_FRACTION = 0.75  # a loader running or runnable (schedstat) < 3/4 of the time the step waits sleeps
+                               # on I/O: CPU-bound decoding measured 0.95-1.0 on a shared 2-core machine, a sleeping
+                               # loader 0.56 when overloaded (each wake-up queues for a core)
 LOW_UTIL_PCT_TXT = "10%"     # summary.LOW_UTIL_PCT, as text
 HIGH_UTIL_PCT_TXT = "90%"    # summary.HIGH_UTIL_PCT
 
@@ -63,8 +68,8 @@ def _pct(x: float) -> str:
     return f"{100 * x:.0f}%"
 
 
-def _is_gpu(s: dict) -> bool:
-    return str(s.get("device") or "").startswith("cuda")
+def _is_gpu(s: Summary) -> bool:
+    return s.on_gpu
 
 
 def _num(x) -> bool:
@@ -86,17 +91,17 @@ def suggest_num_workers(step_s: float, data_s: float, num_workers: int | None, c
 
 
 @rule("data_starvation")
-def data_starvation(s: dict) -> Finding | None:
-    wait = s.get("data_wait_fraction")
-    util = s.get("utilization") or {}
+def data_starvation(s: Summary) -> Finding | None:
+    wait = s.data_wait_fraction
+    util = s.utilization or {}
     oscillating = util.get("samples", 0) >= 5 and util.get("low_fraction", 0) >= OSCILLATION_FRACTION \
         and util.get("high_fraction", 0) >= OSCILLATION_FRACTION
     if not (_num(wait) and wait >= DATA_WAIT_FRACTION) and not oscillating:
         return None
     if _num(wait) and wait < DATA_WAIT_FRACTION / 2 and oscillating:
         return None  # the loop hardly waits: the oscillation has another cause (cpu_bound, syncs)
-    step = (s.get("step_time_s") or {}).get("median")
-    data = ((s.get("split") or {}).get("data_wait_s") or {}).get("median")
+    step = (s.step_time_s or {}).get("median")
+    data = ((s.split or {}).get("data_wait_s") or {}).get("median")
     parts = []
     if _num(wait):
         parts.append(f"{_pct(wait)} of step time waits for the next batch"
@@ -104,9 +109,9 @@ def data_starvation(s: dict) -> Finding | None:
     if oscillating:
         parts.append(f"GPU utilisation oscillates: <= {LOW_UTIL_PCT_TXT} in {_pct(util['low_fraction'])} of "
                      f"{util['samples']} samples, >= {HIGH_UTIL_PCT_TXT} in {_pct(util['high_fraction'])}")
-    loader = s.get("loader") or {}
+    loader = s.loader or {}
     workers = loader.get("num_workers")
-    cpus = (s.get("host") or {}).get("cpu_count")
+    cpus = (s.host or {}).get("cpu_count")
     fixes = []
     if _num(step) and _num(data):
         needed = suggest_num_workers(step, data, workers, None)
@@ -135,7 +140,7 @@ def data_starvation(s: dict) -> Finding | None:
         fixes.append("pin_memory=True")
     if workers and loader.get("persistent_workers") is not True:
         fixes.append("persistent_workers=True (workers restart every epoch otherwise)")
-    command = s.get("command")
+    command = s.command
     if command:
         fixes.append(f"or measure the best settings with `gpuwise tune -- {' '.join(command)}`")
     else:
@@ -143,9 +148,9 @@ def data_starvation(s: dict) -> Finding | None:
     return Finding("data_starvation", "; ".join(parts), "; ".join(fixes))
 
 
-def _workers_fix(s: dict, n: int) -> str:
+def _workers_fix(s: Summary, n: int) -> str:
     """The change in the user's own terms: their framework's setting where it has one."""
-    framework = s.get("framework")
+    framework = s.framework
     if framework == "transformers":
         return f"TrainingArguments(dataloader_num_workers={n})"
     if framework == "lightning":
@@ -154,19 +159,19 @@ def _workers_fix(s: dict, n: int) -> str:
 
 
 @rule("cpu_bound")
-def cpu_bound(s: dict) -> Finding | None:
-    util = s.get("utilization") or {}
-    wait = s.get("data_wait_fraction")
+def cpu_bound(s: Summary) -> Finding | None:
+    util = s.utilization or {}
+    wait = s.data_wait_fraction
     if not _is_gpu(s) or util.get("samples", 0) < 5 or not _num(wait) or wait >= DATA_WAIT_FRACTION:
         return None
     if util["mean_pct"] >= LOW_UTIL_MEAN_PCT:
         return None
-    host = s.get("host") or {}
+    host = s.host or {}
     evidence = (f"GPU busy {util['mean_pct']:.0f}% on average ({util['samples']} samples) although the loop waits "
                 f"for data only {_pct(wait)} of the time")
     if _num(host.get("process_cpu_mean_pct")):
         evidence += f"; the training process uses {host['process_cpu_mean_pct']:.0f}% CPU (100% = one core)"
-    step = (s.get("step_time_s") or {}).get("median")
+    step = (s.step_time_s or {}).get("median")
     if _num(step):
         evidence += f"; median step {fmt_duration(step)}"
     return Finding("cpu_bound", evidence,
@@ -176,16 +181,16 @@ def cpu_bound(s: dict) -> Finding | None:
 
 
 @rule("unpinned_copy")
-def unpinned_copy(s: dict) -> Finding | None:
-    copy = s.get("copy_fraction")
-    pinned = s.get("pinned_fraction")
-    loader = s.get("loader") or {}
+def unpinned_copy(s: Summary) -> Finding | None:
+    copy = s.copy_fraction
+    pinned = s.pinned_fraction
+    loader = s.loader or {}
     if not _is_gpu(s) or not _num(copy) or copy < COPY_FRACTION:
         return None
     if pinned == 1.0 or (pinned is None and loader.get("pin_memory") is True):
         return None
-    copy_s = ((s.get("split") or {}).get("copy_s") or {}).get("median")
-    nbytes = s.get("batch_bytes")
+    copy_s = ((s.split or {}).get("copy_s") or {}).get("median")
+    nbytes = s.batch_bytes
     evidence = f"host-to-device copies take {_pct(copy)} of step time"
     if _num(copy_s) and copy_s > 0 and _num(nbytes):
         evidence += f" (median {fmt_duration(copy_s)} for {fmt_bytes(nbytes)}: {nbytes / copy_s / 1e9:.1f} GB/s)"
@@ -197,14 +202,14 @@ def unpinned_copy(s: dict) -> Finding | None:
 
 
 @rule("low_memory_use")
-def low_memory_use(s: dict) -> Finding | None:
-    mem = s.get("memory") or {}
+def low_memory_use(s: Summary) -> Finding | None:
+    mem = s.memory or {}
     frac, total = mem.get("use_fraction"), mem.get("device_total_bytes")
     if not _is_gpu(s) or not _num(frac) or not _num(total) or frac >= LOW_MEMORY_FRACTION:
         return None
     used = frac * total
     evidence = f"peak memory {fmt_bytes(used)} of {fmt_bytes(total)} ({_pct(frac)})"
-    batch = s.get("batch_size")
+    batch = s.batch_size
     planned = mem.get("planner_max_batch_size")
     if _num(planned):
         fix = f"raise the batch size: the planner's largest batch on this GPU is {planned} (now {batch})"
@@ -218,37 +223,13 @@ def low_memory_use(s: dict) -> Finding | None:
     return Finding("low_memory_use", evidence, fix + "; scale the learning rate with it", severity="info")
 
 
-# Compute capability by GPU name, for fake GPUs and external watches where torch did not report it,
-# when the planner's catalog does not list the GPU.
-# Source: NVIDIA, "CUDA GPUs - Compute Capability", developer.nvidia.com/cuda-gpus. Longest match wins.
-_CAPABILITY = {"V100": (7, 0), "T4": (7, 5), "RTX 20": (7, 5), "A100": (8, 0), "A30": (8, 0), "A10": (8, 6),
-               "A40": (8, 6), "RTX 30": (8, 6), "A6000": (8, 6), "L4": (8, 9), "L40": (8, 9), "RTX 40": (8, 9),
-               "H100": (9, 0), "H200": (9, 0), "GH200": (9, 0), "B100": (10, 0), "B200": (10, 0),
-               "P100": (6, 0), "K80": (3, 7)}
-
-
-def tensor_core_capability(name: str) -> tuple[int, int] | None:
-    """Compute capability for a GPU name: the planner's catalog (gpuwise.plan.catalog) first, else the table above."""
-    if not name:
-        return None
-    try:
-        from ..plan.catalog import lookup
-
-        major, minor = lookup(name).compute_capability.split(".")[:2]
-        return int(major), int(minor)
-    except Exception:  # no catalog, or a GPU it does not list
-        pass
-    hits = [(len(k), v) for k, v in _CAPABILITY.items() if k.lower() in name.lower()]
-    return max(hits)[1] if hits else None
-
-
 @rule("precision")
-def precision(s: dict) -> Finding | None:
-    cap = s.get("capability")
-    prec = s.get("precision")
+def precision(s: Summary) -> Finding | None:
+    cap = s.capability
+    prec = s.precision
     if not _is_gpu(s) or not cap or tuple(cap) < (7, 0) or prec != "fp32":
         return None
-    name = s.get("device_name") or "this GPU"
+    name = s.device_name or "this GPU"
     if tuple(cap) >= (8, 0):
         fix = ("torch.autocast('cuda', dtype=torch.bfloat16) around forward and loss (no GradScaler needed), or at "
                "least torch.set_float32_matmul_precision('high') for TF32; compare with `gpuwise tune --precision`")
@@ -259,8 +240,8 @@ def precision(s: dict) -> Finding | None:
 
 
 @rule("rank_imbalance")
-def rank_imbalance(s: dict) -> Finding | None:
-    ranks = [r for r in s.get("ranks") or [] if _num(r.get("step_time_s_median"))]
+def rank_imbalance(s: Summary) -> Finding | None:
+    ranks = [r for r in s.ranks or [] if _num(r.get("step_time_s_median"))]
     if len(ranks) < 2:
         return None
     slow = max(ranks, key=lambda r: r["step_time_s_median"])
@@ -280,11 +261,11 @@ def rank_imbalance(s: dict) -> Finding | None:
 
 
 @rule("compute_bound")
-def compute_bound(s: dict) -> Finding | None:
-    comp, wait = s.get("compute_fraction"), s.get("data_wait_fraction")
+def compute_bound(s: Summary) -> Finding | None:
+    comp, wait = s.compute_fraction, s.data_wait_fraction
     if not _num(comp) or comp < COMPUTE_FRACTION or (_num(wait) and wait >= DATA_WAIT_FRACTION):
         return None  # a loader costing >= 15% is data_starvation's case
-    util = s.get("utilization") or {}
+    util = s.utilization or {}
     if _is_gpu(s) and util.get("samples", 0) >= 5 and util["mean_pct"] < LOW_UTIL_MEAN_PCT:
         return None  # compute time that does not keep the GPU busy: that is cpu_bound's case
     evidence = f"{_pct(comp)} of step time is compute; the input pipeline keeps up"

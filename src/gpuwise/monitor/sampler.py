@@ -12,7 +12,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..devices import fake, nvml
+from ..devices import discover, fake, nvml
+from . import cuda
 from .timeline import Sample, Timeline
 
 GpuSource = Callable[[int], dict]  # NVML index -> {"utilization_pct", "memory_used_bytes", "power_w", ...}
@@ -20,10 +21,11 @@ GpuSource = Callable[[int], dict]  # NVML index -> {"utilization_pct", "memory_u
 
 def fake_sample(index: int) -> dict:
     """A sample from the fake-GPU file (DESIGN.md contract), same keys as `nvml.sample`."""
-    for g in fake.read_fake_gpus(fake.fake_path() or ""):
-        if g.index == index:
+    for h in fake.read_fake_health(fake.fake_path() or ""):
+        if h.gpu.index == index:
+            g = h.gpu
             return {"utilization_pct": g.utilization_pct, "memory_used_bytes": float(g.memory_used_bytes),
-                    "memory_total_bytes": float(g.memory_total_bytes), "power_w": g.power_w, "sm_clock_mhz": None}
+                    "memory_total_bytes": float(g.memory_total_bytes), "power_w": g.power_w, **fake.sample_fields(h)}
     return {}
 
 
@@ -194,8 +196,6 @@ def _tree_from_proc(pid: int) -> list[int] | None:
 
 def gpus_of_pids(pids: set[int]) -> list:
     """The GPUs (`Gpu` snapshots, fake file or NVML) on which any of `pids` has a process."""
-    from ..devices import discover
-
     try:
         gpus = discover().gpus
     except Exception:
@@ -210,7 +210,7 @@ def nvml_index_for(device) -> int | None:
     device = torch.device(device)
     if device.type != "cuda":
         return None
-    i = device.index if device.index is not None else torch.cuda.current_device()
+    i = device.index if device.index is not None else cuda.current_index()
     visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
     if not visible:
         return i
@@ -219,8 +219,6 @@ def nvml_index_for(device) -> int | None:
     entry = visible[i]
     if entry.isdigit():
         return int(entry)
-    from ..devices import discover
-
     for g in discover().gpus:  # a UUID (or a MIG id, which we cannot sample per instance)
         if g.uuid == entry or g.uuid.startswith(entry):
             return g.index

@@ -9,9 +9,13 @@ null when no per-step timing was recorded (an external `watch` of a script witho
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from typing import Any
 
-from .rules import diagnose, tensor_core_capability
+from ..plan.catalog import tensor_core_capability
+from .health import health_stats
+from .result import EXTRA_KEYS, Summary
+from .rules import diagnose
 from .timeline import StepRecord, Timeline
 
 WARMUP_STEPS = 1
@@ -105,23 +109,21 @@ def per_rank(steps: list[StepRecord]) -> list[dict[str, Any]]:
     return rows
 
 
-def planner_max_batch(meta: dict) -> int | None:
-    """The planner's largest batch on this GPU, when `gpuwise.plan.estimate` exists and the workload is known."""
-    workload, name, batch = meta.get("workload"), meta.get("device_name"), meta.get("batch_size")
-    if not workload or not name or not batch:
-        return None
-    try:
-        from ..plan import estimate
-
-        est = estimate(workload, batch_size=batch, target="cuda", gpu=name, precision=meta.get("precision") or "fp32")
-    except Exception:  # the planner is optional here: no planner, an unknown GPU, a workload it cannot trace
-        return None
-    value = est.get("max_batch_size") if isinstance(est, dict) else getattr(est, "max_batch_size", None)
-    return int(value) if isinstance(value, int) else None
+# (workload, batch size, GPU name, precision) -> the planner's largest batch on that GPU, or None;
+# `gpuwise.plan.hint.ask_max_batch` behind it, chosen by the caller (see `planner_max_batch`)
+MaxBatchPlanner = Callable[[str, int, str, str], "int | None"]
 
 
-def summarize(tl: Timeline) -> dict[str, Any]:
-    """The summary dict (contract + extras) with `findings` from the rule registry."""
+def summarize(tl: Timeline, planner: MaxBatchPlanner | None = None) -> dict[str, Any]:
+    """The summary dict (contract + extras): `summary_of(...).to_dict()`."""
+    return summary_of(tl, planner).to_dict()
+
+
+def summary_of(tl: Timeline, planner: MaxBatchPlanner | None = None) -> Summary:
+    """The summary (contract + extras) with `findings` from the rule registry.
+
+    `planner`, when given, is asked for the largest batch on this GPU when a CUDA run used under half
+    of its memory and the run's workload, batch size and GPU are known (the low_memory_use finding names it)."""
     steady = _steady(tl.steps)
     split = step_split(steady)
     window = (min(s.start_s for s in steady), max(s.start_s + s.total_s for s in steady)) if steady else None
@@ -133,49 +135,49 @@ def summarize(tl: Timeline) -> dict[str, Any]:
     total_bytes = meta.get("device_total_bytes") or util.get("memory_total_bytes")
     used = [v for v in (meta.get("peak_reserved_bytes"), util.get("memory_used_peak_bytes")) if v]
     capability = meta.get("capability") or tensor_core_capability(meta.get("device_name") or "")
-    summary: dict[str, Any] = {
-        "steps": len(tl.steps),
-        "step_time_s": split["step_time_s"],
-        "data_wait_fraction": split["data_wait_fraction"],
-        "copy_fraction": split["copy_fraction"],
-        "compute_fraction": split["compute_fraction"],
-        "findings": [],
-        "steady_steps": len(steady),
-        "split": {k: v for k, v in split.items() if k not in ("step_time_s", "data_wait_fraction", "copy_fraction",
-                                                                "compute_fraction")},
-        "device": device,
-        "device_name": meta.get("device_name"),
-        "capability": list(capability) if capability else None,
-        "precision": meta.get("precision"),
-        "batch_size": meta.get("batch_size"),
-        "loader": {k[len("loader_"):]: v for k, v in meta.items() if k.startswith("loader_")},
-        "pinned_fraction": meta.get("pinned_fraction"),
-        "batch_bytes": meta.get("batch_bytes"),
-        "utilization": util,
-        "memory": {"device_total_bytes": total_bytes, "peak_allocated_bytes": meta.get("peak_allocated_bytes"),
-                   "peak_reserved_bytes": meta.get("peak_reserved_bytes"),
-                   "device_used_peak_bytes": util.get("memory_used_peak_bytes"),
-                   "use_fraction": max(used) / total_bytes if used and total_bytes else None,
-                   "planner_max_batch_size": None},
-        "host": host_stats(tl),
-        "ranks": per_rank(steady) if len({s.rank for s in steady}) > 1 else [],
-        "notes": list(tl.notes),
-    }
-    if device.startswith("cuda") and (summary["memory"]["use_fraction"] or 1) < 0.5:
-        summary["memory"]["planner_max_batch_size"] = planner_max_batch(meta)
-    for key in ("command", "exit_code", "world_size", "framework"):
-        if key in meta:
-            summary[key] = meta[key]
-    summary["findings"] = [f.to_dict() for f in diagnose(summary)]
-    summary["cannot_tell"] = cannot_tell(summary, meta)
+    summary = Summary(
+        steps=len(tl.steps),
+        step_time_s=split["step_time_s"],
+        data_wait_fraction=split["data_wait_fraction"],
+        copy_fraction=split["copy_fraction"],
+        compute_fraction=split["compute_fraction"],
+        steady_steps=len(steady),
+        split={k: v for k, v in split.items() if k not in ("step_time_s", "data_wait_fraction", "copy_fraction",
+                                                             "compute_fraction")},
+        device=device,
+        device_name=meta.get("device_name"),
+        capability=list(capability) if capability else None,
+        precision=meta.get("precision"),
+        batch_size=meta.get("batch_size"),
+        loader={k[len("loader_"):]: v for k, v in meta.items() if k.startswith("loader_")},
+        pinned_fraction=meta.get("pinned_fraction"),
+        batch_bytes=meta.get("batch_bytes"),
+        utilization=util,
+        memory={"device_total_bytes": total_bytes, "peak_allocated_bytes": meta.get("peak_allocated_bytes"),
+                "peak_reserved_bytes": meta.get("peak_reserved_bytes"),
+                "device_used_peak_bytes": util.get("memory_used_peak_bytes"),
+                "use_fraction": max(used) / total_bytes if used and total_bytes else None,
+                "planner_max_batch_size": None},
+        host=host_stats(tl),
+        ranks=per_rank(steady) if len({s.rank for s in steady}) > 1 else [],
+        notes=list(tl.notes),
+        extras={key: meta[key] for key in EXTRA_KEYS if key in meta},
+    )
+    workload, name, batch = meta.get("workload"), meta.get("device_name"), meta.get("batch_size")
+    if (planner is not None and summary.on_gpu and (summary.memory["use_fraction"] or 1) < 0.5
+            and workload and name and batch):
+        summary.memory["planner_max_batch_size"] = planner(workload, batch, name, meta.get("precision") or "fp32")
+    summary.gpu_health = health_stats(tl, window)  # clock reasons, PCIe link (monitor/health.py rules)
+    summary.findings = [f.to_dict() for f in diagnose(summary)]
+    summary.cannot_tell = cannot_tell(summary, meta)
     return summary
 
 
-def cannot_tell(summary: dict[str, Any], meta: dict[str, Any]) -> list[str]:
+def cannot_tell(summary: Summary, meta: dict[str, Any]) -> list[str]:
     """What the rules could not judge and why: an empty findings list then means "not measured", never
     "no problem found"."""
     out = []
-    if summary.get("data_wait_fraction") is None:
+    if summary.data_wait_fraction is None:
         out.append(meta.get("step_split_unknown") or "cannot tell whether the loop waits for data: no per-step "
                    "timing was recorded (no optimizer step or DataLoader batch seen)")
     return out

@@ -31,7 +31,6 @@ class StepRecord:
     memory_allocated_bytes: int | None = None  # torch.cuda.memory_allocated at the step's end (GPU only)
     rank: int = 0  # field order is used positionally in Monitor._end_step
     samples: int | None = None          # samples loaded during the step (gpuwise.bootstrap's hooks)
-    data_cpu_s: float | None = None     # the main process's CPU demand while waiting (num_workers=0)
 
 
 @dataclass

@@ -196,3 +196,26 @@ def lookup(name: str) -> GpuSpec:
 def gpu_slug(name: str) -> str:
     """File-name form of a GPU name, as used for benchmarks/truth/<slug>.jsonl: 'NVIDIA H200' -> 'nvidia-h200'."""
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+# Compute capability by GPU name, for fake GPUs and external watches where torch did not report it,
+# when the catalog does not list the GPU.
+# Source: NVIDIA, "CUDA GPUs - Compute Capability", developer.nvidia.com/cuda-gpus. Longest match wins.
+_CAPABILITY = {"V100": (7, 0), "T4": (7, 5), "RTX 20": (7, 5), "A100": (8, 0), "A30": (8, 0), "A10": (8, 6),
+               "A40": (8, 6), "RTX 30": (8, 6), "A6000": (8, 6), "L4": (8, 9), "L40": (8, 9), "RTX 40": (8, 9),
+               "H100": (9, 0), "H200": (9, 0), "GH200": (9, 0), "B100": (10, 0), "B200": (10, 0),
+               "P100": (6, 0), "K80": (3, 7)}
+
+
+def tensor_core_capability(name: str) -> tuple[int, int] | None:
+    """Compute capability for a GPU name: the catalog above first, else the table above (the monitor's
+    precision rule, doctor's guess at CUDA's device order)."""
+    if not name:
+        return None
+    try:
+        major, minor = lookup(name).compute_capability.split(".")[:2]
+        return int(major), int(minor)
+    except GpuwiseError:  # a GPU the catalog does not list
+        pass
+    hits = [(len(k), v) for k, v in _CAPABILITY.items() if k.lower() in name.lower()]
+    return max(hits)[1] if hits else None

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..profiling import cpu_memory_profile
 from ..step import StepConfig, TrainStep
+from ..workload import load_workload
 
 STEADY_MARK = "gpuwise::steady_step"
 
@@ -33,9 +35,6 @@ def measure_cpu_peak(workload, batch_size: int, config: StepConfig | None = None
 def measure_cpu(workload, batch_size: int, config: StepConfig | None = None) -> CpuPeak:
     import torch
     from torch.profiler import record_function
-
-    from ..profiling import cpu_memory_profile
-    from ..workload import load_workload
 
     workload = load_workload(workload)
     config = config or StepConfig()

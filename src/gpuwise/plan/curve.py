@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .. import bracket
+
 MAX_BATCH = 1 << 20          # search ceiling: a million samples per step
 DEFAULT_MARGIN_PCT = 5.0     # headroom kept free on the GPU: allocator growth across steps, other libraries
 
@@ -56,15 +58,10 @@ def fit_line(a: tuple[int, int], b: tuple[int, int]) -> LinearFit:
 
 
 def next_candidate(last_fit: int, first_fail: int | None, guess: int | None = None) -> int | None:
-    """The next batch size to trace, from the largest known to fit and the smallest known not to fit
-    (None: none failed yet). Returns None when the answer is settled (last_fit + 1 == first_fail)."""
-    if first_fail is not None and first_fail - last_fit <= 1:
-        return None
-    if guess is not None and last_fit < guess and (first_fail is None or guess < first_fail):
-        return guess
-    if first_fail is None:
-        return min(MAX_BATCH, max(last_fit * 2, last_fit + 1)) if last_fit < MAX_BATCH else None
-    return (last_fit + first_fail) // 2
+    """The next batch size to trace, from the largest known to fit (0: none) and the smallest known not to
+    fit (None: none failed yet): gpuwise/bracket.py's search from 1, up to MAX_BATCH, trying `guess` first
+    when it lies inside the bracket. None when the answer is settled (last_fit + 1 == first_fail)."""
+    return bracket.next_candidate(last_fit or None, first_fail, 1, limit=MAX_BATCH, guess=guess)
 
 
 @dataclass

@@ -9,21 +9,25 @@ The JSON form (`Estimate.to_dict()`) is DESIGN.md's `gpuwise estimate --json` co
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..devices import discover
 from ..errors import GpuwiseError
-from ..step import StepConfig
-from ..workload import Workload, load_workload
+from ..step import OPTIMIZERS, StepConfig
+from ..truth import record_workload
+from ..workload import Workload, check_batch_size, load_workload
 from .allocator import AllocatorResult, replay
 from .catalog import GpuSpec, lookup
 from .curve import DEFAULT_MARGIN_PCT, Capacity, CurvePoint, find_capacity
-from .events import CATEGORIES, MemoryTrace, live_peak
+from .events import CATEGORIES, MemoryTrace, check_target, live_peak
 from .flops import Roofline, count_flops, roofline, traffic_bytes
+from .inputs import resolve_inputs
+from .modes import apply_modes, make_modes, offload_optimizer_state
 from .overheads import DEFAULT_ARCH, Overheads, add_workspaces
 
-TARGETS = ("cuda", "cpu")
 TOP_MODULES = 8
 
 
@@ -107,7 +111,7 @@ def _cuda_memory(trace: MemoryTrace, arch: str) -> _Cuda:
 
 
 def _trace(wl: Workload, batch_size: int, config: StepConfig, target: str) -> MemoryTrace:
-    from .trace import trace_step
+    from .trace import trace_step  # deferred: trace.py imports torch, `import gpuwise.plan` must not
 
     try:
         return trace_step(wl, batch_size, config, target=target)
@@ -130,10 +134,6 @@ def resolve_gpu(gpu: str | GpuSpec | None) -> GpuSpec | None:
                                f"context are not modelled: cannot tell; --gpu {spec.memory_bytes / 2**30:.0f}GiB gives "
                                f"the CUDA model against its memory")
         return spec
-    import dataclasses
-
-    from ..devices import discover
-
     found = discover()
     if not found.gpus:
         raise GpuwiseError(f"--gpu auto: no GPU visible ({found.reason or found.backend}); name one, e.g. --gpu H100")
@@ -161,16 +161,11 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     and the CUDA context (for `gpu`'s architecture; Hopper when no GPU is named). With `gpu`, also a
     roofline bound and the largest batch that fits with `margin_pct` percent of its memory kept free.
     """
-    from .inputs import resolve_inputs
-    from .modes import apply_modes, make_modes, offload_optimizer_state
-
     started = time.perf_counter()
     workload, batch_size = resolve_inputs(workload, batch_size, model, batch, loss, seq_len, task)
     modes = make_modes(grad_accum, lora, qlora, freeze, offload_optimizer)
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise GpuwiseError(f"batch size must be a positive integer, got {batch_size!r}")
-    if target not in TARGETS:
-        raise GpuwiseError(f"unknown target {target!r}; choose from: {', '.join(TARGETS)}")
+    check_batch_size(batch_size)
+    check_target(target)
     spec = resolve_gpu(gpu)
     if spec is not None and target != "cuda":
         raise GpuwiseError("a GPU was named but the target is 'cpu': use target='cuda' (--target cuda) with --gpu")
@@ -243,48 +238,14 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     return est
 
 
-# -- GPU truth records (DESIGN.md contract): the estimate recomputed on the CPU vs a real GPU's numbers --
-
-TRUTH_DIR = "benchmarks/truth"
-
-
-def load_truth_records(folder: str = TRUTH_DIR) -> list[dict[str, Any]]:
-    """Every record of every `<gpu-slug>.jsonl` in `folder` (none when the folder is empty or absent)."""
-    import json
-    from pathlib import Path
-
-    records = []
-    root = Path(folder).resolve().parents[1]  # benchmarks/truth -> the repository: workload paths are relative to it
-    for path in sorted(Path(folder).glob("*.jsonl")):
-        for n, line in enumerate(path.read_text().splitlines(), 1):
-            try:
-                rec = json.loads(line) if line.strip() else None
-            except json.JSONDecodeError:
-                continue  # a line cut by a crash of the collector
-            if rec is not None:
-                rec.setdefault("_source", f"{path.name}:{n}")
-                rec.setdefault("_root", str(root))
-                records.append(rec)
-    return records
-
-
-def _record_workload(record: dict[str, Any]) -> str:
-    from pathlib import Path
-
-    spec = record["workload"]
-    if spec.endswith(".py") and not Path(spec).exists() and record.get("_root"):
-        candidate = Path(record["_root"]) / spec
-        if candidate.exists():
-            return str(candidate)
-    return spec
+# -- GPU truth records (DESIGN.md contract; read by gpuwise/truth.py): the estimate recomputed on the CPU
+# vs a real GPU's numbers --
 
 
 def truth_errors(record: dict[str, Any]) -> dict[str, Any]:
     """Recompute `record`'s estimate (target cuda, its GPU) and return signed errors in percent of the truth."""
-    from ..step import OPTIMIZERS
-
     optimizer = record.get("optimizer")
-    est = estimate(_record_workload(record), int(record["batch_size"]),
+    est = estimate(record_workload(record), int(record["batch_size"]),
                    optimizer=optimizer if optimizer in OPTIMIZERS else None,
                    precision=record.get("precision", "fp32"), checkpointing=bool(record.get("checkpointing")),
                    target="cuda", gpu=record.get("gpu_name"), search_max_batch=False)
@@ -298,4 +259,7 @@ def truth_errors(record: dict[str, Any]) -> dict[str, Any]:
             "optimizer": optimizer, "precision": record.get("precision"), "oom": bool(record.get("oom")),
             "predicted_fits": est.fits,
             "peak_allocated_err_pct": err("peak_allocated_bytes"), "peak_reserved_err_pct": err("peak_reserved_bytes"),
-            "device_used_err_pct": err("device_used_bytes"), "estimate_s": est.seconds}
+            "device_used_err_pct": err("device_used_bytes"), "estimate_s": est.seconds,
+            # the roofline's step time (a lower bound: peak FLOP/s and bandwidth) against the measured median
+            "roofline_step_s": est.roofline.time_s if est.roofline else None,
+            "measured_step_s": record.get("step_time_s")}

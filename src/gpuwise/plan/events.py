@@ -10,8 +10,17 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from ..errors import GpuwiseError
+
 CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "temporary", "buffers", "inputs")
 PHASES = ("setup", "forward", "backward", "optimizer", "zero_grad")
+TARGETS = ("cuda", "cpu")  # the devices a trace's tensors stand for (MemoryTrace.device_type)
+
+
+def check_target(target: str) -> str:
+    if target not in TARGETS:
+        raise GpuwiseError(f"unknown target {target!r}; choose from: {', '.join(TARGETS)}")
+    return target
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,9 +13,15 @@ Order of attempts (the first that works is used; `MemoryTrace.method` names it):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
+from ..errors import GpuwiseError
 from .events import MemoryTrace, live_peak
+
+# a tracer bound to one workload, config, target and warm-up: batch size -> trace (plan/trace.py's run_fake
+# and run_real); passed in, so that this module needs nothing from the tracer that calls it
+TraceAt = Callable[[int], MemoryTrace]
 
 # exceptions from fake tensors that mean "needs real data", not "the user's model is broken"
 FAKE_LIMITS = ("DataDependentOutputException", "DynamicOutputShapeException", "UnsupportedOperatorException",
@@ -34,15 +40,12 @@ def is_fake_limit(exc: BaseException) -> bool:
     return False
 
 
-def trace_with_fallback(workload, batch_size: int, config, target: str, warmup: str = "optimizer") -> MemoryTrace:
-    """The fake trace; when it fails for any reason but a bad workload (a data-dependent op, a fake or
-    meta kernel stricter than the CPU one, e.g. `_grouped_mm` asking for bf16), the real-tensor trace,
+def trace_with_fallback(fake: TraceAt, real: TraceAt, batch_size: int, workload) -> MemoryTrace:
+    """`fake(batch_size)`; when it fails for any reason but a bad workload (a data-dependent op, a fake or
+    meta kernel stricter than the CPU one, e.g. `_grouped_mm` asking for bf16), `real_trace(real, ...)`,
     with a note saying why. If the real step fails too, its error is the user's and is raised."""
-    from ..errors import GpuwiseError
-    from .trace import _run_fake
-
     try:
-        return _run_fake(workload, batch_size, config, target, warmup)
+        return fake(batch_size)
     except GpuwiseError:
         raise
     except Exception as exc:  # noqa: BLE001 - any limit of fake tensors: try real ones
@@ -50,9 +53,9 @@ def trace_with_fallback(workload, batch_size: int, config, target: str, warmup: 
         first = (str(exc).strip().splitlines() or [""])[0][:160]
         why = f"fake tensors could not run the step ({kind}: {type(exc).__name__}: {first}): traced on real CPU tensors"
         cause = exc
-    _check_fits_in_ram(workload, config, why)
+    _check_fits_in_ram(workload, why)
     try:
-        trace = real_trace(workload, batch_size, config, target, warmup)
+        trace = real_trace(real, batch_size)
     except GpuwiseError:
         raise
     except Exception as exc:
@@ -61,11 +64,9 @@ def trace_with_fallback(workload, batch_size: int, config, target: str, warmup: 
     return trace
 
 
-def _check_fits_in_ram(workload, config, why: str) -> None:
+def _check_fits_in_ram(workload, why: str) -> None:
     """A real-tensor trace holds the parameters, their gradients and optimizer state in host memory:
     refuse ("cannot tell", one line) rather than swap or be killed when they would not fit."""
-    from ..errors import GpuwiseError
-
     try:
         import torch
 
@@ -81,17 +82,16 @@ def _check_fits_in_ram(workload, config, why: str) -> None:
                            f"of what is free)")
 
 
-def real_trace(workload, batch_size: int, config, target: str, warmup: str = "optimizer") -> MemoryTrace:
-    from .trace import _run_real
-
+def real_trace(real: TraceAt, batch_size: int) -> MemoryTrace:
+    """`real(batch_size)`, or the events extrapolated from batch 1 and 2 when that would not fit in RAM."""
     if batch_size <= 2:
-        return _run_real(workload, batch_size, config, target, warmup)
-    one = _run_real(workload, 1, config, target, warmup)
-    two = _run_real(workload, 2, config, target, warmup)
+        return real(batch_size)
+    one = real(1)
+    two = real(2)
     guess = extrapolate(one, two, batch_size)
     if guess is not None and live_peak(guess).allocated_bytes > REAL_TRACE_RAM_FRACTION * _available_bytes():
         return guess
-    return _run_real(workload, batch_size, config, target, warmup)
+    return real(batch_size)
 
 
 def extrapolate(one: MemoryTrace, two: MemoryTrace, batch_size: int) -> MemoryTrace | None:

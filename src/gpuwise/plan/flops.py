@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..step import move_to
 from .catalog import GpuSpec
 
 # category -> times its bytes cross HBM in one step (see the module docstring)
@@ -68,8 +69,6 @@ def roofline(flops_per_step: int, bytes_per_step: int, batch_size: int, gpu: Gpu
 def count_flops(workload, batch_size: int) -> int | None:
     """FLOPs of forward + backward on meta tensors (no memory, no data); None when the model cannot run there."""
     from torch.utils.flop_counter import FlopCounterMode
-
-    from ..step import move_to
 
     try:
         model = workload.build_model().to("meta")

@@ -5,14 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import GpuwiseError
-from ..workload import Workload
+from ..hf import DEFAULT_SEQ_LEN, hf_workload, is_config_source, model_workload
+from ..workload import Workload, check_batch_size
 
 
 def resolve_inputs(workload: Any, batch_size: int | None, model: Any = None, batch: Any = None, loss: Any = None,
                    seq_len: int | None = None, task: str | None = None) -> tuple[Workload | str, int]:
     """(workload, batch size) from a workload spec, an `hf:` id / config.json, or a model object."""
-    from .hf import DEFAULT_SEQ_LEN, hf_workload, is_config_source, model_workload
-
     if model is not None:
         if workload is not None:
             raise GpuwiseError("pass either a workload or model=..., not both")
@@ -29,6 +28,4 @@ def resolve_inputs(workload: Any, batch_size: int | None, model: Any = None, bat
         raise GpuwiseError("--seq-len / --task apply to hf:ORG/NAME and config.json inputs only")
     if batch_size is None:
         raise GpuwiseError("a batch size is needed (batch_size=..., or an example batch with a batch dimension)")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise GpuwiseError(f"batch size must be a positive integer, got {batch_size!r}")
-    return workload, batch_size
+    return workload, check_batch_size(batch_size)

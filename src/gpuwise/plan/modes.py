@@ -25,6 +25,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -256,6 +257,7 @@ def quantize_linear_4bit(model, compute_dtype=None, quant_type: str = "nf4", dou
     with unset_fake_temporarily():  # its quantization map is built with .tolist(): real data, cached by bnb
         if "dynamic" not in bnb.functional.name2qmap:
             bnb.functional.name2qmap["dynamic"] = bnb.functional.create_dynamic_map()
+    _register_gemm_4bit_flops()
     skip = _output_head_names(model)
     dtype = compute_dtype or torch.bfloat16
     count = 0
@@ -285,6 +287,21 @@ def quantize_linear_4bit(model, compute_dtype=None, quant_type: str = "nf4", dou
     if count == 0:
         raise GpuwiseError("QLoRA: the model has no nn.Linear layer to quantize")
     return count
+
+
+def _register_gemm_4bit_flops() -> None:
+    """torch.utils.flop_counter has no formula for bitsandbytes' fused 4-bit matmul: 2*M*N*K, as aten.mm."""
+    import torch
+    import torch.utils.flop_counter as fc
+
+    op = getattr(getattr(torch.ops, "bitsandbytes", None), "gemm_4bit", None)
+    if op is None or op in fc.flop_registry:
+        return
+
+    @fc.register_flop_formula(op)
+    def _gemm_4bit_flop(a_shape, *args, out_shape=None, **kwargs) -> int:
+        k = a_shape[-1]
+        return 2 * k * math.prod(out_shape)
 
 
 def _quant_state_tensors(state) -> list:

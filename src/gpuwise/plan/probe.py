@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..profiling import cpu_memory_profile
 from .kernels import Workspace
 
 # mkldnn_rnn_layer_backward takes the forward's oneDNN workspace, which a fake trace cannot fill in:
@@ -111,8 +112,6 @@ def _measure_rnn_backward(func, args) -> Probe | None:
     from torch._subclasses.fake_tensor import unset_fake_temporarily
     from torch.utils._python_dispatch import _disable_current_modes
 
-    from ..profiling import cpu_memory_profile
-
     try:
         with _disable_current_modes(), unset_fake_temporarily(), torch.enable_grad():
             (x, w1, w2, w3, w4, hx, cx, _out, _hy, _cy, g_out, g_hy, g_cy, reverse, mode, hidden, layers, biases,
@@ -153,8 +152,6 @@ def _real(a):
 def _measure(func, args, kwargs) -> Probe | None:
     import torch
     from torch.utils._python_dispatch import _disable_current_modes
-
-    from ..profiling import cpu_memory_profile
 
     try:
         with _disable_current_modes():  # grad mode as the caller's: mkldnn_rnn_layer skips its workspace without it

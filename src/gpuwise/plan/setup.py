@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import contextlib
 
-from ..step import StepConfig, TrainStep
+from ..step import StepConfig, TrainStep, enable_checkpointing
+from .fallback import is_fake_limit
 
 WARMUPS = ("optimizer", "step")
 
@@ -24,8 +25,6 @@ def build_model_for_trace(workload, fake_mode, mode):
     try:
         return workload.build_model()
     except Exception as exc:  # noqa: BLE001 - only fake-tensor limits are handled here
-        from .fallback import is_fake_limit
-
         if not is_fake_limit(exc):
             raise
     import copy
@@ -91,8 +90,6 @@ def fake_train_step(workload, config: StepConfig, model) -> TrainStep:
     import torch
 
     if config.checkpointing:  # wrap blocks before moving, as TrainStep does
-        from ..step import enable_checkpointing
-
         enable_checkpointing(model)
         config = StepConfig(config.optimizer, config.precision, False, config.optimizer_impl)
     dtype = torch.bfloat16 if config.precision == "bf16-pure" else None

@@ -21,13 +21,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import GpuwiseError
-from ..step import StepConfig, TrainStep
-from .events import MemEvent, MemoryTrace
+from ..step import StepConfig, TrainStep, tensors_in
+from ..workload import check_batch_size, load_workload
+from .events import MemEvent, MemoryTrace, check_target
+from .fallback import trace_with_fallback
 from .kernels import FRESH_ZEROS_OPS, INPLACE_WITHOUT_MODE, output_bytes, promotion_copies_bytes, workspace
 from .probe import PROBED_OPS, probe
+from .scope import ModuleScope
+from .sdpa import sdpa_as_gpu_runs_it
 from .setup import WARMUPS, build_model_for_trace, fake_train_step, foreach_by_default
-
-TARGETS = ("cpu", "cuda")
 
 
 @dataclass
@@ -185,17 +187,7 @@ class _TraceMode(_dispatch_mode_base()):
 
 def _storages(obj, device_type: str):
     """Untyped storages of every tensor in a (nested) batch / state structure on `device_type`."""
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        if obj.device.type == device_type:
-            yield obj.untyped_storage()
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            yield from _storages(v, device_type)
-    elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            yield from _storages(v, device_type)
+    return [t.untyped_storage() for t in tensors_in(obj) if t.device.type == device_type]
 
 
 def _label(mode: _TraceMode, objs, category: str, create: bool = False) -> None:
@@ -329,12 +321,12 @@ def _settle(mode: _TraceMode) -> list[MemEvent]:
     return out
 
 
-def _run_fake(workload, batch_size: int, config: StepConfig, target: str, warmup: str = "optimizer") -> MemoryTrace:
+def run_fake(workload, batch_size: int, config: StepConfig, target: str, warmup: str = "optimizer") -> MemoryTrace:
     """Trace with fake tensors (no memory is used)."""
     return _run(workload, batch_size, config, target, fake=True, warmup=warmup)
 
 
-def _run_real(workload, batch_size: int, config: StepConfig, target: str, warmup: str = "optimizer") -> MemoryTrace:
+def run_real(workload, batch_size: int, config: StepConfig, target: str, warmup: str = "optimizer") -> MemoryTrace:
     """Trace the same step on real CPU tensors (data-dependent ops just run); sizes stand for `target`."""
     trace = _run(workload, batch_size, config, target, fake=False, warmup=warmup)
     trace.method = "real-trace"
@@ -349,9 +341,6 @@ def _run(workload, batch_size: int, config: StepConfig, target: str, fake: bool,
     CUDA, and kernel workspaces come from the target's registry entries."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
-
-    from .scope import ModuleScope
-    from .sdpa import sdpa_as_gpu_runs_it
 
     tracker = ModuleScope()
     mode = _TraceMode(target, tracker)
@@ -408,12 +397,8 @@ def trace_step(workload, batch_size: int, config: StepConfig | None = None, targ
     without the first forward/backward (the default for "cpu", whose live-bytes peak does not depend on
     history; about 40% faster).
     """
-    from ..workload import load_workload
-
-    if target not in TARGETS:
-        raise GpuwiseError(f"unknown target {target!r}; choose from: {', '.join(TARGETS)}")
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise GpuwiseError(f"batch size must be a positive integer, got {batch_size!r}")
+    check_target(target)
+    check_batch_size(batch_size)
     workload = load_workload(workload)
     config = config or StepConfig()
     if warmup is None:
@@ -422,6 +407,5 @@ def trace_step(workload, batch_size: int, config: StepConfig | None = None, targ
         raise GpuwiseError(f"unknown warm-up {warmup!r}; choose from: {', '.join(WARMUPS)}")
     if not fallback:
         return _run(workload, batch_size, config, target, fake=True, warmup=warmup)
-    from .fallback import trace_with_fallback
-
-    return trace_with_fallback(workload, batch_size, config, target, warmup)
+    return trace_with_fallback(lambda b: run_fake(workload, b, config, target, warmup),
+                               lambda b: run_real(workload, b, config, target, warmup), batch_size, workload)

@@ -36,6 +36,8 @@ def render_summary(summary: dict, console=None, report_path: str | None = None) 
     mem = summary.get("memory") or {}
     if mem.get("use_fraction") is not None:
         t.add_row("GPU memory", f"peak {_pct(mem['use_fraction'])} of {fmt_bytes(mem.get('device_total_bytes'))}")
+    for label, text in health_rows(summary.get("gpu_health") or {}):
+        t.add_row(label, text)
     host = summary.get("host") or {}
     if host.get("process_cpu_mean_pct") is not None:
         machine = f", machine {host['cpu_mean_pct']:.0f}%" if host.get("cpu_mean_pct") is not None else ""
@@ -65,3 +67,25 @@ def render_summary(summary: dict, console=None, report_path: str | None = None) 
         console.print(Text(f"note: {note}", style="dim"))  # Text: brackets in a note are not markup
     if report_path:
         console.print(f"[dim]report: {report_path}[/dim]")
+
+
+def health_rows(h: dict) -> list[tuple[str, str]]:
+    """The clock and PCIe-link rows of the watch table (monitor/health.py's `gpu_health`)."""
+    rows = []
+    if h.get("clock_samples"):
+        clock = f"SM median {h['sm_clock_median_mhz']:.0f}" if h.get("sm_clock_median_mhz") else "SM ?"
+        clock += f" of {h['sm_clock_max_mhz']:.0f} MHz" if h.get("sm_clock_max_mhz") else " MHz"
+        held = f"held by heat {_pct(h['thermal_fraction'])}, power {_pct(h['power_fraction'])}, " \
+               f"hardware {_pct(h['hw_slowdown_fraction'])} of {h['clock_samples']} samples"
+        hot = f"; hottest {h['temperature_max_c']:.0f} °C" if h.get("temperature_max_c") is not None else ""
+        rows.append(("GPU clocks", f"{clock}; {held}{hot}"))
+    if h.get("pcie_gen"):
+        link = f"gen{h['pcie_gen']} x{h['pcie_width']}"
+        if h.get("pcie_bandwidth_bytes_per_s"):
+            link += f" ({h['pcie_bandwidth_bytes_per_s'] / 1e9:.1f} GB/s)"
+        if h.get("pcie_gen_max") and (h["pcie_gen_max"], h.get("pcie_width_max")) != (h["pcie_gen"], h["pcie_width"]):
+            link += f", max gen{h['pcie_gen_max']} x{h.get('pcie_width_max')}"
+        if h.get("pcie_rx_mean_bytes_per_s") is not None:
+            link += f"; host->device mean {h['pcie_rx_mean_bytes_per_s'] / 1e9:.2f} GB/s"
+        rows.append(("PCIe link", link))
+    return rows

@@ -6,8 +6,8 @@ import os
 
 from rich.table import Table
 
-from ..dist.scale import ScaleResult
 from ..plan.ddp import DdpMemoryPlan
+from ..scaleout.scale import ScaleResult
 from ..units import fmt_bytes
 
 

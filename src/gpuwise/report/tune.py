@@ -7,26 +7,28 @@ from typing import Any
 
 from rich.table import Table
 
+from ..tune.records import Trial
 from ..units import fmt_bytes, fmt_duration
+from .console import progress
 
 
 def snippet(result) -> str:
     """The answer as code: DataLoader arguments, the batch size, autocast/GradScaler for the precision."""
     b = result.best
-    lines = [f"# gpuwise tune {result.workload} on {result.device}: {_rate(b.get('samples_per_s'))} samples/s"
+    lines = [f"# gpuwise tune {result.workload} on {result.device}: {_rate(b.samples_per_s)} samples/s"
              + (f" (x{result.speedup:.2f} the defaults)" if result.speedup else "")]
-    args = [f"batch_size={b['batch_size']}", "shuffle=True", f"num_workers={b['num_workers']}",
-            f"pin_memory={b['pin_memory']}"]
-    if b.get("num_workers"):
-        args.append(f"persistent_workers={b['persistent_workers']}")
-        if b.get("prefetch_factor") is not None:
-            args.append(f"prefetch_factor={b['prefetch_factor']}")
+    args = [f"batch_size={b.batch_size}", "shuffle=True", f"num_workers={b.num_workers}",
+            f"pin_memory={b.pin_memory}"]
+    if b.num_workers:
+        args.append(f"persistent_workers={b.persistent_workers}")
+        if b.prefetch_factor is not None:
+            args.append(f"prefetch_factor={b.prefetch_factor}")
     lines.append(f"loader = torch.utils.data.DataLoader(dataset, {', '.join(args)})")
-    if b.get("num_threads") and b.get("num_workers"):
-        lines.append(f"torch.set_num_threads({b['num_threads']})  # leave the DataLoader workers their CPU cores")
-    nb = "non_blocking=True" if b.get("pin_memory") else ""
+    if b.num_threads and b.num_workers:
+        lines.append(f"torch.set_num_threads({b.num_threads})  # leave the DataLoader workers their CPU cores")
+    nb = "non_blocking=True" if b.pin_memory else ""
     dev = "cuda" if result.device.startswith("cuda") else result.device
-    prec = b.get("precision", "fp32")
+    prec = b.precision
     if prec == "tf32":
         lines.append("torch.backends.cuda.matmul.allow_tf32 = True; torch.backends.cudnn.allow_tf32 = True")
     if prec == "fp16":
@@ -58,14 +60,14 @@ def summary_table(result) -> Table:
     for col in ("", "batch", "workers", "pin", "prefetch", "persistent", "precision", "samples/s"):
         t.add_column(col, justify="right" if col in ("batch", "workers", "samples/s") else "left")
     for name, d in (("defaults", result.baseline), ("tuned", result.best)):
-        t.add_row(name, str(d.get("batch_size")), str(d.get("num_workers")), str(d.get("pin_memory")),
-                  str(d.get("prefetch_factor")), str(d.get("persistent_workers")), str(d.get("precision")),
-                  _rate(d.get("samples_per_s")))
+        t.add_row(name, str(d.batch_size), str(d.num_workers), str(d.pin_memory),
+                  str(d.prefetch_factor), str(d.persistent_workers), str(d.precision),
+                  _rate(d.samples_per_s))
     # the limit is measured at the throughput-optimal batch (the start when the search found none), which
     # the end-to-end answer may differ from (halved by the refinement, or the budget ran out)
-    limit_batch = result.throughput_batch_size or result.baseline.get("batch_size")
+    limit_batch = result.throughput_batch_size or result.baseline.batch_size
     t.add_row("compute only", str(limit_batch), "-", "-", "-", "-",
-              str(result.best.get("precision")), _rate(result.limit_samples_per_s))
+              str(result.best.precision), _rate(result.limit_samples_per_s))
     return t
 
 
@@ -87,10 +89,10 @@ def trials_table(result) -> Table:
     for col in ("kind", "batch", "precision", "workers", "pin", "prefetch", "persist", "samples/s", "status", "time"):
         t.add_column(col)
     for r in result.trials:
-        status = r["status"] + (" (resumed)" if r.get("resumed") else "")
-        t.add_row(r["kind"], str(r["batch_size"]), str(r.get("precision") or "-"), _opt(r.get("num_workers")),
-                  _opt(r.get("pin_memory")), _opt(r.get("prefetch_factor")), _opt(r.get("persistent_workers")),
-                  _rate(r.get("samples_per_s")), status, fmt_duration(r.get("seconds") or 0))
+        status = r.status + (" (resumed)" if r.resumed else "")
+        t.add_row(r.kind, str(r.batch_size), str(r.precision or "-"), _opt(r.num_workers),
+                  _opt(r.pin_memory), _opt(r.prefetch_factor), _opt(r.persistent_workers),
+                  _rate(r.samples_per_s), status, fmt_duration(r.seconds or 0))
     return t
 
 
@@ -107,9 +109,9 @@ def plot(result, folder: str) -> list[str]:
 
     os.makedirs(folder, exist_ok=True)
     paths = []
-    prec = result.best.get("precision")
-    pts = sorted((r["batch_size"], r["samples_per_s"]) for r in result.trials
-                 if r["kind"] == "compute" and r["status"] == "ok" and r.get("precision") == prec)
+    prec = result.best.precision
+    pts = sorted((r.batch_size, r.samples_per_s) for r in result.trials
+                 if r.kind == "compute" and r.ok and r.precision == prec)
     pts = list(dict(pts).items())
     if pts:
         fig, ax = plt.subplots(figsize=(6, 4))
@@ -120,14 +122,14 @@ def plot(result, folder: str) -> list[str]:
         ax.set_ylabel("samples/s")
         if result.largest_safe_batch_size:
             ax.axvline(result.largest_safe_batch_size, color="red", ls="--", label="largest safe batch")
-        ax.axvline(result.best["batch_size"], color="green", ls=":", label="chosen")
+        ax.axvline(result.best.batch_size, color="green", ls=":", label="chosen")
         ax.set_title(f"{result.workload}: samples/s vs batch size")
         ax.legend()
         paths.append(_save(fig, folder, "samples_per_s_vs_batch_size.png"))
-    b = result.best["batch_size"]
-    pts = sorted((r["num_workers"], r["samples_per_s"]) for r in result.trials
-                 if r["kind"] == "train" and r["status"] == "ok" and r["batch_size"] == b
-                 and not r.get("persistent_workers") and r.get("prefetch_factor") is None)
+    b = result.best.batch_size
+    pts = sorted((r.num_workers, r.samples_per_s) for r in result.trials
+                 if r.kind == "train" and r.ok and r.batch_size == b
+                 and not r.persistent_workers and r.prefetch_factor is None)
     pts = list(dict(pts).items())
     if pts:
         fig, ax = plt.subplots(figsize=(6, 4))
@@ -159,8 +161,6 @@ class TuneProgress:
     """A progress bar on stderr: trials done, and the budget spent."""
 
     def __init__(self, budget_s: float, enabled: bool = True):
-        from .console import progress
-
         self.budget_s = budget_s
         self.bar = progress() if enabled else None
 
@@ -175,11 +175,11 @@ class TuneProgress:
         if self.bar is not None:
             self.bar.__exit__(*exc)
 
-    def __call__(self, record: dict[str, Any], elapsed_s: float) -> None:
+    def __call__(self, record: Trial, elapsed_s: float) -> None:
         if self.bar is None:
             return
-        what = f"{record['kind']} b={record['batch_size']}"
-        if record.get("num_workers") is not None:
-            what += f" w={record['num_workers']}"
-        self.bar.update(self.trials, advance=1, description=f"trials (last: {what} {_rate(record.get('samples_per_s'))}/s)")
+        what = f"{record.kind} b={record.batch_size}"
+        if record.num_workers is not None:
+            what += f" w={record.num_workers}"
+        self.bar.update(self.trials, advance=1, description=f"trials (last: {what} {_rate(record.samples_per_s)}/s)")
         self.bar.update(self.budget, completed=min(elapsed_s, self.budget_s))

@@ -27,8 +27,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..bootstrap import environment
 from ..errors import GpuwiseError
 from ..jsonl import append_line, read_lines
+from ..monitor.hookfiles import read_hook_files
+from ..monitor.summary import summarize
 
 GAIN = 1.05          # a change must bring >= 5% more samples/s to count (run-to-run noise on a shared machine)
 KILL_GRACE_S = 3.0   # SIGTERM -> SIGKILL
@@ -88,8 +91,6 @@ def _measured(steps: list, warmup: int) -> tuple[list, float]:
 def run_script_trial(cmd: list[str], overrides: dict[str, Any], measure_s: float = 3.0, min_steps: int = 5,
                      timeout_s: float = 120.0, env: dict | None = None) -> ScriptTrial:
     """Run `cmd` with DataLoader `overrides` until `min_steps` steady steps took `measure_s` (or it ends)."""
-    from ..bootstrap import environment, read_hook_files
-
     folder = tempfile.mkdtemp(prefix="gpuwise-tune-")
     trial = ScriptTrial(dict(overrides))
     t0 = time.monotonic()
@@ -143,8 +144,6 @@ def run_script_trial(cmd: list[str], overrides: dict[str, Any], measure_s: float
 
 
 def _describe(trial: ScriptTrial, merged) -> None:
-    from ..monitor.summary import summarize
-
     meta = merged.meta
     trial.loader = {k: meta.get(f"loader_{k}") for k in ("num_workers", "pin_memory", "prefetch_factor",
                                                          "persistent_workers")}

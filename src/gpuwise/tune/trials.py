@@ -18,6 +18,10 @@ import os
 import time
 from typing import Any
 
+from ..measure.oom import maybe_fake_oom
+from ..step import StepConfig, TrainStep
+from ..workload import load_workload
+
 KINDS = ("compute", "fit", "loader", "train")
 
 
@@ -49,10 +53,6 @@ def run_trial(workload: str, kind: str, batch_size: int, *, device: str = "cpu",
 
     `num_threads` sets the step's intra-op threads (CPU device: leave the workers their cores)."""
     import torch
-
-    from ..measure.oom import maybe_fake_oom
-    from ..step import StepConfig, TrainStep
-    from ..workload import load_workload
 
     if kind not in KINDS:
         raise ValueError(f"unknown trial kind {kind!r}; choose from {KINDS}")

@@ -21,23 +21,28 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from ..devices.torch_device import resolve_device
 from ..errors import GpuwiseError
 from ..measure.child import run_isolated
 from ..measure.oom import fake_oom_threshold
+from ..plan.hint import ask_max_batch
 from ..workload import Workload, load_workload
 from . import search
+from .records import Settings, Trial, TuneOptions
 from .rules import lr_note, precision_candidates
 from .store import TrialStore, key_of
 from .trials import cpu_has_native_bf16, step_threads, usable_cpus
 
-SETTINGS = ("batch_size", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "precision")
 DEFAULT_BATCH = 32
 MIN_STEPS_PER_EPOCH = 8      # the batch search stays below dataset size / 8
 BATCH_LIMIT = 65536          # never grow the batch beyond this without a dataset
 TRIAL_TIMEOUT_S = 600.0      # one trial, whatever the budget
+PRECISION_BATCH_SHARE = 0.45  # with a dataset: the share of the budget after the baseline for precision + batch;
+                              # the rest is the loader's (a 90 s budget ended at x1.00 without it: issue 14)
+SHORT_BUDGET_TRIALS = 6       # fewer trials than this left after the baseline: the loader phase only
 # seconds a trial costs besides its timed part (spawn + import torch; + CUDA context on a GPU), a first guess
 OVERHEAD_GUESS_S = {"cpu": 5.0, "cuda": 20.0}
 
@@ -46,10 +51,10 @@ OVERHEAD_GUESS_S = {"cpu": 5.0, "cuda": 20.0}
 class TuneResult:
     workload: str
     device: str
-    best: dict[str, Any]
-    baseline: dict[str, Any]
+    best: Settings
+    baseline: Settings
     limit_samples_per_s: float | None
-    trials: list[dict[str, Any]]
+    trials: list[Trial]
     throughput_batch_size: int | None = None
     largest_safe_batch_size: int | None = None
     largest_safe_searched: bool = False
@@ -66,11 +71,12 @@ class TuneResult:
 
     @property
     def speedup(self) -> float | None:
-        b, t = self.baseline.get("samples_per_s"), self.best.get("samples_per_s")
+        b, t = self.baseline.samples_per_s, self.best.samples_per_s
         return t / b if b and t else None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        d.update(best=self.best.to_dict(), baseline=self.baseline.to_dict(), trials=[t.to_dict() for t in self.trials])
         d["speedup"] = self.speedup
         return d
 
@@ -79,7 +85,7 @@ def tune(workload: str | Workload, budget_s: float = 300, device: str | None = N
          batch_sizes: list[int] | None = None, *, batch_size: int | None = None, precision: str = "fp32",
          precisions: list[str] | None = None, optimizer: str | None = None, measure_s: float = 2.0,
          max_workers: int | None = None, min_gain: float = search.MIN_GAIN,
-         on_trial: Callable[[dict[str, Any], float], None] | None = None) -> TuneResult:
+         on_trial: Callable[[Trial, float], None] | None = None) -> TuneResult:
     """Tune `workload` on `device` within `budget_s` seconds; every trial goes to `results` (JSONL).
 
     `batch_sizes` replaces the batch search by these candidates; `batch_size` is the batch of the
@@ -88,56 +94,44 @@ def tune(workload: str | Workload, budget_s: float = 300, device: str | None = N
     after each trial (the CLI's progress bar).
     """
     wl = load_workload(workload)
-    return _Tuner(wl, budget_s, _check_device(device) if device else _default_device(), results, batch_sizes, batch_size, precision,
-                  precisions, optimizer, measure_s, max_workers, min_gain, on_trial).run()
-
-
-def _check_device(device: str) -> str:
-    import torch
-
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, ValueError):
-        raise GpuwiseError(f"unknown device {device!r}; use cpu, cuda or cuda:N") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise GpuwiseError(f"device {device!r}: this PyTorch sees no CUDA GPU")
-    return str(dev)
-
-
-def _default_device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    options = TuneOptions(budget_s=budget_s, results=results, batch_sizes=batch_sizes, batch_size=batch_size,
+                          precision=precision, precisions=precisions, optimizer=optimizer, measure_s=measure_s,
+                          max_workers=max_workers, min_gain=min_gain, on_trial=on_trial)
+    return _Tuner(wl, resolve_device(device), options).run()
 
 
 class _Tuner:
-    def __init__(self, wl, budget_s, device, results, batch_sizes, batch_size, precision, precisions, optimizer,
-                 measure_s, max_workers, min_gain, on_trial):
-        if budget_s <= 0:
-            raise GpuwiseError(f"the budget must be positive, got {budget_s}s")
-        if max_workers is not None and max_workers < 0:
-            raise GpuwiseError(f"max_workers must be 0 or more, got {max_workers}")
-        self.wl, self.budget_s, self.device = wl, float(budget_s), str(device)
+    def __init__(self, wl: Workload, device: str, options: TuneOptions):
+        o = options
+        if o.budget_s <= 0:
+            raise GpuwiseError(f"the budget must be positive, got {o.budget_s}s")
+        if o.max_workers is not None and o.max_workers < 0:
+            raise GpuwiseError(f"max_workers must be 0 or more, got {o.max_workers}")
+        self.wl, self.budget_s, self.device = wl, float(o.budget_s), str(device)
         self.dtype = self.device.split(":")[0]
-        self.store = TrialStore(results)
-        self.batch_sizes, self.batch_size, self.precision = batch_sizes, batch_size, precision
-        self.precisions, self.optimizer, self.measure_s = precisions, optimizer, float(measure_s)
-        self.max_workers, self.min_gain, self.on_trial = max_workers, min_gain, on_trial
+        self.store = TrialStore(o.results)
+        self.batch_sizes, self.batch_size, self.precision = o.batch_sizes, o.batch_size, o.precision
+        self.precisions, self.optimizer, self.measure_s = o.precisions, o.optimizer, float(o.measure_s)
+        self.max_workers, self.min_gain, self.on_trial = o.max_workers, o.min_gain, o.on_trial
         self.start = time.monotonic()
-        self.trials: list[dict[str, Any]] = []
+        self.trials: list[Trial] = []
         self.ran_s: list[float] = []
         self.out_of_budget = False
         self.notes: list[str] = []
         self.resumed = 0
-        self.session: dict[str, dict[str, Any]] = {}
+        self.session: dict[str, Trial] = {}
         self.info: dict[str, Any] = {}
+        self.phase_end: float | None = None
 
     # --- budget and trials -------------------------------------------------------------------
     def elapsed(self) -> float:
         return time.monotonic() - self.start
 
     def remaining(self) -> float:
-        return self.budget_s - self.elapsed()
+        left = self.budget_s - self.elapsed()
+        if self.phase_end is not None:  # a phase that must leave time for the ones after it
+            left = min(left, self.phase_end - time.monotonic())
+        return left
 
     def expected_trial_s(self) -> float:
         if self.ran_s:
@@ -146,13 +140,16 @@ class _Tuner:
 
     def out_of_time(self) -> bool:
         """True once the time left cannot fit a typical trial (80% of the median so far, or a first guess)."""
-        if self.remaining() < 0.8 * self.expected_trial_s():
-            self.out_of_budget = True
+        need = 0.8 * self.expected_trial_s()
+        if self.remaining() < need:
+            if self.budget_s - self.elapsed() < need:
+                self.out_of_budget = True  # the whole budget, not only this phase's share
+            return True
         return self.out_of_budget
 
     def trial(self, kind: str, batch_size: int, precision: str | None = None, num_workers: int | None = None,
               pin_memory: bool | None = None, prefetch_factor: int | None = None,
-              persistent_workers: bool | None = None) -> dict[str, Any] | None:
+              persistent_workers: bool | None = None) -> Trial | None:
         """Run (or reuse) one trial; None when the budget is spent."""
         if kind in ("compute", "fit"):
             num_workers = pin_memory = prefetch_factor = persistent_workers = None
@@ -168,7 +165,7 @@ class _Tuner:
             return self.session[key]
         old = self.store.get(settings)
         if old is not None:
-            record = {**old, "resumed": True}
+            record = Trial.from_record({**old, "resumed": True})
             self.resumed += 1
         else:
             if self.out_of_time():
@@ -179,24 +176,20 @@ class _Tuner:
                                timeout_s=max(1.0, min(self.remaining(), TRIAL_TIMEOUT_S)))
             self.ran_s.append(res.seconds)
             value = res.value or {}
-            record = {**settings, "status": res.status, "oom": res.status == "oom",
-                      "samples_per_s": value.get("samples_per_s"), "seconds": round(res.seconds, 3),
-                      "steps": value.get("steps"), "startup_s": value.get("startup_s"),
-                      "num_threads": value.get("num_threads"),
-                      "peak_memory_bytes": value.get("peak_memory_bytes"), "memory_kind": value.get("memory_kind"),
-                      "error": res.error or None}
-            self.store.add(record)
-            record = {**record, "resumed": False}
+            record = Trial(**settings, status=res.status, oom=res.status == "oom",
+                           samples_per_s=value.get("samples_per_s"), seconds=round(res.seconds, 3),
+                           steps=value.get("steps"), startup_s=value.get("startup_s"),
+                           num_threads=value.get("num_threads"), peak_memory_bytes=value.get("peak_memory_bytes"),
+                           memory_kind=value.get("memory_kind"), error=res.error or None)
+            self.store.add(record.to_record())
         self.session[key] = record
         self.trials.append(record)
         if self.on_trial is not None:
             self.on_trial(record, self.elapsed())
         return record
 
-    def rate(self, record: dict[str, Any] | None) -> float | None:
-        if record is None or record.get("status") != "ok":
-            return None
-        return record.get("samples_per_s")
+    def rate(self, record: Trial | None) -> float | None:
+        return None if record is None else record.rate
 
     # --- phases --------------------------------------------------------------------------------
     def run(self) -> TuneResult:
@@ -210,17 +203,31 @@ class _Tuner:
         # an epoch of at least MIN_STEPS_PER_EPOCH steps: a batch that is a big share of the dataset
         # leaves the workers' pipeline restarting every few steps (and trains with very few updates)
         limit = max(1, ds_len // MIN_STEPS_PER_EPOCH) if ds_len else BATCH_LIMIT
-        baseline_settings = {"batch_size": b0, "num_workers": 0, "pin_memory": False, "prefetch_factor": None,
-                             "persistent_workers": False, "precision": self.precision}
+        baseline_settings = Settings(b0, num_workers=0, pin_memory=False, prefetch_factor=None,
+                                     persistent_workers=False, precision=self.precision)
         if ds_len is None:
             self.notes.append(f"{wl.spec} defines no dataset(): only batch size and precision were tuned")
         # 1. baseline
         base = (self.trial("train", b0, self.precision, 0, False, None, False) if ds_len
                 else self.trial("compute", b0, self.precision))
+        if base is not None and base.status == "error":
+            error = str(base.error or "unknown error").removeprefix("WorkloadError: ")
+            raise GpuwiseError(f"the workload as given fails, nothing to tune: {error}")
+        if ds_len:
+            # The loader is usually the bottleneck: precision and batch size get at most PRECISION_BATCH_SHARE of
+            # what is left, so that a short budget still tries worker counts end to end; a budget of fewer than
+            # SHORT_BUDGET_TRIALS trials goes to the loader alone (batch and precision stay as given).
+            left = max(self.remaining(), 0.0)
+            short = left < SHORT_BUDGET_TRIALS * self.expected_trial_s()
+            self.phase_end = time.monotonic() + (0.0 if short else PRECISION_BATCH_SHARE * left)
+            if short:
+                self.notes.append(f"a short budget ({self.budget_s:g}s, trials of ~{self.expected_trial_s():.0f}s): "
+                                  "the DataLoader was tuned at the given batch size and precision")
         # 2. precision
         prec_rates, chosen_prec = self.tune_precision(b0)
         # 3. batch size
         bs = self.tune_batch(b0, chosen_prec, limit)
+        self.phase_end = None
         best_b = bs.best_batch_size or b0
         limit_rec = self.trial("compute", best_b, chosen_prec)
         limit_rate = self.rate(limit_rec)
@@ -231,17 +238,16 @@ class _Tuner:
             if best is not None:
                 best = self.refine_batch(best, chosen_prec)
         if best is None and ds_len is not None:  # the budget ran out first: the fastest end-to-end trial
-            ran = [t for t in self.trials if t["kind"] == "train" and t["status"] == "ok"]
+            ran = [t for t in self.trials if t.kind == "train" and t.ok]
             if ran:
-                top = max(ran, key=lambda t: t["samples_per_s"])
-                best = {k: top[k] for k in SETTINGS} | {"samples_per_s": top["samples_per_s"]}
+                best = max(ran, key=lambda t: t.samples_per_s).settings()
         if best is None:  # no dataset (or no end-to-end trial at all): the compute answer
-            best = {**baseline_settings, "batch_size": best_b, "precision": chosen_prec,
-                    "samples_per_s": limit_rate if ds_len is None else None}
-        base_d = {**baseline_settings, "samples_per_s": self.rate(base)}
+            best = replace(baseline_settings, batch_size=best_b, precision=chosen_prec,
+                           samples_per_s=limit_rate if ds_len is None else None)
+        base_d = replace(baseline_settings, samples_per_s=self.rate(base))
         if self.out_of_budget:
             self.notes.append(f"the budget ({self.budget_s:g}s) ran out: the answer is the best found so far")
-        note = lr_note(b0, best["batch_size"])
+        note = lr_note(b0, best.batch_size)
         return TuneResult(
             workload=wl.spec, device=self.device, best=best, baseline=base_d, limit_samples_per_s=limit_rate,
             trials=self.trials, throughput_batch_size=bs.best_batch_size,
@@ -251,16 +257,16 @@ class _Tuner:
             notes=self.notes, lr_note=note, budget_s=self.budget_s, elapsed_s=round(self.elapsed(), 3),
             out_of_budget=self.out_of_budget, resumed_trials=self.resumed)
 
-    def refine_batch(self, best: dict[str, Any], precision: str) -> dict[str, Any]:
+    def refine_batch(self, best: Settings, precision: str) -> Settings:
         """End to end, a smaller batch can beat the compute-optimal one (the input pipeline, not the
         step, sets the pace); halve it with the chosen loader settings while that is faster."""
-        while best["batch_size"] > 1:
-            b = best["batch_size"] // 2
-            rec = self.trial("train", b, precision, best["num_workers"], best["pin_memory"],
-                             best["prefetch_factor"], best["persistent_workers"])
-            if rec is None or (self.rate(rec) or 0) <= (best["samples_per_s"] or 0):
+        while best.batch_size > 1:
+            b = best.batch_size // 2
+            rec = self.trial("train", b, precision, best.num_workers, best.pin_memory,
+                             best.prefetch_factor, best.persistent_workers)
+            if rec is None or (self.rate(rec) or 0) <= (best.samples_per_s or 0):
                 break
-            best = {**best, "batch_size": b, "samples_per_s": self.rate(rec)}
+            best = replace(best, batch_size=b, samples_per_s=self.rate(rec))
         return best
 
     def tune_precision(self, b0: int) -> tuple[dict[str, dict[str, Any]], str]:
@@ -272,8 +278,8 @@ class _Tuner:
         table: dict[str, dict[str, Any]] = {p: {"skipped": why} for p, why in skipped.items()}
         for p in cands:
             rec = self.trial("compute", b0, p)
-            table[p] = {"samples_per_s": self.rate(rec), "peak_memory_bytes": rec and rec.get("peak_memory_bytes"),
-                        "memory_kind": rec and rec.get("memory_kind"), "status": rec["status"] if rec else "skipped"}
+            table[p] = {"samples_per_s": self.rate(rec), "peak_memory_bytes": rec and rec.peak_memory_bytes,
+                        "memory_kind": rec and rec.memory_kind, "status": rec.status if rec else "skipped"}
         measured = {p: v["samples_per_s"] for p, v in table.items() if v.get("samples_per_s")}
         if not measured:
             return table, self.precision
@@ -300,7 +306,7 @@ class _Tuner:
             rec = self.trial("compute" if timed else "fit", b, precision)
             if rec is None:
                 return search.Probe(b, timed, "skipped")
-            return search.Probe(b, timed, rec["status"], rec.get("samples_per_s"))
+            return search.Probe(b, timed, rec.status, rec.samples_per_s)
 
         if self.batch_sizes:
             probes = [measure(b, True) for b in sorted(set(self.batch_sizes)) if not self.out_of_time()]
@@ -315,16 +321,10 @@ class _Tuner:
 
     def planner_seed(self, b0: int, precision: str) -> int | None:
         """The planner's predicted max batch for this GPU, when the planner is there and can say."""
-        try:
-            from ..plan import estimate
-
-            est = estimate(self.wl, b0, optimizer=self.optimizer, precision=precision, target="cuda",
-                           gpu=self.info.get("name"))
-            seed = getattr(est, "max_batch_size", None)
-        except Exception as exc:  # noqa: BLE001 - the seed is optional; the search works without it
-            self.notes.append(f"no planner seed for the batch search ({type(exc).__name__}); searched from {b0}")
-            return None
-        return int(seed) if seed else None
+        answer = ask_max_batch(self.wl, b0, self.info.get("name"), precision=precision, optimizer=self.optimizer)
+        if answer.max_batch_size is None and answer.why_not != "no max batch":
+            self.notes.append(f"no planner seed for the batch search ({answer.why_not}); searched from {b0}")
+        return answer.max_batch_size
 
     def tune_loader(self, b: int, precision: str, limit_rate: float | None, ds_len: int):
         loader = self.trial("loader", b, None, 0, False, None, False)
@@ -334,15 +334,15 @@ class _Tuner:
         est = search.workers_estimate(limit_rate or 0.0, one_rate or 0.0, min(cpus, max_w))
         pin = self.dtype == "cuda"
         rates: dict[int, float] = {}
-        recs: dict[int, dict] = {}
+        recs: dict[int, Trial] = {}
         while (w := search.next_workers(rates, est, max_w, tolerance=search.NOISE)) is not None:
             rec = self.trial("train", b, precision, w, pin, None, False)
             if rec is None:
                 break
             recs[w] = rec
-            rates[w] = self.rate(rec) if rec["status"] == "ok" else -1.0  # never the best
-            if rec["status"] != "ok":
-                self.notes.append(f"num_workers={w}: {rec['status']}: {rec.get('error')}")
+            rates[w] = self.rate(rec) if rec.ok else -1.0  # never the best
+            if not rec.ok:
+                self.notes.append(f"num_workers={w}: {rec.status}: {rec.error}")
         if not rates or max(rates.values()) < 0:
             return one_rate, est, None
         best_w = max(rates, key=lambda w: rates[w])
@@ -353,7 +353,7 @@ class _Tuner:
         best = {"num_workers": best_w, "pin_memory": pin, "prefetch_factor": None, "persistent_workers": False}
         best_rec = recs[best_w]
 
-        def variant(keep_unless_slower: bool, **change) -> dict[str, Any] | None:
+        def variant(keep_unless_slower: bool, **change) -> Trial | None:
             """Try one change; keep it when faster, or (for a change whose only cost is memory and that a
             measured cost argues for) unless clearly slower."""
             s = {**best, **change}
@@ -376,12 +376,12 @@ class _Tuner:
         if best_w > 0:
             rate = self.rate(best_rec) or 0
             epoch_s = ds_len / rate if rate else 0
-            startup = best_rec.get("startup_s") or 0
+            startup = best_rec.startup_s or 0
             if epoch_s and startup > 0.02 * epoch_s:  # restarting the workers every epoch is a visible cost
                 won = variant(True, persistent_workers=True)
                 if won:
                     best_rec, best = won, {**best, "persistent_workers": True}
-        best_d = {"batch_size": b, **best, "precision": precision, "samples_per_s": self.rate(best_rec)}
-        if self.dtype == "cpu" and best_rec.get("num_threads"):
-            best_d["num_threads"] = best_rec["num_threads"]  # the step's threads next to the workers
-        return one_rate, est, best_d
+        # CPU: the step's threads next to the workers
+        threads = best_rec.num_threads if self.dtype == "cpu" and best_rec.num_threads else None
+        return one_rate, est, Settings(b, **best, precision=precision, samples_per_s=self.rate(best_rec),
+                                       num_threads=threads)

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from gpuwise import cli
-from gpuwise.dist.scale import RankTiming, points_from
+from gpuwise.scaleout.scale import RankTiming, points_from
 
 
 def test_points_arithmetic():

@@ -1,6 +1,6 @@
 """Running a gpuwise worker job (train or scale) under torchrun from the parent process.
 
-The parent writes JOB.json in a temporary folder, launches `torchrun ... -m gpuwise.dist.worker
+The parent writes JOB.json in a temporary folder, launches `torchrun ... -m gpuwise.scaleout.worker
 JOB.json` on the chosen devices, and reads the result file rank 0 wrote.
 """
 
@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from ..errors import GpuwiseError
 from . import launch as launching
 
-WORKER = ["--module", "gpuwise.dist.worker"]
+WORKER = ["--module", "gpuwise.scaleout.worker"]
 
 
 @dataclass
@@ -32,7 +32,7 @@ def run_job(mode: str, config, *, nproc: int | None, max_restarts: int = 0, devi
             extra_env: Mapping[str, str] | None = None,
             on_plan: Callable[[launching.LaunchPlan], None] | None = None) -> JobOutcome:
     """Launch `config` (a TrainConfig / ScaleConfig; its result_path is filled in) on `nproc` ranks."""
-    with tempfile.TemporaryDirectory(prefix="gpuwise-dist-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="gpuwise-scaleout-") as tmp:
         config.result_path = os.path.join(tmp, "result.json")
         job_path = os.path.join(tmp, "job.json")
         with open(job_path, "w") as fh:

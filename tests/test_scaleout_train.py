@@ -12,8 +12,8 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
 from gpuwise import cli
-from gpuwise.dist import checkpoint
-from gpuwise.dist.dataparallel import data_parallel_message, find_data_parallel, unwrap_data_parallel
+from gpuwise.scaleout import checkpoint
+from gpuwise.scaleout.dataparallel import data_parallel_message, find_data_parallel, unwrap_data_parallel
 from gpuwise.workload import load_workload
 
 WORKLOAD = textwrap.dedent("""

@@ -3,9 +3,9 @@
 `gpuwise train` starts torchrun for you; these are the command lines it runs (one node, 2 ranks;
 two nodes, 8 GPUs each, run on both with NODE_RANK 0 and 1):
 
-    torchrun --standalone --nproc-per-node 2 -m gpuwise.dist.worker run.json
+    torchrun --standalone --nproc-per-node 2 -m gpuwise.scaleout.worker run.json
     torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint HOST:29400 \\
-        --rdzv-id job1 --node-rank NODE_RANK -m gpuwise.dist.worker run.json
+        --rdzv-id job1 --node-rank NODE_RANK -m gpuwise.scaleout.worker run.json
 
 where run.json is a `TrainConfig` as JSON. Each rank: joins the process group (NCCL on GPUs, gloo on
 CPUs), builds the model with the same seed, wraps gpuwise's `TrainStep` model in DDP (which averages

@@ -1,7 +1,7 @@
-"""The entry point torchrun starts on every rank: `python -m gpuwise.dist.worker JOB.json`.
+"""The entry point torchrun starts on every rank: `python -m gpuwise.scaleout.worker JOB.json`.
 
-JOB.json is {"mode": "train" | "scale", "config": {...}}; see `gpuwise.dist.train.TrainConfig` and
-`gpuwise.dist.scale.ScaleConfig`. Rank 0 writes the result to the config's `result_path`.
+JOB.json is {"mode": "train" | "scale", "config": {...}}; see `gpuwise.scaleout.train.TrainConfig` and
+`gpuwise.scaleout.scale.ScaleConfig`. Rank 0 writes the result to the config's `result_path`.
 """
 
 from __future__ import annotations
@@ -10,21 +10,20 @@ import json
 import os
 import sys
 
+from .scale import ScaleConfig, measure_rank
+from .train import TrainConfig, train
+
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        print("usage: python -m gpuwise.dist.worker JOB.json (started by torchrun)", file=sys.stderr)
+        print("usage: python -m gpuwise.scaleout.worker JOB.json (started by torchrun)", file=sys.stderr)
         return 2
     with open(argv[0]) as fh:
         job = json.load(fh)
     if job["mode"] == "train":
-        from .train import TrainConfig, train
-
         train(TrainConfig(**job["config"]))
     elif job["mode"] == "scale":
-        from .scale import ScaleConfig, measure_rank
-
         measure_rank(ScaleConfig(**job["config"]))
     else:
         print(f"unknown mode {job['mode']!r}", file=sys.stderr)

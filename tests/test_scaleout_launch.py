@@ -10,8 +10,8 @@ import pytest
 
 from gpuwise import cli
 from gpuwise.devices import reserve
-from gpuwise.dist import launch as launching
 from gpuwise.errors import GpuwiseError
+from gpuwise.scaleout import launch as launching
 
 
 def test_environment_for_gpus_and_cpu_ranks():

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..errors import GpuwiseError
-from ..workload import Workload
+from .contract import Workload, check_batch
+from .errors import GpuwiseError
 
 HF_PREFIX = "hf:"
 DEFAULT_SEQ_LEN = 512
@@ -92,6 +92,8 @@ def load_config(source: str, num_layers: int | None = None):
 
     data = dict(read_config_dict(source))
     data.pop("quantization_config", None)  # weights are random: a checkpoint's quantization does not apply
+    for key in ("torch_dtype", "dtype", "_source"):  # the storage dtype is --precision's (fp32 master weights)
+        data.pop(key, None)
     model_type = data.pop("model_type")
     try:
         cfg = AutoConfig.for_model(model_type, **data)
@@ -215,8 +217,6 @@ def model_workload(model, batch: Any, loss: Callable | None = None, name: str = 
     if callable(batch):
         batch_fn, size = batch, None
     else:
-        from ..workload import check_batch
-
         check_batch(batch, "batch")
         size = _leading_dim(batch)
         example = batch

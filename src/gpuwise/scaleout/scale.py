@@ -29,6 +29,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from . import backend
+from .job import require_result, run_job
 from .train import TrainConfig, build_step, write_json_atomic
 
 LR_RULE = ("linear scaling: global batch = nproc x per-rank batch, so multiply the 1-rank learning rate by "
@@ -160,8 +161,6 @@ def points_from(timings: list[RankTiming], per_rank_batch: int) -> list[ScalePoi
 def measure_scaling(cfg: ScaleConfig, nprocs: list[int], *, device: str = "auto",
                     on_point=None, **launch_kwargs) -> ScaleResult:
     """Launch one torchrun job per world size in `nprocs` (1 is added if missing) and compare them."""
-    from .job import require_result, run_job
-
     sizes = sorted(set(nprocs) | {1})
     # CPU ranks: one thread each at every size, so a rank has the same resources at 1 and at n ranks
     # (like one GPU per rank); a 1-rank job with all cores would not be the 1-GPU reference.

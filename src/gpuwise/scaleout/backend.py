@@ -1,4 +1,4 @@
-"""The one seam to torchrun and torch.distributed: everything in gpuwise.dist goes through here.
+"""The one seam to torchrun and torch.distributed: everything in gpuwise.scaleout goes through here.
 
 Outside the job: `run_torchrun(argv, env)` starts `python -m torch.distributed.run ARGV` (torchrun) and
 returns its exit code. Inside a worker torchrun started: `init()`, `rank()`, `world_size()`,
@@ -10,7 +10,6 @@ returns its exit code. Inside a worker torchrun started: `init()`, `rank()`, `wo
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Mapping

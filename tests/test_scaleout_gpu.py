@@ -37,7 +37,7 @@ def test_scale_one_gpu_rank_on_nccl(capfd):
 
 def test_rng_states_of_a_checkpoint_loaded_onto_the_gpu_can_be_restored(tmp_path):
     # `gpuwise train` loads its checkpoint with map_location=cuda:N, which moves the RNG ByteTensors too
-    from gpuwise.dist import checkpoint
+    from gpuwise.scaleout import checkpoint
 
     torch.cuda.init()
     checkpoint.save(str(tmp_path), checkpoint.Checkpoint(step=1, epoch=0, model={}, optimizer={}, scaler=None,

@@ -1,0 +1,48 @@
+"""The next batch size to try between the largest that ran (or fit) and the smallest that did not.
+
+One pure strategy for every batch search: the max-batch search on a device (measure/maxbatch.py), the
+tuner's batch search (tune/search.py) and the planner's capacity search over traces (plan/curve.py).
+Its docstring gives the sequence; the callers' tests assert the exact batch sizes tried.
+"""
+
+from __future__ import annotations
+
+
+def next_candidate(largest_ok: int | None, smallest_fail: int | None, start: int, *,
+                   step: int | None = None, limit: int | None = None, resolution: int = 1,
+                   guess: int | None = None) -> int | None:
+    """The next batch size to try, or None when the search is over.
+
+    `largest_ok` / `smallest_fail`: the largest batch that ran and the smallest that ran out of memory
+    so far (None: none yet). `start`: the first candidate (the seed). `step`: None for power-of-two
+    growth from `start`; an int for seed mode (grow or shrink by step, 2*step, 4*step ... from start).
+    `limit`: never try above it. `resolution`: stop when smallest_fail - largest_ok <= resolution.
+    `guess`: a prediction (plan/curve.py's memory line) tried first whenever it lies inside the open bracket.
+    """
+    if start < 1:
+        raise ValueError(f"start must be >= 1, got {start}")
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit must be >= 1, got {limit}")
+    if step is not None and step < 1:
+        raise ValueError(f"step must be >= 1, got {step}")
+    if largest_ok is not None and smallest_fail is not None and smallest_fail - largest_ok <= max(resolution, 1):
+        return None
+    if guess is not None and (largest_ok or 0) < guess and (smallest_fail is None or guess < smallest_fail):
+        return guess
+    if largest_ok is None and smallest_fail is None:
+        return min(start, limit) if limit is not None else start
+    if smallest_fail is None:  # only successes: grow
+        if limit is not None and largest_ok >= limit:
+            return None
+        if step is None:
+            nxt = largest_ok * 2
+        else:
+            nxt = largest_ok + max(step, largest_ok - start)
+        return min(nxt, limit) if limit is not None else nxt
+    if largest_ok is None:  # only failures: shrink
+        if smallest_fail <= 1:
+            return None
+        if step is None:
+            return smallest_fail // 2
+        return max(1, smallest_fail - max(step, start - smallest_fail))
+    return (largest_ok + smallest_fail) // 2

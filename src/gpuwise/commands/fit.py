@@ -1,0 +1,72 @@
+"""`gpuwise fit`: does the job fit on a GPU (or N), and which changes make it fit or run faster."""
+
+from __future__ import annotations
+
+from ..errors import GpuwiseError
+from ..hf import TASKS
+from ..plan.curve import DEFAULT_MARGIN_PCT
+from ..plan.fit import fit, fit_all_gpus
+from ..report import console
+from ..report.fit import gpus_table, plot_fit, render_fit
+from ..step import OPTIMIZERS, PRECISIONS
+from .common import positive_int
+
+HELP = "will it fit on GPU X (or N of them), and how to make it fit: ranked options (no GPU needed)"
+EXAMPLES = """\
+  gpuwise fit examples/configs/llama-2-7b.json --gpu rtx4090 -b 8 --seq-len 1024
+  gpuwise fit hf:Qwen/Qwen2.5-7B --gpu H100 -n 8 --seq-len 2048 --json     # fetches config.json only
+  gpuwise fit examples:gpt-mini --gpu all -b 64                            # which GPU should I buy?
+  gpuwise fit path/to/job.py --gpu L4 -b 32 --plot fit.png
+Each option is traced (fake tensors, the real peft / bitsandbytes / transformers code); for a model
+config, layers 1 and 2 are traced and extrapolated. Options that fit come first, fastest first.
+"""
+
+
+def add_arguments(p) -> None:
+    p.add_argument("workload", metavar="WORKLOAD", help="path/to/job.py, examples:NAME, hf:ORG/NAME or config.json")
+    p.add_argument("--gpu", required=True, metavar="NAME", help="catalog GPU (e.g. H100, rtx4090, L4) or 'all'")
+    p.add_argument("-n", "--nproc", type=positive_int, default=1, help="number of GPUs (default 1)")
+    p.add_argument("-b", "--batch-size", type=positive_int, default=8, help="samples per optimizer step per GPU (default 8)")
+    p.add_argument("--seq-len", type=positive_int, help="hf:ID / config.json: tokens per sample (default 512)")
+    p.add_argument("--task", choices=list(TASKS), help="hf:ID / config.json: the head (default causal-lm)")
+    p.add_argument("--optimizer", choices=list(OPTIMIZERS), help="the job's optimizer (default adamw)")
+    p.add_argument("--precision", default="fp32", choices=list(PRECISIONS), help="the job's precision (default fp32)")
+    p.add_argument("--checkpointing", action="store_true", help="the job already checkpoints activations")
+    p.add_argument("--margin", type=float, default=None, metavar="PCT", help="percent of GPU memory kept free (default 5)")
+    p.add_argument("--plot", metavar="FILE", help="chart of the options (memory vs the GPU, samples/s) to FILE")
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    if args.plot and not Path(args.plot).resolve().parent.is_dir():
+        raise GpuwiseError(f"--plot {args.plot}: the folder {Path(args.plot).resolve().parent} does not exist")
+    margin = DEFAULT_MARGIN_PCT if args.margin is None else args.margin
+    if not 0 <= margin < 100:
+        raise GpuwiseError(f"--margin must be a percentage in [0, 100), got {margin!r}")
+    kw = dict(precision=args.precision, optimizer=args.optimizer, checkpointing=args.checkpointing,
+              seq_len=args.seq_len, task=args.task, margin_pct=margin)
+    with console.err.status("tracing the options with fake tensors…"):
+        if args.gpu.strip().lower() == "all":
+            results = fit_all_gpus(args.workload, args.nproc, args.batch_size, **kw)
+        else:
+            results = [fit(args.workload, args.gpu, args.nproc, args.batch_size, **kw)]
+    if args.plot:
+        try:
+            plot_fit(results[0] if len(results) == 1 else max(results, key=lambda r: r.gpu_memory_bytes), args.plot)
+        except (OSError, ValueError) as exc:
+            raise GpuwiseError(f"--plot {args.plot}: {exc}") from exc
+    if args.json:
+        if len(results) == 1:
+            console.emit_json(results[0].to_dict())
+        else:
+            console.emit_json({"workload": results[0].workload, "nproc": args.nproc,
+                               "gpus": [r.to_dict() for r in results]})
+        return 0
+    if len(results) == 1:
+        render_fit(results[0])
+    else:
+        console.out.print(gpus_table(results))
+    if args.plot:
+        console.err.print(f"chart written to {args.plot}")
+    return 0

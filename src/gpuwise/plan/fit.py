@@ -1,0 +1,298 @@
+"""`gpuwise fit`: will this job fit on that GPU (or N of them), and which changes make it fit or go faster.
+
+Each option is a set of changes to the job (precision, activation checkpointing, optimizer, LoRA /
+QLoRA, offload, gradient accumulation, sharding over N GPUs); gpuwise traces the changed step (the
+real libraries, fake tensors; plan/scaled.py makes a 7B model cost two small traces per variant) and
+reports, per rank: device memory as nvidia-smi would show it, a samples/s bound, the effective batch,
+what changes in the training's numerics, and the code to write. The JSON form is DESIGN.md's
+`gpuwise fit --json` contract. Options that fit come first, fastest first.
+
+Speed = effective batch x data-parallel ranks / step time, where the step time is the roofline bound of
+the traced FLOPs and bytes (plan/flops.py; the recomputation of checkpointing is in the traced FLOPs)
+plus, not overlapped with it beyond the compute time, the communication of the split
+(plan/sharding.py `comm_bytes_per_step` over the GPU's link) and, for offload, PCIe traffic and a
+host-memory-bound CPU optimizer step. Like the roofline, it is an upper bound for ranking, not a
+measurement.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import GpuwiseError
+from ..step import StepConfig
+from .catalog import CATALOG, GpuSpec, lookup
+from .curve import DEFAULT_MARGIN_PCT
+from .estimate import resolve_gpu
+from .flops import roofline, traffic_bytes
+from .inputs import resolve_inputs
+from .modes import TrainingModes
+from .scaled import Evaluator, Point
+from .sharding import DEFAULT_NODE_SIZE, Split, comm_bytes_per_step
+
+GB = 1e9
+# Per-direction GPU-to-GPU bandwidth. NVLink: H100/H200 SXM NVLink4 900 GB/s total (450 each way), A100
+# SXM NVLink3 600 GB/s (300), V100 SXM2 NVLink2 300 GB/s (150) (NVIDIA datasheets). Cards without
+# NVLink go through PCIe: Gen5 x16 64 GB/s, Gen4 x16 32 GB/s per direction (PCI-SIG), at ~80% in practice.
+LINK_BYTES_PER_S = {"h100-sxm": 450 * GB, "h200": 450 * GB, "a100-40gb": 300 * GB, "a100-80gb": 300 * GB,
+                    "v100-16gb": 150 * GB, "v100-32gb": 150 * GB, "h100-pcie": 0.8 * 64 * GB}
+PCIE_BYTES_PER_S = 0.8 * 32 * GB            # PCIe Gen4 x16, ~80% of 32 GB/s: host <-> GPU (offload)
+HOST_MEMORY_BYTES_PER_S = 50 * GB           # assumption: a server's sustained DRAM bandwidth for CPU Adam
+CPU_ADAM_BYTES_PER_PARAM = 28               # fp32 p, g, m, v read (16) + p, m, v written (12)
+
+NOTES = {
+    "fp32": "fp32 weights and math",
+    "bf16": "bf16 autocast: fp32 master weights and optimizer; matmuls in bf16 (8-bit mantissa), usually loss-neutral",
+    "fp16": "fp16 autocast + GradScaler: dynamic loss scaling, steps with inf/NaN gradients are skipped",
+    "bf16-pure": "weights and optimizer state in bf16: updates under 2^-8 of a weight are lost "
+                 "(keep fp32 master weights or use stochastic rounding for long runs)",
+    "checkpointing": "same math; one extra forward of each block in backward (~1/3 more FLOPs)",
+    "adamw8bit": "8-bit blockwise Adam states (Dettmers et al. 2022): matched 32-bit Adam in their benchmarks",
+    "adafactor": "Adafactor: factored second moment, no momentum: a different optimizer (retune the learning rate)",
+    "lora": "LoRA: only rank-r adapters train (not a full fine-tune); quality depends on rank and task",
+    "qlora": "QLoRA: frozen base in NF4 (quantization error in the base; matched 16-bit LoRA in the QLoRA paper)",
+    "offload": "same math; the optimizer step runs on the CPU (PCIe and host-memory bound)",
+    "accum": "same effective batch in {k} micro-batches of {m} (BatchNorm statistics see {m} samples)",
+    "ddp": "same math as one GPU with the batch x N",
+    "sharded": "same math as DDP; state sharded (communication grows, see samples/s)",
+    "pipeline": "same math with micro-batches; pipeline bubble (N-1)/(m+N-1) of the time idle",
+}
+
+CODE = {
+    "bf16": "with torch.autocast('cuda', dtype=torch.bfloat16): loss = ...",
+    "fp16": "scaler = torch.amp.GradScaler(); with torch.autocast('cuda', dtype=torch.float16): ...; "
+            "scaler.scale(loss).backward(); scaler.step(opt); scaler.update()",
+    "bf16-pure": "model.to(torch.bfloat16)",
+    "checkpointing": "model.gradient_checkpointing_enable()  # or torch.utils.checkpoint per block",
+    "adamw8bit": "opt = bitsandbytes.optim.AdamW8bit(model.parameters(), lr=...)",
+    "adafactor": "opt = transformers.optimization.Adafactor(params, lr=..., relative_step=False, scale_parameter=False)",
+    "lora": "model = peft.get_peft_model(model, LoraConfig(r={r}, lora_alpha={a}, target_modules='all-linear'))",
+    "qlora": "from_pretrained(..., quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="
+             "'nf4', bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=torch.bfloat16)) + LoRA",
+    "offload": "DeepSpeed zero_optimization.offload_optimizer.device='cpu' (or FSDP2 CPUOffloadPolicy)",
+    "accum": "loss / {k} .backward() for {k} micro-batches of {m}, then opt.step(); opt.zero_grad()",
+    "ddp": "torchrun --nproc-per-node {n} ...; model = DistributedDataParallel(model)",
+    "zero1": "DeepSpeed zero_optimization.stage=1",
+    "zero2": "DeepSpeed zero_optimization.stage=2 (or FSDP2 fully_shard(reshard_after_forward=False))",
+    "fsdp": "for block in model.model.layers: fully_shard(block); fully_shard(model)  # FSDP2",
+    "fsdp-grad-op": "fully_shard(block, reshard_after_forward=False) per block; fully_shard(model)",
+    "hsdp": "fully_shard(..., mesh=init_device_mesh('cuda', (nodes, {s}), mesh_dim_names=('rep', 'shard')))",
+    "pipeline": "torch.distributed.pipelining: split the layers into {n} stages (schedule 1F1B)",
+}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A candidate: changes to the step, before the micro-batch is chosen."""
+
+    name: str
+    config: StepConfig
+    modes: TrainingModes
+    split: Split
+    keys: tuple[str, ...]   # NOTES / CODE entries that describe it
+
+
+@dataclass
+class FitOption:
+    name: str
+    changes: dict[str, Any]
+    fits: bool
+    device_used_bytes: int
+    samples_per_s: float
+    effective_batch_size: int
+    notes: list[str]
+    micro_batch_size: int = 1
+    grad_accum: int = 1
+    step_time_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "changes": self.changes, "fits": self.fits,
+                "device_used_bytes": self.device_used_bytes, "samples_per_s": round(self.samples_per_s, 3),
+                "effective_batch_size": self.effective_batch_size, "notes": self.notes}
+
+
+@dataclass
+class FitResult:
+    workload: str
+    gpu: str
+    nproc: int
+    gpu_memory_bytes: int
+    batch_size: int
+    options: list[FitOption]
+    seconds: float = 0.0
+    traces: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """DESIGN.md `gpuwise fit --json` contract."""
+        return {"workload": self.workload, "gpu": self.gpu, "nproc": self.nproc,
+                "options": [o.to_dict() for o in self.options]}
+
+    @property
+    def fitting(self) -> list[FitOption]:
+        return [o for o in self.options if o.fits]
+
+
+def _mixed(spec: GpuSpec) -> str:
+    return "bf16" if spec.flops.get("bf16") else "fp16"
+
+
+def variants(spec: GpuSpec, nproc: int, precision: str, optimizer: str | None, checkpointing: bool,
+             adapters: bool = True) -> list[Variant]:
+    """The candidates, as given first. `adapters`: the model has linear layers for LoRA / QLoRA."""
+    mixed = _mixed(spec)
+    one = Split()
+    opt = optimizer or "adamw"
+    out = [Variant("as given", StepConfig(optimizer, precision, checkpointing), TrainingModes(), one, ())]
+
+    def add(name, prec, ckpt, opt_name, modes=TrainingModes(), split=one, keys=()):
+        v = Variant(name, StepConfig(opt_name, prec, ckpt), modes, split, tuple(keys))
+        if all((v.config, v.modes, v.split) != (o.config, o.modes, o.split) for o in out):
+            out.append(v)
+
+    add(mixed, mixed, checkpointing, opt, keys=(mixed,))
+    add(f"{mixed} + checkpointing", mixed, True, opt, keys=(mixed, "checkpointing"))
+    add(f"{mixed} + checkpointing + 8-bit AdamW", mixed, True, "adamw8bit", keys=(mixed, "checkpointing", "adamw8bit"))
+    add(f"{mixed} + checkpointing + Adafactor", mixed, True, "adafactor", keys=(mixed, "checkpointing", "adafactor"))
+    add(f"{mixed} + checkpointing + optimizer offload", mixed, True, opt, TrainingModes(offload_optimizer=True),
+        keys=(mixed, "checkpointing", "offload"))
+    if spec.flops.get("bf16"):
+        add("pure bf16 + checkpointing + 8-bit AdamW", "bf16-pure", True, "adamw8bit",
+            keys=("bf16-pure", "checkpointing", "adamw8bit"))
+    if adapters:
+        add(f"LoRA r16 ({mixed})", mixed, False, opt, TrainingModes(lora_rank=16), keys=(mixed, "lora"))
+        add(f"LoRA r16 ({mixed}) + checkpointing", mixed, True, opt, TrainingModes(lora_rank=16),
+            keys=(mixed, "lora", "checkpointing"))
+        add(f"QLoRA r16 ({mixed}) + checkpointing", mixed, True, opt, TrainingModes(lora_rank=16, qlora=True),
+            keys=(mixed, "qlora", "checkpointing"))
+    if nproc > 1:
+        strategies = ["ddp", "zero1", "zero2", "fsdp", "fsdp-grad-op", "pipeline"]
+        if nproc > DEFAULT_NODE_SIZE:
+            strategies.append("hsdp")
+        for s in strategies:
+            split = Split(s, nproc)
+            for ckpt in (False, True):
+                label = f"{s} x{nproc} ({mixed}{' + checkpointing' if ckpt else ''})"
+                add(label, mixed, ckpt, opt, split=split, keys=(mixed, s) + (("checkpointing",) if ckpt else ()))
+        if adapters:
+            add(f"ddp x{nproc} + LoRA r16 ({mixed})", mixed, False, opt, TrainingModes(lora_rank=16),
+                Split("ddp", nproc), keys=(mixed, "lora", "ddp"))
+    return out
+
+
+def _changes(v: Variant, micro: int, accum: int, nproc: int) -> dict[str, Any]:
+    c: dict[str, Any] = {"precision": v.config.precision, "checkpointing": v.config.checkpointing,
+                         "optimizer": v.config.optimizer or "workload/adamw", "micro_batch_size": micro,
+                         "grad_accum": accum, "nproc": v.split.nproc, "strategy": v.split.strategy}
+    if v.modes.lora_rank:
+        c["lora_rank"] = v.modes.lora_rank
+    if v.modes.qlora:
+        c["qlora"] = True
+    if v.modes.offload_optimizer:
+        c["offload_optimizer"] = True
+    keys = [k for k in v.keys if k in CODE]
+    if accum > 1:
+        keys.append("accum")
+    r = v.modes.lora_rank or 16
+    c["code"] = [CODE[k].format(k=accum, m=micro, n=v.split.nproc, r=r, a=2 * r, s=v.split.shards) for k in keys]
+    return c
+
+
+def _notes(v: Variant, micro: int, accum: int, point: Point) -> list[str]:
+    notes = [NOTES[k] for k in v.keys if k in NOTES and k != "accum"]
+    if v.split.strategy in ("zero1", "zero2", "fsdp", "fsdp-grad-op", "hsdp"):
+        notes.append(NOTES["sharded"])
+    if accum > 1:
+        notes.append(NOTES["accum"].format(k=accum, m=micro))
+    notes += [n for n in point.notes if n.startswith(("numbers from", "pipeline", "DDP", "fsdp", "zero", "hsdp"))]
+    return list(dict.fromkeys(notes))
+
+
+def _step_time_s(point: Point, v: Variant, spec: GpuSpec, samples: int, nproc: int) -> float:
+    rl = roofline(point.flops_per_step, traffic_bytes(point.by_category), samples, spec, v.config.precision)
+    t = rl.time_s
+    link = LINK_BYTES_PER_S.get(spec.id, 0.8 * 32 * GB)
+    params_16 = point.trainable_bytes // 2 if v.config.precision != "bf16-pure" else point.trainable_bytes
+    comm = comm_bytes_per_step(v.split, params_16, point.by_category.get("activations", 0)) / link
+    t = max(t, comm)  # overlapped with backward at best
+    if v.split.strategy == "pipeline" and v.split.nproc > 1:  # GPipe/1F1B bubble with m micro-batches
+        m = max(samples // max(point_micro(point, samples), 1), 1)
+        t *= (m + v.split.nproc - 1) / m
+    if v.modes.offload_optimizer:
+        params = point.trainable_bytes // 4 or 1
+        t += 2 * 2 * params / PCIE_BYTES_PER_S + CPU_ADAM_BYTES_PER_PARAM * params / HOST_MEMORY_BYTES_PER_S
+    return t
+
+
+def point_micro(point: Point, samples: int) -> int:
+    return getattr(point, "micro_batch", samples)
+
+
+def _divisors(n: int) -> list[int]:
+    return sorted({d for d in range(1, n + 1) if n % d == 0}, reverse=True)
+
+
+def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, *, precision: str = "fp32",
+        optimizer: str | None = None, checkpointing: bool = False, seq_len: int | None = None,
+        task: str | None = None, margin_pct: float = DEFAULT_MARGIN_PCT, evaluator: Evaluator | None = None) -> FitResult:
+    """Rank the ways to run `workload` at `batch_size` samples per optimizer step (per rank) on `nproc`
+    x `gpu`: options that fit first, fastest first."""
+    started = time.perf_counter()
+    if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
+        raise GpuwiseError(f"-n must be a positive integer, got {nproc!r}")
+    spec = resolve_gpu(gpu) if not isinstance(gpu, GpuSpec) else gpu
+    if spec is None:
+        spec = lookup(str(gpu))
+    wl, batch_size = resolve_inputs(workload, batch_size, seq_len=seq_len, task=task)
+    ev = evaluator or Evaluator(wl, spec.arch)
+    ev.arch = spec.arch
+    limit = spec.memory_bytes * (1 - margin_pct / 100)
+    adapters = getattr(ev.wl, "hf_config", None) is not None
+    options = []
+    for v in variants(spec, nproc, precision, optimizer, checkpointing, adapters):
+        options.append(_best_micro_batch(ev, v, spec, batch_size, limit))
+    options.sort(key=lambda o: (not o.fits, -o.samples_per_s if o.fits else o.device_used_bytes))
+    name = ev.wl.spec if hasattr(ev.wl, "spec") else str(workload)
+    return FitResult(name, spec.name, nproc, spec.memory_bytes, batch_size, options,
+                     round(time.perf_counter() - started, 3), ev.traces_run)
+
+
+def _option(ev: Evaluator, v: Variant, spec: GpuSpec, micro: int, accum: int, limit: float) -> FitOption:
+    from dataclasses import replace
+
+    modes = replace(v.modes, grad_accum=accum)
+    point = ev.evaluate(micro, v.config, modes, v.split)
+    point.micro_batch = micro  # type: ignore[attr-defined]
+    samples = micro * accum
+    t = _step_time_s(point, v, spec, samples, v.split.nproc)
+    sps = samples * v.split.data_parallel / t if t > 0 else 0.0
+    name = v.name if accum == 1 else f"{v.name} + accumulation {accum}x{micro}"
+    return FitOption(name, _changes(v, micro, accum, v.split.nproc), point.device_used_bytes <= limit,
+                     point.device_used_bytes, sps, samples * v.split.data_parallel, _notes(v, micro, accum, point),
+                     micro, accum, t)
+
+
+def _best_micro_batch(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limit: float) -> FitOption:
+    """The largest micro-batch (a divisor of `batch`, the rest accumulated) that fits: the whole batch
+    first, then micro-batch 1, then the divisor the two predict (memory is about linear in the batch)."""
+    whole = _option(ev, v, spec, batch, 1, limit)
+    if whole.fits or batch == 1:
+        return whole
+    one = _option(ev, v, spec, 1, batch, limit)
+    if not one.fits:
+        return one
+    per_sample = (whole.device_used_bytes - one.device_used_bytes) / max(batch - 1, 1)
+    for m in _divisors(batch):
+        if 1 < m < batch and one.device_used_bytes + per_sample * (m - 1) <= limit:
+            cand = _option(ev, v, spec, m, batch // m, limit)
+            if cand.fits:
+                return cand
+    return one
+
+
+def fit_all_gpus(workload: Any, nproc: int = 1, batch_size: int = 8, **kw) -> list[FitResult]:
+    """`--gpu all`: every catalog GPU (x nproc); the traces are shared, only the replay differs."""
+    wl, batch_size = resolve_inputs(workload, batch_size, seq_len=kw.pop("seq_len", None), task=kw.pop("task", None))
+    ev = Evaluator(wl, "hopper")
+    return [fit(wl, spec, nproc, batch_size, evaluator=ev, **kw) for spec in CATALOG.values()]

@@ -1,0 +1,212 @@
+"""Inference memory: forward-only, and generation with a KV cache at a given batch and context.
+
+The same tracer as training (plan/trace.py: fake tensors, every storage followed from allocation to
+its last reference), over what `model.generate` does for a causal LM, written out so that nothing in
+it reads data: under `torch.no_grad()`, a prefill of `context_len` tokens with `use_cache=True` (and
+`logits_to_keep=1`, as generate asks), then
+`new_tokens` decode steps of one token each that append to the cache (transformers' DynamicCache
+concatenates, so the old and the grown cache are both alive for a moment). The next token is the
+argmax of the last position's logits, as greedy generation takes it; the rest of the logits die.
+A workload that is not a causal LM gets the forward-only step: its loss under `torch.no_grad()`.
+
+The weights are cast to `dtype` first (as `from_pretrained(torch_dtype=...)` loads them), outside the
+trace. `kv_cache_bytes` is what the cache holds at the end: 2 x layers x batch x kv-heads x tokens x
+head-dim x dtype bytes for a standard decoder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import GpuwiseError
+from ..hf import hf_workload, is_config_source
+from ..profiling import cpu_memory_profile
+from ..workload import load_workload
+from .allocator import replay
+from .cpu_truth import _peak_from_profile
+from .estimate import resolve_gpu
+from .events import MemoryTrace, live_peak
+from .modes import fake_params_set_in_place
+from .overheads import DEFAULT_ARCH, add_workspaces
+from .scope import ModuleScope
+from .setup import build_model_for_trace
+
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+STEADY_MARK = "gpuwise::inference"
+
+
+@dataclass
+class InferenceEstimate:
+    workload: str
+    batch_size: int
+    context_len: int
+    new_tokens: int
+    dtype: str
+    target: str
+    peak_allocated_bytes: int          # live tensor bytes at the peak (cpu) / allocator peak (cuda)
+    device_used_bytes: int             # cuda: + caching-allocator and context; cpu: = allocated
+    parameters_bytes: int
+    kv_cache_bytes: int
+    peak_phase: str
+    notes: list[str] = field(default_factory=list)
+    trace: MemoryTrace | None = field(default=None, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in (
+            "workload", "batch_size", "context_len", "new_tokens", "dtype", "target", "peak_allocated_bytes",
+            "device_used_bytes", "parameters_bytes", "kv_cache_bytes", "peak_phase", "notes")}
+
+
+def _is_causal_lm(model) -> bool:
+    return type(model).__name__.endswith("ForCausalLM") and hasattr(model, "config")
+
+
+def cache_tensors(cache) -> list:
+    """Every tensor a transformers cache object holds (DynamicCache layers' keys / values)."""
+    import torch
+
+    out, seen = [], set()
+
+    def walk(obj, depth=0):
+        if depth > 4 or id(obj) in seen:
+            return
+        seen.add(id(obj))
+        if isinstance(obj, torch.Tensor):
+            out.append(obj)
+        elif isinstance(obj, (list, tuple)):
+            for x in obj:
+                walk(x, depth + 1)
+        elif hasattr(obj, "__dict__") and not isinstance(obj, type):
+            for x in vars(obj).values():
+                walk(x, depth + 1)
+
+    walk(cache)
+    return out
+
+
+def _storage_bytes(tensors) -> int:
+    seen, total = set(), 0
+    for t in tensors:
+        st = t.untyped_storage()
+        if id(st) not in seen:
+            seen.add(id(st))
+            total += st.nbytes()
+    return total
+
+
+def run_generation(model, batch, new_tokens: int, mark=None) -> tuple[Any, int]:
+    """Prefill + `new_tokens` greedy decode steps (or a no-grad forward for other models); returns
+    (the cache, its bytes). `mark(phase)` is told "prefill" / "decode"."""
+    import torch
+
+    mark = mark or (lambda _p: None)
+    with torch.no_grad():
+        if not _is_causal_lm(model):
+            mark("forward")
+            out = model(**batch) if isinstance(batch, dict) else model(batch)
+            del out
+            return None, 0
+        ids = batch["input_ids"] if isinstance(batch, dict) else batch
+        mark("prefill")
+        try:  # generate() asks for the last position's logits only (transformers >= 4.45)
+            out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+        except TypeError:
+            out = model(input_ids=ids, use_cache=True)
+        cache = out.past_key_values
+        nxt = out.logits[:, -1:, :].argmax(-1)
+        del out
+        for _ in range(new_tokens):
+            mark("decode")
+            out = model(input_ids=nxt, past_key_values=cache, use_cache=True)
+            cache = out.past_key_values
+            nxt = out.logits[:, -1:, :].argmax(-1)
+            del out
+        nbytes = _storage_bytes(cache_tensors(cache))
+        return cache, nbytes
+
+
+def _cast(model, dtype_name: str):
+    import torch
+
+    dtype = getattr(torch, DTYPES[dtype_name])
+    if dtype is torch.float32:
+        return model
+    with fake_params_set_in_place():
+        return model.to(dtype)
+
+
+def estimate_inference(workload, batch_size: int = 1, context_len: int | None = None, new_tokens: int = 1,
+                       dtype: str = "bf16", target: str = "cuda", gpu: str | None = None) -> InferenceEstimate:
+    """Peak memory of a no-grad forward, or for a causal LM of prefill + decoding with a KV cache."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from .trace import _label, _settle, _TraceMode
+
+    if dtype not in DTYPES:
+        raise GpuwiseError(f"unknown dtype {dtype!r}; choose from: {', '.join(DTYPES)}")
+    if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or new_tokens < 0:
+        raise GpuwiseError(f"new tokens must be a non-negative integer, got {new_tokens!r}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise GpuwiseError(f"batch size must be a positive integer, got {batch_size!r}")
+    if is_config_source(workload):
+        workload = hf_workload(workload, context_len or 512)
+    wl = load_workload(workload)
+    spec = resolve_gpu(gpu)
+    tracker = ModuleScope()
+    mode = _TraceMode(target if target in ("cpu", "cuda") else "cuda", tracker, count_flops=False)
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+    from .sdpa import sdpa_as_gpu_runs_it
+
+    with fake_mode, tracker, mode, (sdpa_as_gpu_runs_it() if target == "cuda" else contextlib.nullcontext()):
+        with mode.paused():  # weights arrive in `dtype` (from_pretrained(torch_dtype=...)), not traced
+            model = _cast(build_model_for_trace(wl, fake_mode, mode), dtype)
+            model.eval()
+            batch = wl.build_batch(batch_size)
+        _label(mode, list(model.parameters()), "parameters", create=True)
+        _label(mode, list(model.buffers()), "buffers", create=True)
+        _label(mode, batch, "inputs", create=True)
+
+        def mark(phase):
+            mode.phase = "forward"
+            marks.append((len(mode.rec.events), phase))
+
+        marks: list[tuple[int, str]] = []
+        cache, kv_bytes = run_generation(model, batch, new_tokens, mark)
+        if cache is not None:
+            _label(mode, cache_tensors(cache), "activations")
+        events = _settle(mode)
+        del cache, model, batch
+    start = marks[0][0] if marks else 0  # what is alive before generation (weights, inputs) is setup
+    trace = MemoryTrace(events, start, target, "fake-trace", notes=[])
+    peak = live_peak(trace)
+    phase = next((p for at, p in reversed(marks) if at <= peak.event_index), "forward")
+    params = peak.by_category.get("parameters", 0)
+    notes = [f"weights in {dtype}; no gradients (torch.no_grad)"]
+    if target == "cuda":
+        with_ws, overheads = add_workspaces(trace, spec.arch if spec else DEFAULT_ARCH)
+        result = replay(with_ws, steady_repeats=1)  # one generation, not a repeated training step
+        allocated, used = result.peak_allocated_bytes, result.max_reserved_bytes + overheads.outside_allocator_bytes
+    else:
+        allocated = used = peak.allocated_bytes
+    return InferenceEstimate(wl.spec, batch_size, context_len or getattr(wl, "seq_len", 0), new_tokens, dtype,
+                             target, allocated, used, params, kv_bytes, phase, notes, trace)
+
+
+def measure_inference_cpu(workload, batch_size: int = 1, new_tokens: int = 1, dtype: str = "fp32") -> int:
+    """The truth on the CPU: the same generation on real tensors under the profiler; its peak of live
+    CPU-allocator bytes from before the model is built (plan/cpu_truth.py's method)."""
+    import torch
+    from torch.profiler import record_function
+
+    wl = load_workload(workload)
+    torch.manual_seed(0)
+    with cpu_memory_profile() as prof:
+        model = _cast(wl.build_model(), dtype)
+        model.eval()
+        batch = wl.build_batch(batch_size)
+        with record_function("gpuwise::steady_step"), contextlib.nullcontext():
+            cache, _ = run_generation(model, batch, new_tokens)
+        del cache, model, batch
+    return _peak_from_profile(prof).peak_bytes
