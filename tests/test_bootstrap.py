@@ -68,7 +68,7 @@ def test_io_bound_loading_gets_workers_beyond_the_cores(capsys, tmp_path):
     s = watch(capsys, PY, str(script))
     f = finding(s, "data_starvation")
     assert s["steps"] == 10 and f is not None
-    assert s["loader"]["cpu_busy_fraction"] < 0.5 and "waits on I/O" in f["fix"]
+    assert s["loader"]["cpu_busy_fraction"] < 0.75 and "waits on I/O" in f["fix"]
     workers = int(re.search(r"num_workers=(\d+)", f["fix"]).group(1))
     assert workers >= 2  # not capped at cpu_count - 1: sleeping workers do not compete for cores
 

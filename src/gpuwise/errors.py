@@ -13,5 +13,9 @@ class DeviceError(GpuwiseError):
     """GPU discovery, selection or reservation cannot do what was asked."""
 
 
+class NoGpuError(DeviceError):
+    """There is no GPU to choose from (none found, or CUDA_VISIBLE_DEVICES hides them all)."""
+
+
 class CudaAlreadyInitialized(DeviceError):
     """CUDA_VISIBLE_DEVICES was to be changed after CUDA had already been initialised in this process."""

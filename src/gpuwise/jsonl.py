@@ -4,8 +4,11 @@ corrupts what was already measured (tune trials, truth records)."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 from typing import Any
+
+from .errors import GpuwiseError
 
 
 def append_line(path: str | os.PathLike, record: dict[str, Any]) -> None:
@@ -26,16 +29,33 @@ def append_line(path: str | os.PathLike, record: dict[str, Any]) -> None:
 
 
 def read_lines(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """Every complete JSON object in the file, in order; a torn or foreign line is skipped. [] if absent."""
+    """Every complete JSON object in the file, in order; [] if absent. A torn last line (a crash while
+    appending) is skipped quietly; a corrupt line before good ones is skipped with a warning (logger
+    "gpuwise", shown on stderr) and every good record is kept; a file with no JSON object at all (random
+    bytes, another format) is a GpuwiseError rather than an empty history that would be appended to."""
     if not os.path.exists(path):
         return []
-    records = []
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            try:
-                obj = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(obj, dict):
-                records.append(obj)
+    with open(path, "rb") as fh:
+        lines = fh.read().split(b"\n")
+    records, bad = [], []
+    numbered = [(i + 1, raw) for i, raw in enumerate(lines) if raw.strip()]
+    for number, raw in numbered:
+        try:
+            obj = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            obj = None
+        if isinstance(obj, dict):
+            records.append(obj)
+        else:
+            bad.append(number)
+    if bad and not records:
+        raise GpuwiseError(f"{os.fspath(path)!r} is not a gpuwise results file (none of its {len(numbered)} lines "
+                           "is a JSON object): move it away or give another file")
+    last = numbered[-1][0] if numbered else 0
+    middle = [n for n in bad if n != last]
+    if middle:
+        shown = ", ".join(map(str, middle[:5])) + (", ..." if len(middle) > 5 else "")
+        logging.getLogger("gpuwise").warning(
+            f"gpuwise: warning: {os.fspath(path)}: skipped {len(middle)} corrupt line(s) (line {shown}); "
+            f"kept {len(records)} good records")
     return records

@@ -8,8 +8,10 @@ from ..errors import GpuwiseError
 from ..hf import TASKS
 from ..plan import estimate
 from ..plan.curve import DEFAULT_MARGIN_PCT
+from ..plan.inference import estimate_inference
 from ..report import console
 from ..report.plan import plot_estimate, render_estimate
+from ..units import fmt_bytes
 from .common import add_workload_arguments, positive_int
 
 HELP = "predict a training step's GPU memory, FLOPs and largest batch (no GPU needed)"
@@ -86,9 +88,6 @@ def run(args) -> int:
 
 
 def _run_inference(args) -> int:
-    from ..plan.inference import estimate_inference
-    from ..units import fmt_bytes
-
     dtype = {"bf16-pure": "bf16", "tf32": "fp32"}.get(args.precision, args.precision)
     with console.err.status("tracing generation with fake tensors…"):
         est = estimate_inference(args.workload, args.batch_size, args.seq_len, args.new_tokens, dtype,

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+from ..errors import GpuwiseError
+from ..hf import TASKS
+from ..plan.curve import DEFAULT_MARGIN_PCT
+from ..plan.fit import fit, fit_all_gpus
 from ..report import console
+from ..report.fit import gpus_table, plot_fit, render_fit
+from ..step import OPTIMIZERS, PRECISIONS
+from .common import positive_int
 
 HELP = "will it fit on GPU X (or N of them), and how to make it fit: ranked options (no GPU needed)"
 EXAMPLES = """\
@@ -16,10 +23,6 @@ config, layers 1 and 2 are traced and extrapolated. Options that fit come first,
 
 
 def add_arguments(p) -> None:
-    from ..hf import TASKS
-    from ..step import OPTIMIZERS, PRECISIONS
-    from .common import positive_int
-
     p.add_argument("workload", metavar="WORKLOAD", help="path/to/job.py, examples:NAME, hf:ORG/NAME or config.json")
     p.add_argument("--gpu", required=True, metavar="NAME", help="catalog GPU (e.g. H100, rtx4090, L4) or 'all'")
     p.add_argument("-n", "--nproc", type=positive_int, default=1, help="number of GPUs (default 1)")
@@ -36,10 +39,6 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from pathlib import Path
 
-    from ..errors import GpuwiseError
-    from ..plan.curve import DEFAULT_MARGIN_PCT
-    from ..plan.fit import fit, fit_all_gpus
-
     if args.plot and not Path(args.plot).resolve().parent.is_dir():
         raise GpuwiseError(f"--plot {args.plot}: the folder {Path(args.plot).resolve().parent} does not exist")
     margin = DEFAULT_MARGIN_PCT if args.margin is None else args.margin
@@ -53,8 +52,6 @@ def run(args) -> int:
         else:
             results = [fit(args.workload, args.gpu, args.nproc, args.batch_size, **kw)]
     if args.plot:
-        from ..report.fit import plot_fit
-
         try:
             plot_fit(results[0] if len(results) == 1 else max(results, key=lambda r: r.gpu_memory_bytes), args.plot)
         except (OSError, ValueError) as exc:
@@ -66,8 +63,6 @@ def run(args) -> int:
             console.emit_json({"workload": results[0].workload, "nproc": args.nproc,
                                "gpus": [r.to_dict() for r in results]})
         return 0
-    from ..report.fit import gpus_table, render_fit
-
     if len(results) == 1:
         render_fit(results[0])
     else:

@@ -8,8 +8,11 @@ from .common import add_gpu_selection_arguments, positive_int
 
 HELP = "choose the freest GPU(s), reserve them briefly, print the CUDA_VISIBLE_DEVICES value"
 EXAMPLES = """\
-  export CUDA_VISIBLE_DEVICES=$(gpuwise pick)
-  export CUDA_VISIBLE_DEVICES=$(gpuwise pick -n 2 --min-free 10GiB --max-util 20 --wait 10m)
+  gpus=$(gpuwise pick) && export CUDA_VISIBLE_DEVICES=$gpus
+  gpus=$(gpuwise pick -n 2 --min-free 10GiB --max-util 20 --wait 10m) || exit 1   # in a job script
+  export CUDA_VISIBLE_DEVICES=$gpus
+Not `export CUDA_VISIBLE_DEVICES=$(gpuwise pick)`: export succeeds even when pick fails, and the empty
+value it sets hides every GPU from the job.
   gpuwise pick -n 2 --uuid --json
 The GPUs stay reserved for --lease (default 60s) so that jobs started at the same moment get
 different GPUs; use `gpuwise run -- cmd` to hold them for the whole life of a command.

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..errors import CudaAlreadyInitialized, DeviceError
+from ..errors import CudaAlreadyInitialized, DeviceError, NoGpuError
 from ..units import fmt_bytes, parse_bytes, parse_duration
 from . import reserve
 from .discover import discover
@@ -130,7 +130,7 @@ def pick(count: int = 1, *, min_free: int | str = 0, max_util: float | None = No
         gpus = visible_restriction(found.gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
         if not gpus:
             reason = found.reason or "CUDA_VISIBLE_DEVICES hides every GPU"
-            raise DeviceError(f"no GPU found ({reason}); use the CPU (--device cpu) or check the driver")
+            raise NoGpuError(f"no GPU found ({reason}); `gpuwise doctor` says why")
         if count > len(gpus):
             raise DeviceError(f"asked for {count} GPUs but this machine has {len(gpus)}")
         with reserve.folder_lock() as folder:

@@ -57,8 +57,9 @@ LOW_MEMORY_FRACTION = 0.5    # less than half the GPU memory used: room for a la
 COMPUTE_FRACTION = 0.8       # the step is the bottleneck, not its inputs
 RANK_SPREAD = 1.10           # slowest rank's median step >= 10% above the fastest's
 WORKER_HEADROOM = 1.25       # workers to keep ahead of the GPU despite jitter (one in four spare)
-IO_BOUND_BUSY_FRACTION = 0.5  # a loader running or runnable (schedstat) < half the time the step waits sleeps
-                              # on I/O; CPU-bound decoding measured 0.95-1.0 on a shared 2-core machine
+IO_BOUND_BUSY_FRACTION = 0.75  # a loader running or runnable (schedstat) < 3/4 of the time the step waits sleeps
+                               # on I/O: CPU-bound decoding measured 0.95-1.0 on a shared 2-core machine, a sleeping
+                               # loader 0.56 when overloaded (each wake-up queues for a core)
 LOW_UTIL_PCT_TXT = "10%"     # summary.LOW_UTIL_PCT, as text
 HIGH_UTIL_PCT_TXT = "90%"    # summary.HIGH_UTIL_PCT
 

@@ -23,9 +23,11 @@ from typing import Any
 
 from ..errors import GpuwiseError
 from ..step import StepConfig
-from .catalog import CATALOG, GpuSpec
+from .catalog import CATALOG, GpuSpec, lookup
 from .curve import DEFAULT_MARGIN_PCT
+from .estimate import resolve_gpu
 from .flops import roofline, traffic_bytes
+from .inputs import resolve_inputs
 from .modes import TrainingModes
 from .scaled import Evaluator, Point
 from .sharding import DEFAULT_NODE_SIZE, Split, comm_bytes_per_step
@@ -236,10 +238,6 @@ def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, 
         task: str | None = None, margin_pct: float = DEFAULT_MARGIN_PCT, evaluator: Evaluator | None = None) -> FitResult:
     """Rank the ways to run `workload` at `batch_size` samples per optimizer step (per rank) on `nproc`
     x `gpu`: options that fit first, fastest first."""
-    from .catalog import lookup
-    from .estimate import resolve_gpu
-    from .inputs import resolve_inputs
-
     started = time.perf_counter()
     if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
         raise GpuwiseError(f"-n must be a positive integer, got {nproc!r}")
@@ -295,8 +293,6 @@ def _best_micro_batch(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limi
 
 def fit_all_gpus(workload: Any, nproc: int = 1, batch_size: int = 8, **kw) -> list[FitResult]:
     """`--gpu all`: every catalog GPU (x nproc); the traces are shared, only the replay differs."""
-    from .inputs import resolve_inputs
-
     wl, batch_size = resolve_inputs(workload, batch_size, seq_len=kw.pop("seq_len", None), task=kw.pop("task", None))
     ev = Evaluator(wl, "hopper")
     return [fit(wl, spec, nproc, batch_size, evaluator=ev, **kw) for spec in CATALOG.values()]

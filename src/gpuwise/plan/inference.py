@@ -21,7 +21,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import GpuwiseError
+from ..hf import hf_workload, is_config_source
+from ..profiling import cpu_memory_profile
+from ..workload import load_workload
+from .allocator import replay
+from .cpu_truth import _peak_from_profile
+from .estimate import resolve_gpu
 from .events import MemoryTrace, live_peak
+from .modes import fake_params_set_in_place
+from .overheads import DEFAULT_ARCH, add_workspaces
+from .scope import ModuleScope
+from .setup import build_model_for_trace
 
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 STEADY_MARK = "gpuwise::inference"
@@ -120,8 +130,6 @@ def run_generation(model, batch, new_tokens: int, mark=None) -> tuple[Any, int]:
 def _cast(model, dtype_name: str):
     import torch
 
-    from .modes import fake_params_set_in_place
-
     dtype = getattr(torch, DTYPES[dtype_name])
     if dtype is torch.float32:
         return model
@@ -134,13 +142,6 @@ def estimate_inference(workload, batch_size: int = 1, context_len: int | None = 
     """Peak memory of a no-grad forward, or for a causal LM of prefill + decoding with a KV cache."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from ..hf import hf_workload, is_config_source
-    from ..workload import load_workload
-    from .allocator import replay
-    from .estimate import resolve_gpu
-    from .overheads import DEFAULT_ARCH, add_workspaces
-    from .scope import ModuleScope
-    from .setup import build_model_for_trace
     from .trace import _label, _settle, _TraceMode
 
     if dtype not in DTYPES:
@@ -198,10 +199,6 @@ def measure_inference_cpu(workload, batch_size: int = 1, new_tokens: int = 1, dt
     CPU-allocator bytes from before the model is built (plan/cpu_truth.py's method)."""
     import torch
     from torch.profiler import record_function
-
-    from ..profiling import cpu_memory_profile
-    from ..workload import load_workload
-    from .cpu_truth import _peak_from_profile
 
     wl = load_workload(workload)
     torch.manual_seed(0)

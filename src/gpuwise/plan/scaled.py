@@ -16,7 +16,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ..hf import hf_workload, num_layers_of
 from ..step import StepConfig
+from ..workload import load_workload
+from .estimate import _cuda_memory, _trace
 from .events import CATEGORIES, MemoryTrace, live_peak
 from .modes import TrainingModes, apply_modes, offload_optimizer_state
 from .sharding import Split, shard_trace
@@ -87,13 +90,9 @@ class Evaluator:
     """Traces a workload (or a model config at 1 and 2 layers) once per variant; evaluates any split."""
 
     def __init__(self, workload, arch: str):
-        from ..workload import load_workload
-
         self.wl = load_workload(workload)
         self.arch = arch
         cfg = getattr(self.wl, "hf_config", None)
-        from ..hf import num_layers_of
-
         self.layers = num_layers_of(cfg) if cfg is not None else None
         if self.layers is not None and self.layers <= 2:
             self.layers = None  # nothing to gain
@@ -104,8 +103,6 @@ class Evaluator:
     def _workload_at(self, layers: int | None):
         if layers is None:
             return self.wl
-        from ..hf import hf_workload
-
         return hf_workload(self.wl.source, self.wl.seq_len, self.wl.task, num_layers=layers)
 
     def trace(self, layers: int | None, micro_batch: int, config: StepConfig, modes: TrainingModes) -> MemoryTrace:
@@ -114,8 +111,6 @@ class Evaluator:
         traced_modes = replace(modes, offload_optimizer=False)  # offload is a transform of the trace
         key = (layers, micro_batch, config.optimizer, config.precision, config.checkpointing, traced_modes)
         if key not in self._traces:
-            from .estimate import _trace
-
             wl = apply_modes(self._workload_at(layers), traced_modes, config.precision)
             self._traces[key] = _trace(wl, micro_batch, config, "cuda")
             self.traces_run += 1
@@ -123,8 +118,6 @@ class Evaluator:
 
     # -- numbers ----------------------------------------------------------------------------------
     def _point(self, trace: MemoryTrace, modes: TrainingModes, split: Split, block_param_bytes: int) -> Point:
-        from .estimate import _cuda_memory
-
         if modes.offload_optimizer:
             trace = offload_optimizer_state(trace)
         steady = trace.events[trace.steady_start:]

@@ -40,6 +40,9 @@ DEFAULT_BATCH = 32
 MIN_STEPS_PER_EPOCH = 8      # the batch search stays below dataset size / 8
 BATCH_LIMIT = 65536          # never grow the batch beyond this without a dataset
 TRIAL_TIMEOUT_S = 600.0      # one trial, whatever the budget
+PRECISION_BATCH_SHARE = 0.45  # with a dataset: the share of the budget after the baseline for precision + batch;
+                              # the rest is the loader's (a 90 s budget ended at x1.00 without it: issue 14)
+SHORT_BUDGET_TRIALS = 6       # fewer trials than this left after the baseline: the loader phase only
 # seconds a trial costs besides its timed part (spawn + import torch; + CUDA context on a GPU), a first guess
 OVERHEAD_GUESS_S = {"cpu": 5.0, "cuda": 20.0}
 
@@ -118,13 +121,17 @@ class _Tuner:
         self.resumed = 0
         self.session: dict[str, Trial] = {}
         self.info: dict[str, Any] = {}
+        self.phase_end: float | None = None
 
     # --- budget and trials -------------------------------------------------------------------
     def elapsed(self) -> float:
         return time.monotonic() - self.start
 
     def remaining(self) -> float:
-        return self.budget_s - self.elapsed()
+        left = self.budget_s - self.elapsed()
+        if self.phase_end is not None:  # a phase that must leave time for the ones after it
+            left = min(left, self.phase_end - time.monotonic())
+        return left
 
     def expected_trial_s(self) -> float:
         if self.ran_s:
@@ -133,8 +140,11 @@ class _Tuner:
 
     def out_of_time(self) -> bool:
         """True once the time left cannot fit a typical trial (80% of the median so far, or a first guess)."""
-        if self.remaining() < 0.8 * self.expected_trial_s():
-            self.out_of_budget = True
+        need = 0.8 * self.expected_trial_s()
+        if self.remaining() < need:
+            if self.budget_s - self.elapsed() < need:
+                self.out_of_budget = True  # the whole budget, not only this phase's share
+            return True
         return self.out_of_budget
 
     def trial(self, kind: str, batch_size: int, precision: str | None = None, num_workers: int | None = None,
@@ -200,10 +210,24 @@ class _Tuner:
         # 1. baseline
         base = (self.trial("train", b0, self.precision, 0, False, None, False) if ds_len
                 else self.trial("compute", b0, self.precision))
+        if base is not None and base.status == "error":
+            error = str(base.error or "unknown error").removeprefix("WorkloadError: ")
+            raise GpuwiseError(f"the workload as given fails, nothing to tune: {error}")
+        if ds_len:
+            # The loader is usually the bottleneck: precision and batch size get at most PRECISION_BATCH_SHARE of
+            # what is left, so that a short budget still tries worker counts end to end; a budget of fewer than
+            # SHORT_BUDGET_TRIALS trials goes to the loader alone (batch and precision stay as given).
+            left = max(self.remaining(), 0.0)
+            short = left < SHORT_BUDGET_TRIALS * self.expected_trial_s()
+            self.phase_end = time.monotonic() + (0.0 if short else PRECISION_BATCH_SHARE * left)
+            if short:
+                self.notes.append(f"a short budget ({self.budget_s:g}s, trials of ~{self.expected_trial_s():.0f}s): "
+                                  "the DataLoader was tuned at the given batch size and precision")
         # 2. precision
         prec_rates, chosen_prec = self.tune_precision(b0)
         # 3. batch size
         bs = self.tune_batch(b0, chosen_prec, limit)
+        self.phase_end = None
         best_b = bs.best_batch_size or b0
         limit_rec = self.trial("compute", best_b, chosen_prec)
         limit_rate = self.rate(limit_rec)

@@ -1,0 +1,133 @@
+"""How long `gpuwise.estimate` takes, against one real CPU step and torch's MemTracker, and on 7B/70B configs.
+
+    nice python benchmarks/plan_speed.py            # everything (several minutes)
+    nice python benchmarks/plan_speed.py --quick    # examples:mlp and GPT-2 small only
+
+Each measurement runs in a fresh child process (so first-call costs such as lazy imports count, as they
+do for a user) and reports its wall time after `import torch` (the interpreter and torch's own import
+are left out) and its peak RSS:
+
+- `estimate`: `gpuwise.estimate(workload, batch, target="cpu")` (one trace);
+- `real step`: building the model and one real CPU training step (gpuwise's TrainStep);
+- `MemTracker`: torch.distributed._tools.mem_tracker.MemTracker under FakeTensorMode over a warm-up
+  and a steady step (the same work a memory tracker needs for the optimizer state);
+- 7B / 70B Llama configs (examples/configs): `estimate` at batch 1, seq 512, on the CUDA target.
+
+Results: benchmarks/results/plan_speed.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+RESULTS = os.path.join(HERE, "results", "plan_speed.json")
+GPT2_SMALL = os.path.join(ROOT, "tests", "workloads", "hf_gpt2_small.py")
+
+CHILD = r"""
+import json, resource, sys, time
+import torch
+kind, spec, batch = sys.argv[1], sys.argv[2], int(sys.argv[3])
+start = time.perf_counter()
+if kind == "estimate":
+    from gpuwise.plan import estimate
+    est = estimate(spec, batch, target=sys.argv[4], search_max_batch=False)
+    extra = {"peak_bytes": est.peak_allocated_bytes, "method": est.method}
+elif kind == "step":
+    from gpuwise.step import StepConfig, TrainStep
+    from gpuwise.workload import load_workload
+    wl = load_workload(spec)
+    step = TrainStep(wl, StepConfig(), "cpu")
+    step.step(wl.build_batch(batch))
+    extra = {}
+else:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed._tools.mem_tracker import MemTracker
+    from gpuwise.workload import load_workload
+    wl = load_workload(spec)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        model = wl.build_model()
+        opt = torch.optim.AdamW(model.parameters())
+        b = wl.build_batch(batch)
+        tracker = MemTracker()
+        tracker.track_external(model, opt)
+        with tracker:
+            for i in range(2):
+                wl.compute_loss(model, b).backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                if i == 0:
+                    tracker.reset_mod_stats()
+        tracker.get_tracker_snapshot("peak")
+    extra = {}
+seconds = time.perf_counter() - start
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print("@@" + json.dumps({"seconds": seconds, "peak_rss_bytes": rss, **extra}))
+"""
+
+
+def run(kind: str, spec: str, batch: int, target: str = "cpu", timeout: float = 900) -> dict:
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    try:
+        proc = subprocess.run([sys.executable, "-c", CHILD, kind, spec, str(batch), target], capture_output=True,
+                              text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {"error": f"over {timeout:.0f}s"}
+    for line in proc.stdout.splitlines():
+        if line.startswith("@@"):
+            return json.loads(line[2:])
+    return {"error": (proc.stderr.strip().splitlines() or ["no output"])[-1][:200]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="examples:mlp and GPT-2 small only")
+    ap.add_argument("--configs-only", action="store_true",
+                    help="only the 7B/70B configs, replacing their rows in the recorded results")
+    args = ap.parse_args(argv)
+    rows = []
+    if args.configs_only and os.path.exists(RESULTS):
+        rows = [r for r in json.load(open(RESULTS))["rows"] if "real_step" in r]
+    for label, spec, batch in () if args.configs_only else (
+            ("examples:mlp", "examples:mlp", 64), ("GPT-2 small (124M)", GPT2_SMALL, 4)):
+        est, step, mt = run("estimate", spec, batch), run("step", spec, batch), run("memtracker", spec, batch)
+        row = {"workload": label, "batch_size": batch, "estimate": est, "real_step": step, "memtracker": mt}
+        if "seconds" in est and "seconds" in step and "seconds" in mt:
+            row["estimate_vs_step"] = est["seconds"] / step["seconds"]
+            row["estimate_vs_memtracker"] = est["seconds"] / mt["seconds"]
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr, flush=True)
+    if not args.quick:
+        for label, cfg in (("Llama-2-7B config", "llama-2-7b.json"), ("Llama-2-70B config", "llama-2-70b.json")):
+            est = run("estimate", os.path.join(ROOT, "examples", "configs", cfg), 1, target="cuda")
+            rows.append({"workload": label, "batch_size": 1, "estimate": est})
+            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+
+    print(f"\n{'workload':22s} {'estimate s':>11s} {'RSS GiB':>8s} {'real step s':>12s} {'MemTracker s':>13s} "
+          f"{'est/step':>9s} {'est/MT':>7s}")
+    for r in rows:
+        e, s, m = r["estimate"], r.get("real_step", {}), r.get("memtracker", {})
+
+        def f(d, key="seconds", scale=1.0, fmt="{:.2f}"):
+            return fmt.format(d[key] / scale) if key in d else d.get("error", "-")[:12]
+
+        print(f"{r['workload']:22s} {f(e):>11s} {f(e, 'peak_rss_bytes', 2**30):>8s} {f(s):>12s} {f(m):>13s} "
+              f"{r.get('estimate_vs_step', float('nan')):9.2f} {r.get('estimate_vs_memtracker', float('nan')):7.2f}")
+    import torch
+
+    os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
+    with open(RESULTS, "w") as fh:
+        json.dump({"torch": torch.__version__, "cpu": platform.processor() or platform.machine(),
+                   "threads": torch.get_num_threads(), "cores": os.cpu_count(), "rows": rows}, fh, indent=1)
+    print(f"full results: {os.path.relpath(RESULTS)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
