@@ -201,6 +201,16 @@ def test_cuda_visible_devices(tmp_path, write_fake, value, status, words):
     assert c.status == status and words in c.evidence, c.evidence
 
 
+def test_an_empty_value_is_fixed_with_the_recipe_that_fails_loudly(tmp_path, write_fake):
+    """The empty value is what `export CUDA_VISIBLE_DEVICES=$(gpuwise pick)` leaves when pick fails: the fix
+    must not suggest that pattern again."""
+    write_fake(EIGHT)
+    checks, _ = run(tmp_path, env={"CUDA_VISIBLE_DEVICES": ""}, dev=("nvidia0", "nvidiactl"))
+    fix = checks["cuda_visible_devices"].fix
+    assert "gpus=$(gpuwise pick) && export CUDA_VISIBLE_DEVICES=$gpus" in fix
+    assert "`export CUDA_VISIBLE_DEVICES=$(gpuwise pick)`" not in fix
+
+
 def test_the_seeds_0_4_mapping_without_pci_bus_id(tmp_path, write_fake):
     """Four A100s (8.0) at PCI 0-3, four H100s (9.0) at 4-7. FASTEST_FIRST puts the H100s first, so CUDA's
     "0,4" means the H100 at nvidia-smi 4 and the A100 at nvidia-smi 0; with PCI_BUS_ID it means 0 and 4."""

@@ -79,3 +79,29 @@ def test_cli_bad_gpu_is_one_line_exit_2():
     proc = subprocess.run([sys.executable, "-m", "gpuwise", "fit", TINY, "--gpu", "nope-9000"],
                           capture_output=True, text=True, timeout=120, env={"PYTHONPATH": "src", "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+
+
+BN_NET = '''
+import torch
+from torch import nn
+
+def model():
+    return nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 6 * 6, 2))
+
+def batch(batch_size):
+    return torch.randn(batch_size, 3, 8, 8), torch.randint(0, 2, (batch_size,))
+
+def loss(model, batch):
+    x, y = batch
+    return nn.functional.cross_entropy(model(x), y)
+'''
+
+
+def test_the_accumulation_note_names_batchnorm_only_when_the_step_runs_it(tmp_path):
+    bn = tmp_path / "bn.py"
+    bn.write_text(BN_NET)
+    accum = TrainingModes(grad_accum=2)
+    config = StepConfig("adamw", "fp32", False)
+    with_bn = Evaluator(str(bn), "hopper").evaluate(2, config, accum, Split("single", 1))
+    without = Evaluator(TINY, "hopper").evaluate(2, config, accum, Split("single", 1))
+    assert with_bn.batch_norm and not without.batch_norm

@@ -54,3 +54,19 @@ def test_lightning_script_starved_then_fed(capsys):
               "--batch-size", "8")
     assert s["steps"] == 8 and s["loader"]["num_workers"] == 2
     assert s["data_wait_fraction"] < 0.15 and starvation(s) is None
+
+
+@pytest.mark.slow
+def test_accelerate_launch_script(capsys):
+    pytest.importorskip("accelerate")
+    import shutil
+
+    launcher = shutil.which("accelerate")
+    if launcher is None:
+        pytest.skip("no `accelerate` launcher on PATH")
+    code = main(["watch", "--json", "--interval", "0.1", "--", launcher, "launch", "--cpu", "--num_processes", "1",
+                 "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+                 str(SCRIPTS / "accelerate_train.py")])
+    s = json.loads(capsys.readouterr().out)
+    assert code == 0 and s["steps"] == 8 and s["framework"] == "accelerate" and s["batch_size"] == 16
+    assert s["data_wait_fraction"] > 0.4 and starvation(s) is not None

@@ -15,7 +15,7 @@ _LAZY = {
     "list_gpus": "gpuwise.devices", "discover": "gpuwise.devices",
     "load_workload": "gpuwise.workload", "Workload": "gpuwise.workload",
     "TrainStep": "gpuwise.step", "StepConfig": "gpuwise.step",
-    "estimate": "gpuwise.plan", "measure": "gpuwise.measure", "tune": "gpuwise.tune",
+    "estimate": "gpuwise.plan", "fit": "gpuwise.plan.fit", "estimate_inference": "gpuwise.plan.inference", "measure": "gpuwise.measure", "tune": "gpuwise.tune",
     "monitor": "gpuwise.monitor",
     "GpuwiseError": "gpuwise.errors",
 }

@@ -170,7 +170,9 @@ def cuda_visible_devices(f: Facts, o: Options) -> Check:
     if parsed.kind == "empty":
         status = WARNING if f.nvidia_hardware else OK
         return Check("cuda_visible_devices", status, parsed.problems[0] + (" (fine for a CPU job)" if gpus else ""),
-                     "unset it (`unset CUDA_VISIBLE_DEVICES`) or name GPUs, e.g. `export CUDA_VISIBLE_DEVICES=$(gpuwise pick)`"
+                     "unset it (`unset CUDA_VISIBLE_DEVICES`) or name GPUs so that a failed pick stops the shell: "
+                     "`gpus=$(gpuwise pick) && export CUDA_VISIBLE_DEVICES=$gpus` (an `export X=$(gpuwise pick)` "
+                     "that fails leaves exactly this empty value)"
                      if status == WARNING else "")
     if real_problems:  # on a machine without NVIDIA GPUs a broken value costs a CPU job nothing
         return Check("cuda_visible_devices", PROBLEM if f.nvidia_hardware else WARNING,

@@ -54,7 +54,8 @@ NOTES = {
     "lora": "LoRA: only rank-r adapters train (not a full fine-tune); quality depends on rank and task",
     "qlora": "QLoRA: frozen base in NF4 (quantization error in the base; matched 16-bit LoRA in the QLoRA paper)",
     "offload": "same math; the optimizer step runs on the CPU (PCIe and host-memory bound)",
-    "accum": "same effective batch in {k} micro-batches of {m} (BatchNorm statistics see {m} samples)",
+    "accum": "same effective batch in {k} micro-batches of {m}",
+    "accum-bn": "same effective batch in {k} micro-batches of {m} (BatchNorm statistics see {m} samples)",
     "ddp": "same math as one GPU with the batch x N",
     "sharded": "same math as DDP; state sharded (communication grows, see samples/s)",
     "pipeline": "same math with micro-batches; pipeline bubble (N-1)/(m+N-1) of the time idle",
@@ -204,7 +205,7 @@ def _notes(v: Variant, micro: int, accum: int, point: Point) -> list[str]:
     if v.split.strategy in ("zero1", "zero2", "fsdp", "fsdp-grad-op", "hsdp"):
         notes.append(NOTES["sharded"])
     if accum > 1:
-        notes.append(NOTES["accum"].format(k=accum, m=micro))
+        notes.append(NOTES["accum-bn" if point.batch_norm else "accum"].format(k=accum, m=micro))
     notes += [n for n in point.notes if n.startswith(("numbers from", "pipeline", "DDP", "fsdp", "zero", "hsdp"))]
     return list(dict.fromkeys(notes))
 

@@ -38,6 +38,7 @@ class Point:
     notes: list[str] = field(default_factory=list)
     phases: dict[str, tuple[int, dict[str, int]]] = field(default_factory=dict)  # phase -> (peak, categories)
     activations_bytes: int = 0      # most saved activations live at once
+    batch_norm: bool = False        # the step runs batch norm (accumulation changes its statistics)
 
     def extrapolate(self, two: Point, layers: int) -> Point:
         """The step at `layers` from this 1-layer point and a 2-layer one. Each phase's peak is linear
@@ -58,7 +59,7 @@ class Point:
         above = lin(self.device_used_bytes - self.peak_allocated_bytes, two.device_used_bytes - two.peak_allocated_bytes)
         return Point(best[0] + above, best[0], best[1], lin(self.flops_per_step, two.flops_per_step),
                      lin(self.trainable_bytes, two.trainable_bytes), two.block_param_bytes, list(two.notes),
-                     {}, lin(self.activations_bytes, two.activations_bytes))
+                     {}, lin(self.activations_bytes, two.activations_bytes), self.batch_norm or two.batch_norm)
 
 
 def phase_peaks(trace: MemoryTrace, round_to: int = 512) -> tuple[dict[str, tuple[int, dict[str, int]]], int]:
@@ -129,7 +130,8 @@ class Evaluator:
         top = max((b for b, _ in phases.values()), default=0)
         # the replay's allocated peak can differ from the rounded live peak by the workspaces: keep both consistent
         return Point(cuda.device_used_bytes, max(top, 0), dict(peak.by_category), int(trace.flops_per_step), trainable,
-                     block_param_bytes, list(ranked.notes), phases, acts)
+                     block_param_bytes, list(ranked.notes), phases, acts,
+                     any("batch_norm" in e.op for e in trace.events[trace.steady_start:]))
 
     def evaluate(self, micro_batch: int, config: StepConfig, modes: TrainingModes, split: Split) -> Point:
         """One rank's numbers at `micro_batch` (FLOPs per optimizer step include the accumulation)."""

@@ -90,7 +90,9 @@ def shard_trace(trace: MemoryTrace, split: Split, block_param_bytes: int = 0,
         if s in ("fsdp", "hsdp"):
             gathered = FSDP_BLOCKS_IN_FLIGHT * block_param_bytes + block_param_bytes  # + 1 block of grads
             notes.append(f"{s}: parameters, gradients and optimizer state / {n}; + {FSDP_BLOCKS_IN_FLIGHT} "
-                         "blocks' unsharded parameters (all-gather, prefetch) and one block's gradients")
+                         "blocks' unsharded parameters (all-gather, prefetch) and one block's gradients; with "
+                         "torch.autocast its cache keeps every block's 16-bit weight copy through forward "
+                         "(MixedPrecisionPolicy(param_dtype=bf16) avoids that: not modelled)")
         elif s == "fsdp-grad-op":
             param_total = sum(e.nbytes for e in trace.events if e.action == "alloc" and e.category == "parameters")
             gathered = param_total - -(-param_total // n)

@@ -19,11 +19,40 @@ from ..process import wait_forwarding_sigint
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 
 
-def run_torchrun(argv: list[str], env: Mapping[str, str], stdout_to_stderr: bool = False) -> int:
+def run_torchrun(argv: list[str], env: Mapping[str, str], stdout_to_stderr: bool = False,
+                 log_path: str | None = None) -> int:
     """Run torchrun with `argv` in `env` (the full environment); its exit code (128+N for signal N).
-    `stdout_to_stderr` keeps the ranks' prints off stdout (for --json)."""
-    proc = subprocess.Popen(TORCHRUN + list(argv), env=dict(env), stdout=2 if stdout_to_stderr else None)  # fd 2
-    return wait_forwarding_sigint(proc)  # on Ctrl-C torchrun stops its workers; wait for it
+    `stdout_to_stderr` keeps the ranks' prints off stdout (for --json). With `log_path`, torchrun's and the
+    ranks' stderr go to that file; gpuwise's own progress lines ("[gpuwise ...") still show as they come,
+    the rest is shown after a successful run (a failed one is summarised by the caller, scaleout/failure.py)."""
+    if log_path is None:
+        proc = subprocess.Popen(TORCHRUN + list(argv), env=dict(env), stdout=2 if stdout_to_stderr else None)  # fd 2
+        return wait_forwarding_sigint(proc)  # on Ctrl-C torchrun stops its workers; wait for it
+    import threading
+
+    held: list[bytes] = []
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(TORCHRUN + list(argv), env=dict(env), stdout=2 if stdout_to_stderr else None,
+                                stderr=subprocess.PIPE)
+
+        def pump() -> None:
+            for line in proc.stderr:
+                log.write(line)
+                log.flush()
+                if line.startswith(b"[gpuwise"):
+                    sys.stderr.buffer.write(line)
+                    sys.stderr.buffer.flush()
+                else:
+                    held.append(line)
+
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        code = wait_forwarding_sigint(proc)
+        reader.join(timeout=10)
+    if code == 0 and held:
+        sys.stderr.buffer.write(b"".join(held))
+        sys.stderr.buffer.flush()
+    return code
 
 
 # --- inside a worker -------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 
 from ..errors import GpuwiseError
 from . import launch as launching
+from .failure import summarize_failure
 
 WORKER = ["--module", "gpuwise.scaleout.worker"]
 
@@ -23,6 +24,8 @@ class JobOutcome:
     exit_code: int
     result: dict | None
     plan: launching.LaunchPlan
+    log_path: str | None = None     # the ranks' stderr, kept when the job failed
+    failure: str | None = None      # one line: which rank failed and how (scaleout/failure.py)
 
 
 def run_job(mode: str, config, *, nproc: int | None, max_restarts: int = 0, device: str = "auto",
@@ -43,18 +46,29 @@ def run_job(mode: str, config, *, nproc: int | None, max_restarts: int = 0, devi
                                  device=device, command=f"gpuwise {mode} {getattr(config, 'workload', '')}")
         if on_plan is not None:
             on_plan(plan)
-        code = launching.launch(plan, extra_env, stdout_to_stderr=True)
+        fd, log_path = tempfile.mkstemp(prefix=f"gpuwise-{mode}-", suffix=".log")  # kept when the job fails
+        os.close(fd)
+        code = launching.launch(plan, extra_env, stdout_to_stderr=True, log_path=log_path)
         result = None
         if os.path.exists(config.result_path):
             with open(config.result_path) as fh:
                 result = json.load(fh)
         config.result_path = None
-        return JobOutcome(code, result, plan)
+        failure = None
+        if code != 0 or result is None:
+            with open(log_path, errors="replace") as fh:
+                failure = summarize_failure(fh.read())
+        else:
+            os.unlink(log_path)
+            log_path = None
+        return JobOutcome(code, result, plan, log_path, failure)
 
 
 def require_result(outcome: JobOutcome, what: str) -> dict:
     """The result, or a GpuwiseError saying that the ranks failed (their errors are on stderr above)."""
     if outcome.exit_code != 0 or outcome.result is None:
-        raise GpuwiseError(f"{what} failed: torchrun exited with code {outcome.exit_code} "
-                           "(the ranks' errors are printed above)")
+        why = outcome.failure or f"torchrun exited with code {outcome.exit_code}"
+        log = f"; the ranks' output: {outcome.log_path}" if outcome.log_path else ""
+        raise GpuwiseError(f"{what} failed: {why}{log}; to survive a lost rank, save with --checkpoint-dir DIR "
+                           "and let torchrun restart the ranks with --max-restarts N (they resume from the checkpoint)")
     return outcome.result

@@ -152,10 +152,12 @@ def qualifying_gpus(gpus: list, min_free: int | str, max_util: float | None) -> 
     return [g for g in visible if qualifies(g, parse_bytes(min_free), max_util)]
 
 
-def launch(plan: LaunchPlan, extra_env: Mapping[str, str] | None = None, stdout_to_stderr: bool = False) -> int:
-    """Run torchrun for `plan`; releases the GPUs afterwards; returns torchrun's exit code."""
+def launch(plan: LaunchPlan, extra_env: Mapping[str, str] | None = None, stdout_to_stderr: bool = False,
+           log_path: str | None = None) -> int:
+    """Run torchrun for `plan`; releases the GPUs afterwards; returns torchrun's exit code. With `log_path`
+    the ranks' stderr is kept there (backend.run_torchrun)."""
     env = {**os.environ, **plan.env, **(extra_env or {})}
     try:
-        return backend.run_torchrun(plan.torchrun_args, env, stdout_to_stderr)
+        return backend.run_torchrun(plan.torchrun_args, env, stdout_to_stderr, log_path)
     finally:
         plan.release()
