@@ -8,6 +8,7 @@ from ..measure import find_max_batch, measure, snapshot
 from ..plan.events import live_peak
 from ..report import console
 from ..report.measure import maxbatch_table, measurement_table, oom_message
+from ..report.progress import ProgressPrinter
 from ..workload import load_workload
 from .common import add_workload_arguments, positive_int, step_config_from_args
 
@@ -49,7 +50,7 @@ def run(args) -> int:
         console.err.print(f"[dim]… measuring {args.workload} at batch {args.batch_size} in a child process[/dim]")
     m = measure(args.workload, args.batch_size, optimizer=config.optimizer, precision=config.precision,
                 checkpointing=config.checkpointing, steps=args.steps, warmup=args.warmup, device=args.device,
-                snapshot=args.snapshot, timeout_s=args.timeout)
+                snapshot=args.snapshot, timeout_s=args.timeout, on_progress=ProgressPrinter("measure"))
     events = _snapshot_summary(m.snapshot) if m.snapshot else None
     if args.json:
         console.emit_json({**m.to_dict(), **({"snapshot_events": events} if events else {})})

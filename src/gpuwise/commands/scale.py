@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 
+from ..devices import discover
 from ..report import console
 from ..report import scale as scale_report
+from ..report.progress import ProgressPrinter
 from ..scaleout.preflight import preflight
-from ..scaleout.scale import ScaleConfig, measure_scaling
+from ..scaleout.scale import ScaleConfig, fit_cpu_ranks, measure_scaling, usable_cores
 from .common import (
     add_gpu_selection_arguments,
     add_workload_arguments,
@@ -38,11 +40,32 @@ def nproc_list(text: str) -> list[int]:
 def add_arguments(p) -> None:
     add_workload_arguments(p)
     p.add_argument("-n", "--nproc", type=nproc_list, default=[1, 2], help="rank counts to measure (default 1,2)")
-    p.add_argument("--steps", type=positive_int, default=10, help="timed steps of each kind per size (default 10)")
-    p.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
+    p.add_argument("--steps", type=positive_int, default=None,
+                   help=f"timed steps of each kind per size (default {GPU_DEFAULTS['steps']}; "
+                        f"{CPU_DEFAULTS['steps']} on CPU ranks)")
+    p.add_argument("--warmup", type=int, default=None,
+                   help=f"untimed steps first (default {GPU_DEFAULTS['warmup']}; {CPU_DEFAULTS['warmup']} on CPU ranks)")
     p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto",
                    help="auto: GPUs when there are any, else CPU ranks (gloo)")
+    p.add_argument("--oversubscribe", action="store_true",
+                   help="CPU ranks: keep rank counts above the number of cores (timings then measure contention)")
     add_gpu_selection_arguments(p, per_gpu=True)
+
+
+# Defaults gpuwise chooses when the user gives none. CPU ranks run one thread each (scaleout/scale.py), so
+# a GPU-sized batch of gpt-mini took minutes per point on a 2-core machine (issue 14); these end in about
+# a minute for the examples there.
+GPU_DEFAULTS = {"batch_size": 32, "steps": 10, "warmup": 3}
+CPU_DEFAULTS = {"batch_size": 4, "steps": 4, "warmup": 1}
+
+
+def _on_cpu(device: str) -> bool:
+    if device == "cpu":
+        return True
+    if device == "cuda":
+        return False
+    found = discover()
+    return not (found and found.gpus)
 
 
 def run(args) -> int:
@@ -51,14 +74,33 @@ def run(args) -> int:
     check = preflight(workload, step_cfg.optimizer)
     if check.data_parallel:
         console.err.print(f"[yellow]note:[/yellow] {check.data_parallel} (gpuwise scale unwraps it)")
-    cfg = ScaleConfig(workload=args.workload, batch_size=args.batch_size or 32, steps=args.steps, warmup=args.warmup,
-                      optimizer=step_cfg.optimizer, precision=step_cfg.precision, checkpointing=step_cfg.checkpointing)
+    on_cpu = _on_cpu(args.device)
+    nprocs = args.nproc
+    if on_cpu and not args.oversubscribe:
+        cores = usable_cores()
+        nprocs, dropped = fit_cpu_ranks(nprocs, cores)
+        if dropped:
+            console.err.print(f"gpuwise scale: dropped {','.join(map(str, dropped))} rank(s): this machine has "
+                              f"{cores} core(s) and each gloo rank needs its own; on shared cores the timing "
+                              "measures contention, not scaling (--oversubscribe keeps them)", markup=False, soft_wrap=True)
+    defaults = CPU_DEFAULTS if on_cpu else GPU_DEFAULTS
+    given = {"batch_size": args.batch_size, "steps": args.steps, "warmup": args.warmup}
+    chosen = {k: defaults[k] for k, v in given.items() if v is None}
+    if chosen and on_cpu:
+        flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in chosen.items())
+        console.err.print(f"gpuwise scale: CPU ranks, so small defaults: {flags} (give them to change)", markup=False,
+                          soft_wrap=True)
+    values = {**given, **chosen}
+    cfg = ScaleConfig(workload=args.workload, batch_size=values["batch_size"], steps=values["steps"],
+                      warmup=values["warmup"], optimizer=step_cfg.optimizer, precision=step_cfg.precision,
+                      checkpointing=step_cfg.checkpointing)
 
     def done(timing) -> None:
         console.err.print(f"[dim]gpuwise scale: {timing.nproc} rank(s) on {timing.device} ({timing.backend}): "
                           f"step {timing.step_s * 1e3:.1f} ms, compute {timing.compute_s * 1e3:.1f} ms[/dim]")
 
-    result = measure_scaling(cfg, args.nproc, device=args.device, on_point=done, min_free=args.min_free,
+    result = measure_scaling(cfg, nprocs, device=args.device, on_point=done, on_progress=ProgressPrinter("scale"),
+                             min_free=args.min_free,
                              max_util=args.max_util, wait=args.wait)
     memory = check.memory_plan(max(p.nproc for p in result.points))
     if args.json:

@@ -58,11 +58,12 @@ class Measurement:
 def measure(workload, batch_size: int, optimizer: str | None = None, precision: str = "fp32",
             checkpointing: bool = False, steps: int = 10, warmup: int = 2, device: str | None = None,
             snapshot: str | None = None, timeout_s: float | None = 1800,
-            env: dict[str, str] | None = None) -> Measurement:
+            env: dict[str, str] | None = None, on_progress=None) -> Measurement:
     """Run `warmup` + `steps` training steps of `workload` at `batch_size` in a spawned child and measure.
 
     `workload`: a spec string (path.py, pkg.mod, examples:NAME) or a loaded `Workload`. `device`: cpu,
-    cuda, cuda:N (default: cuda when available, else cpu). An OOM returns a Measurement with
+    cuda, cuda:N (default: cuda when available, else cpu). `on_progress(StepProgress)` is called in this
+    process after each step the child finished (`measure.progress`). An OOM returns a Measurement with
     `oom=True` (the caller's memory is untouched); other failures raise `GpuwiseError`.
     """
     wl = load_workload(workload)  # a bad spec is one line here, not a child traceback
@@ -77,7 +78,8 @@ def measure(workload, batch_size: int, optimizer: str | None = None, precision: 
     kwargs = {"workload": wl.spec, "batch_size": batch_size, "optimizer": config.optimizer,
               "precision": config.precision, "checkpointing": checkpointing, "device": dev, "steps": steps,
               "warmup": warmup, "snapshot": snapshot}
-    res = run_isolated("gpuwise.measure.runner:run_measurement", kwargs, timeout_s=timeout_s, env=env)
+    res = run_isolated("gpuwise.measure.runner:run_measurement", kwargs, timeout_s=timeout_s, env=env,
+                       on_progress=on_progress)
     base = {"workload": wl.spec, "batch_size": batch_size, "optimizer": optimizer_used,
             "precision": config.precision, "checkpointing": checkpointing, "device": dev, "steps": steps,
             "warmup": warmup, "seconds": res.seconds}

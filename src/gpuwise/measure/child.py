@@ -12,9 +12,11 @@ import multiprocessing as mp
 import os
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import progress
 from .oom import is_oom
 
 STATUSES = ("ok", "oom", "error", "timeout", "killed")
@@ -39,6 +41,7 @@ class ChildResult:
 
 def _child_main(target: str, kwargs: dict, env: dict, conn) -> None:
     os.environ.update(env)
+    progress.set_reporter(lambda p: conn.send(("progress", p.to_dict(), "", "")))
     try:
         module, _, name = target.partition(":")
         fn = getattr(importlib.import_module(module), name)
@@ -48,12 +51,16 @@ def _child_main(target: str, kwargs: dict, env: dict, conn) -> None:
         line = (str(exc).strip().splitlines() or [""])[0]
         conn.send((status, {}, f"{type(exc).__name__}: {line}", traceback.format_exc()))
     finally:
+        progress.set_reporter(None)
         conn.close()
 
 
 def run_isolated(target: str, kwargs: dict | None = None, *, timeout_s: float | None = None,
-                 env: dict[str, str] | None = None) -> ChildResult:
-    """Call `module:function(**kwargs)` in a spawned child; never raises for what happens inside it."""
+                 env: dict[str, str] | None = None,
+                 on_progress: Callable[[progress.StepProgress], None] | None = None) -> ChildResult:
+    """Call `module:function(**kwargs)` in a spawned child; never raises for what happens inside it.
+
+    `on_progress` receives the `StepProgress` the child reports (`measure.progress.step_done`)."""
     ctx = mp.get_context("spawn")
     recv, send = ctx.Pipe(duplex=False)
     # Not a daemon: the trial may start DataLoader worker processes, which daemons may not have.
@@ -72,6 +79,10 @@ def run_isolated(target: str, kwargs: dict | None = None, *, timeout_s: float | 
                     message = recv.recv()
                 except EOFError:  # the child died without sending
                     break
+                if message[0] == "progress":
+                    if on_progress is not None:
+                        on_progress(progress.StepProgress(**message[1]))
+                    message = None
             elif deadline is not None and time.monotonic() >= deadline:
                 proc.kill()
                 proc.join()

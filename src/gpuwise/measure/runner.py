@@ -23,6 +23,7 @@ from ..devices import nvml
 from ..plan.cpu_truth import measure_cpu_peak
 from ..step import StepConfig, TrainStep
 from ..workload import load_workload
+from . import progress
 from .oom import maybe_fake_oom
 from .snapshot import PhaseMarks
 from .snapshot import save as save_snapshot
@@ -78,15 +79,18 @@ def _measure(spec, batch_size, optimizer, precision, checkpointing, dev, steps, 
     marks = PhaseMarks(step, dev.index) if cuda and snapshot else None
     batch = wl.build_batch(batch_size)
     maybe_fake_oom(batch_size)
-    for _ in range(warmup):
+    total = warmup + steps
+    for i in range(warmup):
+        t0 = time.perf_counter()
         step.step(batch)
-    _sync(dev)
+        _sync(dev)
+        progress.step_done(i + 1, total, warmup, time.perf_counter() - t0)
     steady_start = None
     if cuda:
         torch.cuda.reset_peak_memory_stats(dev)
         if marks is not None:  # where the steady steps begin in the allocator's trace
             steady_start = marks.trace_length()
-    times_s = _timed_steps(step, batch, dev, steps)
+    times_s = _timed_steps(step, batch, dev, steps, warmup)
     result: dict[str, Any] = {
         "workload": wl.spec, "batch_size": batch_size, "optimizer": config.optimizer or _optimizer_name(step),
         "precision": config.precision, "checkpointing": bool(checkpointing), "device": str(dev),
@@ -114,7 +118,7 @@ def _measure(spec, batch_size, optimizer, precision, checkpointing, dev, steps, 
     return result
 
 
-def _timed_steps(step, batch, dev, steps: int) -> list[float]:
+def _timed_steps(step, batch, dev, steps: int, warmup: int = 0) -> list[float]:
     import torch
 
     times_s = []
@@ -126,12 +130,14 @@ def _timed_steps(step, batch, dev, steps: int) -> list[float]:
             end.record()
             end.synchronize()
             times_s.append(start.elapsed_time(end) / 1000.0)  # elapsed_time is in milliseconds
+            progress.step_done(warmup + len(times_s), warmup + steps, warmup, times_s[-1])
         return times_s
     for _ in range(steps):
         t0 = time.perf_counter()
         step.step(batch)
         _sync(dev)
         times_s.append(time.perf_counter() - t0)
+        progress.step_done(warmup + len(times_s), warmup + steps, warmup, times_s[-1])
     return times_s
 
 

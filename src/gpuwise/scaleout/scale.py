@@ -25,9 +25,12 @@ from __future__ import annotations
 
 import os
 import statistics
+import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 
+from ..measure import progress
 from . import backend
 from .job import require_result, run_job
 from .train import TrainConfig, build_step, write_json_atomic
@@ -47,6 +50,7 @@ class ScaleConfig:
     checkpointing: bool = False
     seed: int = 0
     result_path: str | None = None
+    progress_path: str | None = None  # rank 0 writes its StepProgress here (measure/progress.py)
 
 
 @dataclass
@@ -110,8 +114,13 @@ def measure_rank(cfg: ScaleConfig) -> RankTiming:
     workload, ts = build_step(tcfg, device)
     torch.manual_seed(cfg.seed + 1 + rank)
     batch = ts.to_device(workload.build_batch(cfg.batch_size))
-    for _ in range(cfg.warmup):
+    if rank == 0 and cfg.progress_path:
+        progress.set_reporter(progress.file_reporter(cfg.progress_path))
+    total, label = cfg.warmup + 2 * cfg.steps, f"{world} rank{'s' if world > 1 else ''}"
+    for i in range(cfg.warmup):
+        t = time.perf_counter()
         ts.step(batch, on_device=True)
+        progress.step_done(i + 1, total, cfg.warmup, time.perf_counter() - t, label)
     synced: list[float] = []
     unsynced: list[float] = []
     for i in range(2 * cfg.steps):
@@ -125,6 +134,8 @@ def measure_rank(cfg: ScaleConfig) -> RankTiming:
             ts.step(batch, on_device=True)
         backend.synchronize(device)
         (unsynced if no_sync else synced).append(time.perf_counter() - t)
+        progress.step_done(cfg.warmup + i + 1, total, cfg.warmup, time.perf_counter() - t, label)
+    progress.set_reporter(None)
     mine = (statistics.median(synced), statistics.median(unsynced))
     everyone = backend.gather(mine)
     grad_bytes = sum(p.numel() * p.element_size() for p in ts.model.parameters() if p.requires_grad)
@@ -158,19 +169,70 @@ def points_from(timings: list[RankTiming], per_rank_batch: int) -> list[ScalePoi
     return points
 
 
+def usable_cores() -> int:
+    """CPUs this process may run on (the affinity mask, as a container or taskset sees it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def fit_cpu_ranks(nprocs: list[int], cores: int) -> tuple[list[int], list[int]]:
+    """Rank counts that CPU ranks can be timed at, and the dropped ones (pure). Each gloo rank needs a core
+    of its own: more ranks than cores share them, and the timing measures contention, not scaling."""
+    kept = [n for n in nprocs if n <= cores]
+    return kept, [n for n in nprocs if n > cores]
+
+
 def measure_scaling(cfg: ScaleConfig, nprocs: list[int], *, device: str = "auto",
-                    on_point=None, **launch_kwargs) -> ScaleResult:
-    """Launch one torchrun job per world size in `nprocs` (1 is added if missing) and compare them."""
+                    on_point=None, on_progress=None, **launch_kwargs) -> ScaleResult:
+    """Launch one torchrun job per world size in `nprocs` (1 is added if missing) and compare them.
+
+    `on_progress(StepProgress)`: rank 0's steps (label "N ranks"), polled about twice a second."""
     sizes = sorted(set(nprocs) | {1})
     # CPU ranks: one thread each at every size, so a rank has the same resources at 1 and at n ranks
     # (like one GPU per rank); a 1-rank job with all cores would not be the 1-GPU reference.
     extra_env = {} if "OMP_NUM_THREADS" in os.environ else {"OMP_NUM_THREADS": "1"}
     timings = []
     for n in sizes:
-        outcome = run_job("scale", cfg, nproc=n, device=device, extra_env=extra_env, **launch_kwargs)
+        with _polling(cfg, on_progress):
+            outcome = run_job("scale", cfg, nproc=n, device=device, extra_env=extra_env, **launch_kwargs)
         timing = RankTiming(**require_result(outcome, f"scale -n {n}"))
         timings.append(timing)
         if on_point is not None:
             on_point(timing)
     return ScaleResult(cfg.workload, cfg.batch_size, timings[-1].backend, timings[-1].device,
                        points_from(timings, cfg.batch_size))
+
+
+class _polling:
+    """While a job runs: give it a progress file and pass each new state to `on_progress` (a thread)."""
+
+    def __init__(self, cfg: ScaleConfig, on_progress, interval_s: float = 0.5):
+        self.cfg, self.on_progress, self.interval_s = cfg, on_progress, interval_s
+        self.stop = threading.Event()
+
+    def __enter__(self):
+        if self.on_progress is None:
+            return self
+        self.tmp = tempfile.TemporaryDirectory(prefix="gpuwise-progress-")
+        self.cfg.progress_path = os.path.join(self.tmp.name, "progress.json")
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+        self.thread.start()
+        return self
+
+    def _poll(self) -> None:
+        last = None
+        while not self.stop.wait(self.interval_s):
+            p = progress.read_file(self.cfg.progress_path)
+            if p is not None and p != last:
+                last = p
+                self.on_progress(p)
+
+    def __exit__(self, *exc) -> None:
+        if self.on_progress is None:
+            return
+        self.stop.set()
+        self.thread.join()
+        self.cfg.progress_path = None
+        self.tmp.cleanup()
