@@ -192,13 +192,9 @@ class Worker:
 CAUSES = {
     "torch:compiled-": "torch.compile (inductor) fuses conv+BN+ReLU and frees what eager keeps; the tracer "
                        "runs the module eagerly: over (the safe direction)",
-    "hf:bart": "autograd accumulates the gradients of a tensor used several times (the shared embedding) out "
-               "of place under a dispatch mode (input_buffer.cpp can_accumulate_inplace excludes tensor "
-               "subclasses), in place in a plain process: over",
-    "hf:blenderbot": "as hf:bart (shared embedding, out-of-place gradient accumulation under fake tensors): over",
-    "hf:pegasus": "as hf:bart (shared embedding, out-of-place gradient accumulation under fake tensors): over",
-    "hf:bigbird_pegasus": "as hf:bart (shared embedding, out-of-place gradient accumulation under fake tensors): over",
     "hf:hubert": "not classified (real-tensor trace of a conv1d feature extractor with GroupNorm): over",
+    "hf:pegasus_x": "not classified: over",
+    "hf:unispeech-sat": "not classified: UNDER (real-tensor trace of a conv1d feature extractor)",
 }
 
 
