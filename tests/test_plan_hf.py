@@ -46,6 +46,18 @@ def test_hf_id_offline_is_one_line_exit_2(tmp_path):
     assert len(lines) == 1 and "config.json" in lines[0], proc.stderr
 
 
+def test_hf_id_with_the_hub_unreachable_is_one_line_at_once(tmp_path):
+    """No HF_HUB_OFFLINE, but no network to the Hub (here: a host under .invalid, which never resolves,
+    RFC 2606): one line and exit 2, not huggingface_hub's five logged retries with backoff."""
+    env = {"HF_ENDPOINT": "https://hub.gpuwise-test.invalid", "HF_HOME": str(tmp_path), "PYTHONPATH": "src",
+           "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([sys.executable, "-m", "gpuwise", "estimate", "hf:Qwen/Qwen2.5-7B", "-b", "1"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "offline or the Hub is unreachable" in lines[0], proc.stderr
+
+
 def test_bad_config_is_one_line(tmp_path):
     bad = tmp_path / "config.json"
     bad.write_text(json.dumps({"hidden_size": 4}))
@@ -83,3 +95,15 @@ def test_layer_count_changes():
     cfg = hf.load_config("examples/configs/qwen2.5-7b.json", num_layers=2)
     assert cfg.num_hidden_layers == 2
     assert 7.0e9 < hf.approx_params(hf.load_config("examples/configs/qwen2.5-7b.json")) < 8.0e9
+
+
+def test_estimate_batch_size_defaults_to_one_sequence_for_a_config_only(capsys):
+    """`gpuwise estimate hf:ORG/NAME --seq-len 2048` (the issue's command) needs no -b: a model config's
+    batch defaults to 1 sequence; a workload file still needs -b (one line, exit 2)."""
+    from gpuwise.cli import main
+
+    assert main(["estimate", "tests/data/configs/tiny-llama.json", "--target", "cpu", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["batch_size"] == 1
+    assert main(["estimate", "examples:mlp", "--json"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "-b/--batch-size is required" in err[0]

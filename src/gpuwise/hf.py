@@ -11,10 +11,15 @@ build is refused above `REAL_BUILD_MAX_PARAMS` so that nothing allocates real mu
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+import os
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from .contract import Workload, check_batch
 from .errors import GpuwiseError
@@ -49,14 +54,48 @@ def fetch_config(repo_id: str) -> dict[str, Any]:
     except ImportError as exc:  # pragma: no cover - huggingface_hub comes with transformers
         raise GpuwiseError("hf: inputs need huggingface_hub (pip install huggingface_hub)") from exc
     try:
-        path = hf_hub_download(repo_id, "config.json")
+        try:  # a cached copy answers offline, with no network call
+            path = hf_hub_download(repo_id, "config.json", local_files_only=True)
+        except Exception:  # noqa: BLE001 - not cached: ask the Hub, if it can be reached at all
+            _check_hub_reachable()
+            with _quiet_hub_logs():
+                path = hf_hub_download(repo_id, "config.json")
     except Exception as exc:  # noqa: BLE001 - offline, gated, not found: all one line
         kind = type(exc).__name__
         hint = ("offline or the Hub is unreachable: download config.json and pass its path"
                 if "Offline" in kind or "Connect" in kind or "LocalEntryNotFound" in kind or "Timeout" in kind
+                or "Unreachable" in kind
                 else "check the id (and access, for gated models), or pass a local config.json")
         raise GpuwiseError(f"hf:{repo_id}: cannot fetch config.json ({kind}): {hint}") from exc
     return _read_json(Path(path), f"hf:{repo_id}")
+
+
+class HubUnreachable(ConnectionError):
+    """The Hub's host does not resolve: offline (the name says so, for the one-line message)."""
+
+
+def _check_hub_reachable() -> None:
+    """Fail at once when the Hub's host name does not resolve: huggingface_hub would otherwise retry
+    five times with backoff (~20 s) and log a warning line per retry before giving up."""
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        return  # huggingface_hub itself refuses at once, with its offline error
+    host = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co").hostname or "huggingface.co"
+    try:
+        socket.getaddrinfo(host, 443)
+    except OSError as exc:
+        raise HubUnreachable(f"cannot resolve {host}: {exc}") from exc
+
+
+@contextlib.contextmanager
+def _quiet_hub_logs():
+    """huggingface_hub logs each HTTP retry as a warning; gpuwise reports the outcome in one line."""
+    logger = logging.getLogger("huggingface_hub")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def _read_json(path: Path, label: str) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import GpuwiseError
-from ..hf import TASKS
+from ..hf import TASKS, is_config_source
 from ..plan import estimate
 from ..plan.curve import DEFAULT_MARGIN_PCT
 from ..plan.inference import estimate_inference
@@ -21,7 +21,7 @@ EXAMPLES = """\
   gpuwise estimate path/to/job.py -b 32 --optimizer sgd --target cpu --json
   gpuwise estimate examples:resnet -b 64 --gpu "NVIDIA A100-SXM4-40GB" --margin 10
   gpuwise estimate examples:resnet -b 64 --gpu auto          # fits on the freest GPU here, now?
-  gpuwise estimate hf:Qwen/Qwen2.5-7B -b 1 --seq-len 2048 --precision bf16 --gpu H100   # config.json only
+  gpuwise estimate hf:Qwen/Qwen2.5-7B --seq-len 2048 --precision bf16 --gpu H100   # config.json only; -b 1
   gpuwise estimate path/to/config.json -b 4 --qlora --precision bf16 --gpu rtx4090 --grad-accum 8
 --target cuda (default) replays the step through a model of PyTorch's CUDA caching allocator and adds
 the cuBLAS workspaces and CUDA context: peak allocated, reserved and what nvidia-smi would show.
@@ -30,7 +30,7 @@ the cuBLAS workspaces and CUDA context: peak allocated, reserved and what nvidia
 
 
 def add_arguments(p) -> None:
-    add_workload_arguments(p, batch_required=True)
+    add_workload_arguments(p)  # -b: required for workload files, 1 sequence by default for a model config
     p.add_argument("--target", choices=["cuda", "cpu"], default="cuda", help="device to predict for (default cuda)")
     p.add_argument("--gpu", metavar="NAME", help="GPU from the catalog, e.g. H100, A100-40GB, L4, 'NVIDIA H200'; "
                    "auto: the visible GPU with the most free memory, judged on its free memory")
@@ -64,6 +64,10 @@ def mode_kwargs(args) -> dict:
 
 
 def run(args) -> int:
+    if args.batch_size is None:
+        if not is_config_source(args.workload):
+            raise GpuwiseError("-b/--batch-size is required for a workload (a model config or hf: id defaults to 1)")
+        args.batch_size = 1
     if args.plot and not Path(args.plot).resolve().parent.is_dir():  # before the trace, not after it
         raise GpuwiseError(f"--plot {args.plot}: the folder {Path(args.plot).resolve().parent} does not exist")
     if args.inference:
