@@ -11,6 +11,18 @@ from typing import Any
 from .errors import GpuwiseError
 
 
+def read_json_file(path: str, label: str, error: type[GpuwiseError] = GpuwiseError) -> Any:
+    """A whole JSON file a user pointed at (`label` names where it came from, e.g. `ENV=path`): an unreadable
+    file or bad JSON is one line, raised as `error`."""
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except OSError as exc:
+        raise error(f"{label}: cannot read the file ({exc.strerror})") from exc
+    except json.JSONDecodeError as exc:
+        raise error(f"{label}: not valid JSON (line {exc.lineno}: {exc.msg})") from exc
+
+
 def append_line(path: str | os.PathLike, record: dict[str, Any]) -> None:
     """Append one complete line with a single write() on an O_APPEND descriptor, then fsync: a crash
     leaves either the whole record or (at worst) a torn last line that `read_lines` skips."""

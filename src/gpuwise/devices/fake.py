@@ -9,10 +9,10 @@ clock reasons, temperature thresholds, compute mode, MIG, ECC, persistence, driv
 
 from __future__ import annotations
 
-import json
 import os
 
 from ..errors import DeviceError
+from ..jsonl import read_json_file
 from ..units import MIB
 from .health import COMPUTE_MODES, DriverInfo, GpuHealth, MigDevice, reason_mask
 from .model import Gpu, GpuProcess
@@ -25,13 +25,7 @@ def fake_path() -> str | None:
 
 
 def _load(path: str) -> list:
-    try:
-        with open(path) as fh:
-            data = json.load(fh)
-    except OSError as exc:
-        raise DeviceError(f"{ENV}={path}: cannot read the file ({exc.strerror})") from exc
-    except json.JSONDecodeError as exc:
-        raise DeviceError(f"{ENV}={path}: not valid JSON (line {exc.lineno}: {exc.msg})") from exc
+    data = read_json_file(path, f"{ENV}={path}", DeviceError)
     if not isinstance(data, list):
         raise DeviceError(f"{ENV}={path}: expected a JSON list of GPUs, got {type(data).__name__}")
     return data

@@ -12,6 +12,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 
 from ..errors import GpuwiseError
+from ..jsonl import read_json_file
 
 # Runs in the child: prints one JSON object. CUDA's own complaint ("The NVIDIA driver on your system is
 # too old", "no CUDA-capable device is detected") reaches Python only as a warning from is_available().
@@ -98,13 +99,7 @@ def from_dict(d: dict) -> TorchFacts:
 
 
 def _read_fake(path: str) -> TorchFacts:
-    try:
-        with open(path) as fh:
-            data = json.load(fh)
-    except OSError as exc:
-        raise GpuwiseError(f"{FAKE_ENV}={path}: cannot read the file ({exc.strerror})") from exc
-    except json.JSONDecodeError as exc:
-        raise GpuwiseError(f"{FAKE_ENV}={path}: not valid JSON (line {exc.lineno}: {exc.msg})") from exc
+    data = read_json_file(path, f"{FAKE_ENV}={path}")
     if not isinstance(data, dict):
         raise GpuwiseError(f"{FAKE_ENV}={path}: expected a JSON object such as "
                            '{"installed": true, "version": "2.13.0+cu130", "cuda": "13.0", "device_count": 1}')
