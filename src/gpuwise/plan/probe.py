@@ -130,12 +130,7 @@ def _measure_rnn_backward(func, args) -> Probe | None:
             del res, real_args, out, hy, cy, ws
     except Exception:  # noqa: BLE001 - the formula stands in
         return None
-    live = peak = 0
-    for size in allocs:
-        live += size
-        peak = max(peak, live)
-    out_bytes = sum(sizes.values())
-    return Probe(Workspace(before_bytes=peak, during_bytes=max(peak - out_bytes, 0)), sizes)
+    return _probe_from(allocs, sizes)
 
 
 def _real(a):
@@ -167,6 +162,12 @@ def _measure(func, args, kwargs) -> Probe | None:
                 del out, outs, real_args, real_kwargs
     except Exception:  # noqa: BLE001 - a probe that fails leaves the formulas in charge
         return None
+    return _probe_from(allocs, sizes)
+
+
+def _probe_from(allocs: list[int], sizes: dict[int, int]) -> Probe:
+    """The op's scratch from its allocations in order (frees are negative) and its outputs' sizes: the
+    peak live bytes, and that peak less the outputs (what is live only while the op runs)."""
     live = peak = 0
     for size in allocs:
         live += size
