@@ -9,6 +9,11 @@ import pytest
 
 from gpuwise.plan import estimate
 from gpuwise.plan.curve import CurvePoint, find_capacity
+from gpuwise.plan.estimate import _trace
+from gpuwise.plan.events import MemoryTrace
+from gpuwise.plan.synth import interpolate, same_structure
+from gpuwise.step import StepConfig
+from gpuwise.workload import load_workload
 
 GIB = 1024**3
 MIB = 1024**2
@@ -109,18 +114,18 @@ def mlp_path(tmp_path_factory):
 
 
 def test_mlp_peak_moves_from_optimizer_to_backward_and_the_answer_is_exact(mlp_path):
-    small = estimate(mlp_path, 8, gpu="1GiB", search_max_batch=False)
-    assert small.peak_phase == "optimizer"            # weights + grads + AdamW state and temporaries
     est = estimate(mlp_path, 8, gpu="1GiB")
+    assert est.peak_phase == "optimizer"              # at 8: weights + grads + AdamW state and temporaries
     cap, b = est.capacity, est.max_batch_size
     assert cap.settled and cap.peak_phase == "backward" and b > 1000
     at_b = estimate(mlp_path, b, gpu="1GiB", search_max_batch=False)
     above = estimate(mlp_path, b + 1, gpu="1GiB", search_max_batch=False)
     assert at_b.device_used_bytes <= cap.limit_bytes < above.device_used_bytes
-    assert cap.traces <= 16
+    # 64, then b and b + 1 found among allocator replays of interpolated traces: exact here
+    assert cap.traces == 3 and cap.replay_predicted_max_batch_size == b and cap.replays > 0
     d = est.to_dict()["curve"]
     assert {"optimizer", "backward"} <= set(d["pieces"]) and d["traces"] == cap.traces
-    assert d["predicted_max_batch_size"] and d["max_traces"] == 16
+    assert d["predicted_max_batch_size"] and d["max_traces"] == 16 and d["replay_prediction_error_pct"] == 0
 
 
 def test_conv_net_answer_is_exact(tmp_path):
@@ -132,4 +137,35 @@ def test_conv_net_answer_is_exact(tmp_path):
     at_b = estimate(str(path), b, gpu="1GiB", search_max_batch=False)
     above = estimate(str(path), b + 1, gpu="1GiB", search_max_batch=False)
     assert at_b.device_used_bytes <= cap.limit_bytes < above.device_used_bytes
-    assert cap.traces <= 12
+    assert cap.traces <= 4
+
+
+def test_interpolated_trace_is_the_real_trace_where_sizes_are_affine(mlp_path):
+    wl, cfg = load_workload(mlp_path), StepConfig()
+    t8, t64, t1000 = (_trace(wl, b, cfg, "cuda") for b in (8, 64, 1000))
+    assert same_structure(t8, t64) and same_structure(t8, t1000)
+    synth = interpolate(t8, 8, t64, 64, 1000)
+    assert [e.nbytes for e in synth.events] == [e.nbytes for e in t1000.events]
+    assert not same_structure(t8, MemoryTrace(t8.events[:-1], t8.steady_start, "cuda"))  # an event fewer
+
+
+def test_replays_that_miss_fall_back_to_traces_and_the_answer_stays_exact():
+    point, calls = two_phase(3 * GIB, GIB, 20 * MIB)
+
+    def off_by_3pct(b, a, c):     # a replay whose sizes are not the real ones (non-affine kernels)
+        p = point(b)
+        calls.pop()
+        used = int(p.device_used_bytes * 0.97)
+        return CurvePoint(b, used, used, used, p.phase_peak_bytes, p.outside_bytes)
+
+    cap = find_capacity(point, 8, 40 * GIB, margin_pct=5, replayed=off_by_3pct)
+    b, limit = cap.max_batch_size, int(40 * GIB * 0.95)
+    assert cap.settled and point(b).device_used_bytes <= limit < point(b + 1).device_used_bytes
+    assert cap.traces <= 8 and cap.replays > 0
+
+
+def test_traces_of_different_structure_are_not_replayed():
+    point, _ = two_phase(3 * GIB, GIB, 20 * MIB)
+    cap = find_capacity(point, 8, 40 * GIB, margin_pct=5, replayed=lambda b, a, c: None)
+    assert cap.settled and cap.replay_predicted_max_batch_size is None
+    assert point(cap.max_batch_size).device_used_bytes <= cap.limit_bytes < point(cap.max_batch_size + 1).device_used_bytes

@@ -165,10 +165,16 @@ class Capacity:
     peak_phase: str = ""                  # where the peak sits at the answer (traced)
     max_traces: int = DEFAULT_MAX_TRACES
     capped: bool = False                  # MAX_BATCH fits: the search stopped at its ceiling
+    replay_predicted_max_batch_size: int | None = None  # the first crossing found among replays (plan/synth.py)
+    replays: int = 0                      # allocator replays of interpolated traces (each ~2 % of a trace)
 
     @property
     def prediction_error_pct(self) -> float | None:
         return _err_pct(self.predicted_max_batch_size, self.max_batch_size)
+
+    @property
+    def replay_prediction_error_pct(self) -> float | None:
+        return _err_pct(self.replay_predicted_max_batch_size, self.max_batch_size)
 
     @property
     def line_error_pct(self) -> float | None:
@@ -190,6 +196,8 @@ class Capacity:
             "predicted_max_batch_size": self.predicted_max_batch_size,
             "prediction_error_pct": self.prediction_error_pct,
             "line_max_batch_size": self.line_max_batch_size, "line_error_pct": self.line_error_pct,
+            "replay_predicted_max_batch_size": self.replay_predicted_max_batch_size,
+            "replay_prediction_error_pct": self.replay_prediction_error_pct, "replays": self.replays,
         }
 
 
@@ -199,47 +207,94 @@ def _err_pct(predicted: int | None, settled: int) -> float | None:
     return round(100 * (predicted - settled) / settled, 2)
 
 
+Replayed = Callable[[int, int, int], "CurvePoint | None"]  # (b, a, c): batch b from the traces of a and c
+
+
 def find_capacity(point: Callable[[int], CurvePoint], batch_size: int, memory_bytes: int,
                   margin_pct: float = DEFAULT_MARGIN_PCT, first: CurvePoint | None = None,
-                  max_traces: int = DEFAULT_MAX_TRACES) -> Capacity:
+                  max_traces: int = DEFAULT_MAX_TRACES, replayed: Replayed | None = None) -> Capacity:
     """The largest batch b whose traced `device_used_bytes` stays under `memory_bytes * (1 - margin_pct/100)`
     with b + 1 traced over it. `point(b)` traces batch b; `first` is the asked batch, if already traced.
-    At most `max_traces` traces beyond the asked batch's own; when they run out, `settled` is False and
-    the answer is the largest batch seen to fit (a lower bound)."""
+    `replayed(b, a, c)`, if given, is batch b's point from the traces of a and c without tracing
+    (plan/synth.py: each event's size interpolated, then the allocator replayed; None when the two traces
+    differ in structure): the search then looks for the crossing among replays and traces only what
+    settles it, until replays have missed twice. At most `max_traces` traces beyond the asked batch's own;
+    when they run out, `settled` is False and the answer is the largest batch seen to fit (a lower bound)."""
     limit = int(memory_bytes * (1 - margin_pct / 100))
     s = _Search(point, limit)
     if first is not None:
         s.cache[first.batch_size] = first
     p0 = s.get(batch_size, count=first is None)
     b1 = max(4 * batch_size, SECOND_BATCH_MIN) if s.fits(batch_size) else max(1, batch_size // 4)
-    predicted = line = None
+    predicted = line = replay_predicted = None
     if b1 != batch_size and not s.done():
         p1 = s.get(b1)
         predicted = s.model().largest_within(limit)
         line = fit_line((p0.batch_size, p0.device_used_bytes), (b1, p1.device_used_bytes)).largest_within(limit)
-    check_b, check_model = None, None
+    check_b, check_model, misses = None, None, 0
     while not s.done() and s.traces < max_traces:
-        b = s.propose()
+        b = expect = None
+        if replayed is not None and misses < 2:
+            found = s.replayed_crossing(replayed)
+            if found is not None:
+                c, fits_c, fits_c1 = found
+                replay_predicted = c if replay_predicted is None else replay_predicted
+                b, expect = (c, fits_c) if c not in s.cache else (c + 1, fits_c1)
+        if b is None:
+            b = s.propose()
         if b is None:
             break
         if check_b is None and b not in s.cache:
             check_b, check_model = b, s.model()
         s.get(b)
+        if expect is not None and s.fits(b) != expect:
+            misses += 1   # the sizes are not affine in b here (a kernel's workspace, a data-dependent shape)
     model = s.model()
     answer = s.known_fit
-    capped = answer >= MAX_BATCH
     check_err = None
     if check_b is not None and check_model is not None and s.cache[check_b].device_used_bytes:
         real = s.cache[check_b].device_used_bytes
         check_err = round(100 * (check_model.device_used_at(check_b) - real) / real, 3)
-    at = answer or 1
-    fit = model.device_line(at) if model is not None else LinearFit(float(p0.device_used_bytes), 0.0)
+    fit = model.device_line(answer or 1) if model is not None else LinearFit(float(p0.device_used_bytes), 0.0)
     peak_phase = ""
     if answer in s.cache:
         peaks = _phase_peaks(s.cache[answer])
         peak_phase = max(peaks, key=peaks.get)
     return Capacity(limit, margin_pct, answer, s.fits(batch_size), fit, check_b, check_err,
-                    list(s.cache.values()), s.traces, s.done(), model, predicted, line, peak_phase, max_traces, capped)
+                    list(s.cache.values()), s.traces, s.done(), model, predicted, line, peak_phase, max_traces,
+                    answer >= MAX_BATCH, replay_predicted, s.replays)
+
+
+def _crossing(fits: Callable[[int], bool], lo: int, hi: int | None, guess: int) -> int:
+    """The largest b in [lo, hi) with fits(b) and not fits(b + 1) (or hi == b + 1), searched from
+    `guess`: steps of 1, 2, 4 ... away from it until the answer is bracketed, then bisection. `lo` is
+    taken to fit (0: nothing) and `hi` not to (None: MAX_BATCH + 1)."""
+    top = MAX_BATCH + 1 if hi is None else hi
+    g = min(max(guess, lo + 1), top - 1)
+    if g <= lo:
+        return lo
+    step = 1
+    if fits(g):
+        lo = g
+        while lo + step < top:
+            if not fits(lo + step):
+                top = lo + step
+                break
+            lo, step = lo + step, step * 2
+    else:
+        top = g
+        while top - step > lo:
+            if fits(top - step):
+                lo = top - step
+                break
+            top, step = top - step, step * 2
+    while top - lo > 1:
+        mid = (lo + top) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            top = mid
+    return lo
 
 
 class _Search:
@@ -253,6 +308,8 @@ class _Search:
         self.first_fail: int | None = None    # smallest batch traced above known_fit that does not fit
         self.widths: list[int] = []           # bracket width after each trace once bracketed
         self.low_streak = 0                   # proposals in a row where the model said known_fit is the answer
+        self.replays = 0
+        self.replay_cache: dict[tuple[int, int, int], CurvePoint | None] = {}
 
     def fits(self, b: int) -> bool:
         return self.cache[b].device_used_bytes <= self.limit
@@ -316,3 +373,35 @@ class _Search:
             guess = min(guess, hi - 1)
         guess = max(1, min(guess, MAX_BATCH))
         return guess if guess not in self.cache else next_candidate(lo, hi)
+
+    def replayed_crossing(self, replayed: Replayed) -> tuple[int, bool, bool] | None:
+        """The crossing inside the traced bracket among replays (traced batches count as traced), from the
+        pair of traces nearest the limit: the bracket's ends when there are both, else the trace nearest
+        the limit and its nearest other. (c, whether c fits, whether c + 1 fits); None when no pair has
+        the same structure."""
+        a = min(self.cache, key=lambda x: (abs(self.cache[x].device_used_bytes - self.limit), -x))
+        pairs = [(self.known_fit, self.first_fail)] if self.known_fit and self.first_fail is not None else []
+        pairs += [(a, x) for x in sorted(self.cache, key=lambda x: abs(x - a)) if x != a]
+        model = self.model()
+        guess = model.largest_within(self.limit) if model is not None else self.known_fit + 1
+        probe = min(max(guess, self.known_fit + 1), MAX_BATCH)
+        for pa, pc in pairs[:3]:
+            if probe not in self.cache and self._replay(probe, pa, pc, replayed) is None:
+                continue  # the two traces differ in structure
+
+            def fits(b: int, pa: int = pa, pc: int = pc) -> bool:
+                if b in self.cache:
+                    return self.fits(b)
+                p = self._replay(b, pa, pc, replayed)
+                return p is not None and p.device_used_bytes <= self.limit
+
+            c = _crossing(fits, self.known_fit, self.first_fail, guess)
+            return c, fits(c), fits(c + 1)
+        return None
+
+    def _replay(self, b: int, a: int, c: int, replayed: Replayed) -> CurvePoint | None:
+        key = (b, min(a, c), max(a, c))
+        if key not in self.replay_cache:
+            self.replay_cache[key] = replayed(b, a, c)
+            self.replays += 1
+        return self.replay_cache[key]
