@@ -1,6 +1,6 @@
 """An HF `transformers.TrainerCallback` running `gpuwise.monitor` around `Trainer.train()`:
 
-    from gpuwise.monitor.hf import GpuwiseCallback
+    from gpuwise.integrations.hf import GpuwiseCallback
     Trainer(model=model, args=args, train_dataset=ds, callbacks=[GpuwiseCallback(report="watch.html")]).train()
 
 A step runs from one `on_step_end` to the next: the time until `on_step_begin` is data wait (the Trainer
@@ -16,11 +16,11 @@ from __future__ import annotations
 import os
 import time
 
+from ..monitoring.core import Monitor
+from ..monitoring.summary import summarize
+from ..monitoring.timeline import ENV_DIR
 from ..plan.hint import planner_max_batch
-from . import show_run  # the package's public face renders (HTML, terminal); this module returns data
-from .core import Monitor
-from .summary import summarize
-from .timeline import ENV_DIR
+from . import show_run
 
 
 def _callback_base():
