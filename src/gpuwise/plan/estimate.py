@@ -102,6 +102,13 @@ class _Cuda:
         return self.result.max_reserved_bytes + self.overheads.outside_allocator_bytes
 
 
+def _curve_point(batch_size: int, c: _Cuda) -> CurvePoint:
+    """One traced batch for the largest-batch search (plan/curve.py): totals and each phase's peak."""
+    r = c.result
+    return CurvePoint(batch_size, r.peak_allocated_bytes, r.peak_reserved_bytes, c.device_used_bytes,
+                      dict(r.phase_peak_allocated_bytes), c.overheads.outside_allocator_bytes)
+
+
 STEADY_REPEATS = 3  # steady steps replayed in a row: a measurement runs several; layouts can drift for a few
 
 
@@ -221,11 +228,10 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
         else:
             notes.append(f"{spec.name}: memory only (no FLOP/s or bandwidth given): no roofline")
         if search_max_batch:
-            first = CurvePoint(batch_size, est.peak_allocated_bytes, est.peak_reserved_bytes, est.device_used_bytes)
+            first = _curve_point(batch_size, cuda)
 
             def point(b: int) -> CurvePoint:
-                c = _cuda_memory(traced(b), arch)
-                return CurvePoint(b, c.result.peak_allocated_bytes, c.result.peak_reserved_bytes, c.device_used_bytes)
+                return _curve_point(b, _cuda_memory(traced(b), arch))
 
             est.capacity = find_capacity(point, batch_size, spec.memory_bytes, margin_pct, first=first)
             est.max_batch_size = est.capacity.max_batch_size
