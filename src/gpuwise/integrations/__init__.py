@@ -18,6 +18,19 @@ from ..report.monitor import render_summary
 __all__ = ["merged_summary", "monitor", "show_run"]
 
 
+class CallbackRun:
+    """What both training-framework callbacks keep: the settings they were made with and the run in hand."""
+
+    def _keep(self, report: str | None, out_dir: str | None, interval_s: float, print_summary: bool) -> None:
+        self.report = report
+        self.out_dir = out_dir
+        self.interval_s = interval_s
+        self.print_summary = print_summary
+        self.monitor: Monitor | None = None
+        self.result: dict | None = None
+        self._last_end: float | None = None
+
+
 def monitor(device=None, report: str | None = None, **kwargs) -> Monitor:
     """`with gpuwise.monitor(device=None, report=None) as mon:` — see `Monitor` for the keyword arguments;
     `report="run.html"` writes the HTML report when the run ends."""

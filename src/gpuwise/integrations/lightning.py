@@ -19,7 +19,7 @@ from ..monitoring.core import Monitor
 from ..monitoring.summary import summarize
 from ..monitoring.timeline import ENV_DIR, read_rank_files
 from ..plan.hint import planner_max_batch
-from . import show_run
+from . import CallbackRun, show_run
 
 
 def _callback_base():
@@ -45,7 +45,7 @@ def lightning_precision(value) -> str | None:
     return None
 
 
-class GpuwiseMonitor(_callback_base()):
+class GpuwiseMonitor(_callback_base(), CallbackRun):
     """Per-step data-wait / compute split, sampling, findings in `result`; rank 0 hands them to `on_result`
     (`gpuwise.show_run` by default: an HTML report if `report` is set, the summary printed if
     `print_summary`)."""
@@ -54,13 +54,7 @@ class GpuwiseMonitor(_callback_base()):
                  print_summary: bool = True, on_result=None):
         super().__init__()
         self.on_result = on_result or show_run
-        self.report = report
-        self.out_dir = out_dir
-        self.interval_s = interval_s
-        self.print_summary = print_summary
-        self.monitor: Monitor | None = None
-        self.result: dict | None = None
-        self._last_end: float | None = None
+        self._keep(report, out_dir, interval_s, print_summary)
 
     def _world(self, trainer) -> tuple[int, int]:
         return int(getattr(trainer, "global_rank", 0) or 0), int(getattr(trainer, "world_size", 1) or 1)
