@@ -30,6 +30,7 @@ from .probe import PROBED_OPS, probe
 from .scope import ModuleScope
 from .sdpa import sdpa_as_gpu_runs_it
 from .setup import WARMUPS, build_model_for_trace, fake_train_step, foreach_by_default
+from .stochastic import every_layer_runs
 
 
 @dataclass
@@ -351,6 +352,7 @@ def _run(workload, batch_size: int, config: StepConfig, target: str, fake: bool,
             stack.enter_context(sdpa_as_gpu_runs_it())
             stack.enter_context(foreach_by_default())
         model = build_model_for_trace(workload, fake_mode if fake else None, mode)
+        mode.notes.extend(stack.enter_context(every_layer_runs(model)))
         step = fake_train_step(workload, config, model) if fake else TrainStep(workload, config, "cpu", model)
         batch = step.to_device(workload.build_batch(batch_size))
         _label(mode, list(step.model.parameters()), "parameters", create=True)
