@@ -196,7 +196,6 @@ class Worker:
 CAUSES = {
     "torch:compiled-": "torch.compile (inductor) fuses conv+BN+ReLU and frees what eager keeps; the tracer "
                        "runs the module eagerly: over (the safe direction)",
-    "hf:pegasus_x": "not classified: over",
 }
 
 
