@@ -15,7 +15,7 @@ import pytest
 from gpuwise.bootstrap import environment
 from gpuwise.bootstrap.hooks import _batch_len, apply_overrides
 from gpuwise.cli import main
-from gpuwise.monitor.hookfiles import read_hook_files
+from gpuwise.monitoring.hookfiles import read_hook_files
 
 PY = sys.executable
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -141,7 +141,7 @@ def test_batch_len_of_common_batch_shapes():
 
 def test_step_lines_are_timeline_records_with_the_split_clamped_to_the_step(tmp_path):
     from gpuwise.bootstrap.recorder import Recorder
-    from gpuwise.monitor.timeline import step_from_dict
+    from gpuwise.monitoring.timeline import step_from_dict
 
     rec = Recorder(str(tmp_path))
     t0 = rec.t0

@@ -17,13 +17,14 @@ finishes, it hooks:
   around the device work when CUDA is initialised.
 
 DataLoader workers (forked or spawned) never record steps: records belong to the process that installed
-the hooks (a forked child is marked by `os.register_at_fork`), and a process writes a file only when it loaded a batch, stepped an optimizer, or is not
-a multiprocessing child. Records are JSON lines in the `Timeline` format (`monitor/timeline.py`),
-appended one whole line per `os.write` on an O_APPEND descriptor (a crash leaves at most a truncated
-last line, which the reader skips), every `GPUWISE_HOOKS_FLUSH_S` seconds (default 1) and at exit.
-Nothing here may raise into the user's script: every hook falls back to the original call. What the
-hooks record, and the file, are `recorder.py`'s; the per-batch probes are `probes.py`'s (both loaded the
-way this file is). Their cost per step is measured by `benchmarks/hooks_overhead.py`.
+the hooks (a forked child is marked by `os.register_at_fork`), and a process writes a file only when it
+loaded a batch, stepped an optimizer, or is not a multiprocessing child. Records are JSON lines in the
+`Timeline` format (`monitoring/timeline.py`), appended one whole line per `os.write` on an O_APPEND
+descriptor (a crash leaves at most a truncated last line, which the reader skips), every
+`GPUWISE_HOOKS_FLUSH_S` seconds (default 1) and at exit. Nothing here may raise into the user's script:
+every hook falls back to the original call. What the hooks record, and the file, are `recorder.py`'s;
+the per-batch probes are `probes.py`'s (both loaded the way this file is). Their cost per step is
+measured by `benchmarks/hooks_overhead.py`.
 """
 
 from __future__ import annotations
