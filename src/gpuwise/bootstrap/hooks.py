@@ -33,30 +33,31 @@ import json
 import os
 import sys
 
-if __package__:  # imported as gpuwise.bootstrap.hooks
-    from . import recorder as _recorder
-else:  # loaded by its file path from the generated sitecustomize: load its sibling the same way
-    def _load_sibling(name: str):
-        import importlib.util
 
-        full = f"_gpuwise_{name}"
-        if full not in sys.modules:
-            spec = importlib.util.spec_from_file_location(
-                full, os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py"))
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[full] = module
-            spec.loader.exec_module(module)
-        return sys.modules[full]
+def _sibling(name: str):
+    """The module in `NAME.py` next to this file, loaded by its path as `_gpuwise_NAME` (once per process),
+    as the generated sitecustomize loads this file: standard library only, nothing of gpuwise runs."""
+    import importlib.util
 
-    _load_sibling("probes")  # the recorder's own import of it finds it in sys.modules
-    _recorder = _load_sibling("recorder")
+    full = f"_gpuwise_{name}"
+    if full not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            full, os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[full] = module
+        spec.loader.exec_module(module)
+    return sys.modules[full]
+
+
+_probes = _sibling("probes")
+_recorder = _sibling("recorder")
 
 ENV_DIR = "GPUWISE_HOOKS_DIR"            # where this process writes hooks-rank{R}-pid{P}.jsonl
 ENV_OVERRIDES = "GPUWISE_LOADER_OVERRIDES"  # tune trials: DataLoader keyword overrides (JSON object)
 ENV_FLUSH_S = _recorder.ENV_FLUSH_S      # seconds between appends (0: every step, as tune trials use)
 OVERRIDABLE = _recorder.OVERRIDABLE
-thread_demand_s = _recorder.probes.thread_demand_s
-_batch_len = _recorder.probes.batch_len
+thread_demand_s = _probes.thread_demand_s
+_batch_len = _probes.batch_len
 _clock = _recorder.clock
 
 _REC = None  # the Recorder of this process, once torch is imported
@@ -120,7 +121,7 @@ def install_torch_hooks(torch) -> None:
                 named = changed
             else:
                 info_over = {}
-            info = _recorder.probes.LoaderInfo({k: named.get(k) for k in OVERRIDABLE}, info_over)
+            info = _probes.LoaderInfo({k: named.get(k) for k in OVERRIDABLE}, info_over)
             args, kwargs = (), {**named, **extra}
         except Exception:
             pass  # anything odd: the user's call as it was
@@ -145,6 +146,8 @@ def install_torch_hooks(torch) -> None:
     next_ = dl._BaseDataLoaderIter.__next__
     clock = _clock
     batch_len = _batch_len
+    demand_s = _probes.demand_s
+    DEMAND_EVERY_S = _probes.DEMAND_EVERY_S
 
     def next_hook(self):
         # The path every batch takes: keep it to clock reads and a few attribute updates (hooks_overhead.py).
@@ -157,10 +160,11 @@ def install_torch_hooks(torch) -> None:
             t = clock()
         batch = next_(self)  # StopIteration passes through; the end of an epoch is not a batch
         now = clock()
+        if sample:
+            cpu_s = thread_demand_s() - c
+            rec.demand_at = now + DEMAND_EVERY_S
         wait_s = now - t
         info = getattr(self, "_gpuwise_loader", None)
-        if sample:
-            rec.on_sampled_batch(info, t, wait_s, thread_demand_s() - c)
         if rec.step_start is None:
             rec.step_start = t
         rec.data_s += wait_s
@@ -168,10 +172,13 @@ def install_torch_hooks(torch) -> None:
             rec.samples += info.samples(batch)
             info.batches += 1
             info.wait_s += wait_s
-            if self._num_workers and rec.worker_read_due(t):
+            if sample:
+                info.wait_cpu_s += cpu_s
+                info.sampled_wait_s += wait_s
+            elif self._num_workers and t >= rec.worker_read_at:
                 workers = getattr(self, "_workers", None)
                 if workers:
-                    rec.read_workers(workers, t)
+                    rec.read_workers([demand_s(f"/proc/{w.pid}/schedstat") for w in workers], t)
         else:
             rec.samples += batch_len(batch)
         if rec.cuda:

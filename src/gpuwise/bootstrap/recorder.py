@@ -1,14 +1,13 @@
 """What the bootstrap's hooks (hooks.py) record in one process, and the file they leave.
 
-Like hooks.py this uses only the standard library: hooks.py loads it by its file path (as
-`_gpuwise_recorder`) when the generated sitecustomize loaded hooks.py by its path, and imports it as
-`gpuwise.bootstrap.recorder` otherwise. Nothing here may import gpuwise or torch.
+Like hooks.py this uses only the standard library (nothing of gpuwise, no torch): hooks.py loads it by
+its file path, as `_gpuwise_recorder`.
 
 Cost per step (benchmarks/hooks_overhead.py) is what this module is shaped by: a step appends one tuple
 (formatted as a JSON line only when the buffer is written, every `GPUWISE_HOOKS_FLUSH_S` seconds), the
 per-batch bookkeeping updates a `LoaderInfo`'s slots, a batch's size is read along the path to its first
 tensor found on the loader's first batch, and the main thread's CPU demand (two /proc reads, ~5 us) is
-read around one batch every `DEMAND_EVERY_S` rather than around every few batches.
+read around one batch every `probes.DEMAND_EVERY_S` rather than around every few batches.
 """
 
 from __future__ import annotations
@@ -18,14 +17,8 @@ import os
 import sys
 import time
 
-if __package__:  # imported as gpuwise.bootstrap.recorder
-    from . import probes
-else:  # loaded by its file path: hooks.py loaded probes.py first, the same way
-    probes = sys.modules["_gpuwise_probes"]
-
 ENV_FLUSH_S = "GPUWISE_HOOKS_FLUSH_S"    # seconds between appends (0: every step, as tune trials use)
 OVERRIDABLE = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
-DEMAND_EVERY_S = probes.DEMAND_EVERY_S
 WORKER_CPU_EVERY_S = 1.0                 # how often the workers' schedstat is read (cost ~10 us per worker)
 
 clock = time.perf_counter
@@ -56,7 +49,7 @@ class Recorder:
         self.key_opt: int | None = None
         self.others_since_key = 0
         self.demand_at = 0.0  # perf_counter time after which the next batch's CPU demand is read
-        self.loaders: list[probes.LoaderInfo] = []
+        self.loaders: list = []  # probes.LoaderInfo, one per DataLoader
         self.buffer: list[tuple] = []  # (step, start, end, data_s, copy_s, samples, CUDA fields or None)
         self.pending: list[tuple] = []  # (row, CUDA fields, start event, previous end event, end event)
         self.last_end_event = None
@@ -65,6 +58,7 @@ class Recorder:
         self.worker_cpu_s = 0.0      # the loader workers' CPU seconds over the sampled intervals
         self.worker_wall_s = 0.0     # worker-seconds (wall x workers) over the same intervals
         self.last_worker_read: tuple[float, float, int] | None = None
+        self.worker_read_at = 0.0    # perf_counter time after which the workers' demand is read again
         self.notes: list[str] = []
         self.cuda_build = False  # torch was built with CUDA / ROCm (set by hooks.py)
         self.cuda = False        # ... and this process has initialised it
@@ -162,27 +156,18 @@ class Recorder:
             self.buffer.append((*row[:6], extra))
 
     # -- the loader ----------------------------------------------------------------------------------
-    def on_sampled_batch(self, info: probes.LoaderInfo | None, t: float, wait_s: float, cpu_s: float) -> None:
-        """A batch the main process loaded while its CPU demand was read (one every DEMAND_EVERY_S)."""
-        self.demand_at = t + wait_s + DEMAND_EVERY_S
-        if info is not None:
-            info.wait_cpu_s += cpu_s
-            info.sampled_wait_s += wait_s
-
-    def read_workers(self, workers, t: float) -> None:
-        cpu = [probes.demand_s(f"/proc/{w.pid}/schedstat") for w in workers]
+    def read_workers(self, cpu: list[float | None], t: float) -> None:
+        """The loader workers' CPU demand (`probes.demand_s` of each) read at `t`."""
+        self.worker_read_at = t + WORKER_CPU_EVERY_S
         if any(c is None for c in cpu):
             self.last_worker_read = (t, 0.0, -1)
             return
         total = sum(cpu)
         last = self.last_worker_read
-        if last is not None and last[2] == len(workers) and total >= last[1]:
+        if last is not None and last[2] == len(cpu) and total >= last[1]:
             self.worker_cpu_s += total - last[1]
-            self.worker_wall_s += (t - last[0]) * len(workers)
-        self.last_worker_read = (t, total, len(workers))
-
-    def worker_read_due(self, t: float) -> bool:
-        return t - (self.last_worker_read[0] if self.last_worker_read else 0.0) >= WORKER_CPU_EVERY_S
+            self.worker_wall_s += (t - last[0]) * len(cpu)
+        self.last_worker_read = (t, total, len(cpu))
 
     def on_copy(self, seconds: float, tensor, pinned: bool) -> None:
         self.copy_s += seconds
