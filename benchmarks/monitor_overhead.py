@@ -95,8 +95,8 @@ def bare_cost_us(n: int = 20000) -> float:
 
 def sampler_tick_us(n: int = 100) -> float:
     """One host sample (psutil CPU, RSS, RAM; no GPU here), taken in the background every 0.5 s."""
-    from gpuwise.monitor.sampler import Sampler
-    from gpuwise.monitor.timeline import Timeline
+    from gpuwise.monitoring.sampler import Sampler
+    from gpuwise.monitoring.timeline import Timeline
 
     sampler = Sampler(Timeline())
     sampler.sample_once()

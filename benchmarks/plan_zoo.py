@@ -8,6 +8,9 @@
 For each case (benchmarks/zoo_cases.py: a model, a batch, an optimizer, a precision, checkpointing on
 or off) the truth is PyTorch's profiler peak of a real steady CPU step
 (`gpuwise.plan.cpu_truth.measure_cpu`), and the estimate is `gpuwise.plan.trace.trace_step(target="cpu")`.
+A model with LayerDrop (wav2vec2, HuBERT, M2M-100, ...) skips blocks at random, so one real step is one
+draw: its truth is measured with layer drop off, the step that runs every block (where a run's peak comes
+from); the planner gets the model as configured.
 Cases run in a worker process, one after another; a case that kills or hangs the worker is recorded
 (crash / timeout, with the stage it was in) and the worker is restarted for the next one. Each result is
 appended to benchmarks/results/plan_zoo.jsonl as it comes, so an interrupted run resumes where it stopped;
@@ -71,11 +74,12 @@ def _build(case_id: str):
     family, name, variant = case_id.split(":")[0], case_id.split(":")[1], int(case_id.rsplit(":", 1)[1])
     if family == "hf":
         task, cls = next((t, c) for m, t, c in zc.hf_registry() if m == name)
-        wl, batch, note = zc.hf_workload(name, task, cls)
+        wl, truth_wl, batch, note = zc.hf_workload(name, task, cls)
         note = f"{task}, {note}"
     else:
         wl, batch, note = zc.torch_cases()[name]
-    return wl, batch, note, zc.VARIANTS[variant]
+        truth_wl = wl
+    return wl, truth_wl, batch, note, zc.VARIANTS[variant]
 
 
 def run_case(case_id: str) -> dict:
@@ -92,14 +96,14 @@ def run_case(case_id: str) -> dict:
     stage = "build"
     try:
         _emit({"stage": stage, "id": case_id})
-        wl, batch, note, variant = _build(case_id)
+        wl, truth_wl, batch, note, variant = _build(case_id)
         opt, prec, ckpt = variant
         config = StepConfig(optimizer=opt, precision=prec, checkpointing=ckpt)
         row.update(model=case_id.rsplit(":", 1)[0], variant=zc.variant_label(variant), batch_size=batch, note=note)
         stage = "truth"
         _emit({"stage": stage, "id": case_id})
         t0 = time.perf_counter()
-        truth = measure_cpu(wl, batch, config)
+        truth = measure_cpu(truth_wl, batch, config)
         row.update(truth_bytes=truth.peak_bytes, step_s=round(time.perf_counter() - t0, 3))
         gc.collect()
         stage = "trace"
@@ -192,9 +196,6 @@ class Worker:
 CAUSES = {
     "torch:compiled-": "torch.compile (inductor) fuses conv+BN+ReLU and frees what eager keeps; the tracer "
                        "runs the module eagerly: over (the safe direction)",
-    "hf:hubert": "not classified (real-tensor trace of a conv1d feature extractor with GroupNorm): over",
-    "hf:pegasus_x": "not classified: over",
-    "hf:unispeech-sat": "not classified: UNDER (real-tensor trace of a conv1d feature extractor)",
 }
 
 

@@ -44,8 +44,8 @@ def grid_points(device_type: str, batches: list[int], max_workers: int, precisio
 
 def run_point(point: dict, device: str, measure_s: float, store, timeout_s: float = 600) -> dict:
     """One end-to-end trial, exactly as the tuner runs it (same child function, same thread rule)."""
-    from gpuwise.measure.child import run_isolated
-    from gpuwise.tune.trials import step_threads, usable_cpus
+    from gpuwise.measuring.child import run_isolated
+    from gpuwise.tuning.trials import step_threads, usable_cpus
 
     settings = {"workload": WORKLOAD, "device": device, "kind": "train", "optimizer": None,
                 "measure_s": measure_s, **point}
@@ -54,7 +54,7 @@ def run_point(point: dict, device: str, measure_s: float, store, timeout_s: floa
         return old
     kwargs = {k: v for k, v in settings.items()}
     kwargs["num_threads"] = step_threads(device.split(":")[0], point["num_workers"], usable_cpus())
-    res = run_isolated("gpuwise.tune.trials:run_trial", kwargs, timeout_s=timeout_s)
+    res = run_isolated("gpuwise.tuning.trials:run_trial", kwargs, timeout_s=timeout_s)
     rec = {**settings, "status": res.status, "samples_per_s": (res.value or {}).get("samples_per_s"),
            "seconds": round(res.seconds, 3), "error": res.error or None}
     if store is not None:
@@ -84,9 +84,9 @@ def full_epoch_survives(batch_size: int, device: str) -> dict:
     """One full epoch of the real DataLoader at `batch_size` (what a finder's answer must survive)."""
     import torch
 
-    from gpuwise.measure.oom import is_oom
+    from gpuwise.measuring.oom import is_oom
     from gpuwise.step import StepConfig, TrainStep
-    from gpuwise.tune.trials import make_loader
+    from gpuwise.tuning.trials import make_loader
     from gpuwise.workload import load_workload
 
     wl = load_workload(WORKLOAD)
@@ -180,9 +180,9 @@ def main(argv=None) -> int:
     import torch
 
     from gpuwise.examples.imagefolder import ensure_images
-    from gpuwise.tune import tune
-    from gpuwise.tune.store import TrialStore
-    from gpuwise.tune.trials import usable_cpus
+    from gpuwise.tuning import tune
+    from gpuwise.tuning.store import TrialStore
+    from gpuwise.tuning.trials import usable_cpus
     from gpuwise.units import parse_duration
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

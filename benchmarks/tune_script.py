@@ -26,7 +26,7 @@ RUNS = 3
 
 def main() -> None:
     sys.path.insert(0, os.path.join(ROOT, "src"))
-    from gpuwise.tune.script import run_script_trial
+    from gpuwise.tuning.script import run_script_trial
 
     tunes = []
     for i in range(RUNS):

@@ -168,7 +168,23 @@ def hf_batch(task: str, cfg, batch_size: int):
 BATCH = {"causal_lm": 2, "masked_lm": 2, "seq2seq": 2, "image_cls": 2, "ctc": 1, "audio_cls": 1}
 
 
-def hf_workload(model_type: str, task: str, cls_name: str) -> tuple[Workload, int, str]:
+def _no_layer_drop(cfg):
+    """A copy of `cfg` with every LayerDrop probability at 0: the truth's step runs every block."""
+    import copy
+
+    cfg = copy.deepcopy(cfg)
+    for c in _sub_configs(cfg):
+        for key, v in list(vars(c).items()):
+            if "layerdrop" in key and isinstance(v, float) and v > 0:
+                setattr(c, key, 0.0)
+    return cfg
+
+
+def hf_workload(model_type: str, task: str, cls_name: str) -> tuple[Workload, Workload, int, str]:
+    """(workload, truth workload, batch size, note). The truth's model has LayerDrop off: a real step
+    with layer drop skips blocks at random (one profiled step is one draw, off by a block's memory
+    either way), and the step a training run's peak comes from is the one that runs every block. The
+    planner is given the model as configured (it turns layer drop off itself: plan/stochastic.py)."""
     cls, cfg, halvings = hf_config(model_type, cls_name)
     if task == "audio_cls" or task == "ctc":
         for key in ("mask_time_prob", "mask_feature_prob"):
@@ -179,14 +195,17 @@ def hf_workload(model_type: str, task: str, cls_name: str) -> tuple[Workload, in
     width = getattr(cfg, "hidden_size", None) or getattr(cfg, "d_model", None) or getattr(cfg, "n_embd", None)
     note = f"{LAYERS} blocks, width {width}" + (f" (halved x{halvings})" if halvings else "")
 
-    def model():
+    truth_cfg = _no_layer_drop(cfg)
+
+    def model(c=cfg):
         torch.manual_seed(0)
-        return cls(cfg)
+        return cls(c)
 
     def batch(b):
         return hf_batch(task, cfg, b)
 
-    return Workload(f"hf:{model_type}", model, batch), BATCH[task], note
+    return (Workload(f"hf:{model_type}", model, batch), Workload(f"hf:{model_type}", lambda: model(truth_cfg), batch),
+            BATCH[task], note)
 
 
 # -- plain PyTorch families -------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ I/O), so with the default `--workers 0` the loop is data-bound and the monitor s
     python examples/train_with_monitor.py --read-ms 0           # compute_bound (CPU) / healthy (GPU)
     gpuwise watch --report run.html -- python examples/train_with_monitor.py
     torchrun --nproc-per-node 2 examples/train_with_monitor.py --out-dir runs/mon   # a file per rank;
-    python -c "import gpuwise.monitor as m; print(m.merged_summary('runs/mon', report='ddp.html'))"
+    python -c "import gpuwise; print(gpuwise.merged_summary('runs/mon', report='ddp.html'))"
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import pytest
 from gpuwise.bootstrap import environment
 from gpuwise.bootstrap.hooks import _batch_len, apply_overrides
 from gpuwise.cli import main
-from gpuwise.monitor.hookfiles import read_hook_files
+from gpuwise.monitoring.hookfiles import read_hook_files
 
 PY = sys.executable
 SCRIPTS = Path(__file__).parent / "scripts"

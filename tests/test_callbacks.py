@@ -39,7 +39,7 @@ def starvation(summary: dict) -> dict | None:
 @pytest.mark.slow
 def test_lightning_callback_in_a_real_fit(tmp_path):
     L = pytest.importorskip("lightning")
-    from gpuwise.monitor.lightning import GpuwiseMonitor
+    from gpuwise.integrations.lightning import GpuwiseMonitor
 
     user = load("lightning_fit")
     cb = GpuwiseMonitor(report=str(tmp_path / "pl.html"), print_summary=False)
@@ -59,7 +59,7 @@ def test_hf_trainer_callback_in_a_real_train(tmp_path):
     transformers = pytest.importorskip("transformers")
     import torch
 
-    from gpuwise.monitor.hf import GpuwiseCallback
+    from gpuwise.integrations.hf import GpuwiseCallback
 
     user = load("hf_trainer")
     torch.manual_seed(0)

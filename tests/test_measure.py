@@ -13,7 +13,7 @@ from conftest import run_cli
 import gpuwise
 from gpuwise.cli import main
 from gpuwise.errors import GpuwiseError
-from gpuwise.measure import Measurement, measure
+from gpuwise.measuring import Measurement, measure
 from gpuwise.truth import TRUTH_FIELDS
 
 # examples:mlp is Linear(32, 16): parameters 32*16*4 + 16*4 = 2,112 B; batch 8: x 8*32*4 = 1,024 B

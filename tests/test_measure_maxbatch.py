@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpuwise.errors import GpuwiseError
-from gpuwise.measure.maxbatch import (
+from gpuwise.measuring.maxbatch import (
     OK,
     OOM,
     TrialOutcome,

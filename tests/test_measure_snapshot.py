@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pickle
 
-from gpuwise.measure import snapshot
+from gpuwise.measuring import snapshot
 from gpuwise.plan.events import live_peak
 
 USER = [{"filename": "/home/me/job.py", "line": 12, "name": "loss"},

@@ -10,9 +10,10 @@ import pytest
 import torch
 
 import gpuwise
-from gpuwise.monitor import Monitor, merged_summary, read_timeline
-from gpuwise.monitor.sampler import Sampler, fake_sample
-from gpuwise.monitor.timeline import Timeline, rank_file
+from gpuwise.integrations import merged_summary
+from gpuwise.monitoring import Monitor, read_timeline
+from gpuwise.monitoring.sampler import Sampler, fake_sample
+from gpuwise.monitoring.timeline import Timeline, rank_file
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 
@@ -161,7 +162,7 @@ def test_html_report_escapes_user_strings(tmp_path):
 
     tl = Timeline(meta={"command": ["python", "train.py", "<script>alert(1)</script>"], "device": "cpu",
                         "device_name": "<b>cpu</b>"}, notes=["<img src=x onerror=alert(2)>"])
-    s = gpuwise.monitor.summarize(tl)
+    s = gpuwise.monitoring.summarize(tl)
     s["findings"] = [{"kind": "data_starvation", "evidence": "<script>x</script>", "fix": "a & b"}]
     page = render_html(tl, s)
     assert "<script>" not in page and "<img src=x" not in page and "<b>cpu" not in page
@@ -170,7 +171,7 @@ def test_html_report_escapes_user_strings(tmp_path):
 
 
 def test_lightning_callback_duck_typed(tmp_path):
-    from gpuwise.monitor.lightning import GpuwiseMonitor, lightning_precision
+    from gpuwise.integrations.lightning import GpuwiseMonitor, lightning_precision
 
     class Trainer:  # the attributes the callback reads from lightning's Trainer
         global_rank, world_size, precision = 0, 1, "bf16-mixed"
@@ -195,7 +196,7 @@ def test_lightning_callback_duck_typed(tmp_path):
 
 
 def test_lightning_validation_is_not_counted_as_data_wait():
-    from gpuwise.monitor.lightning import GpuwiseMonitor
+    from gpuwise.integrations.lightning import GpuwiseMonitor
 
     class Trainer:
         global_rank, world_size, precision = 0, 1, "32-true"
@@ -229,7 +230,7 @@ def test_successive_monitors_in_one_process_keep_their_files(tmp_path):
                     time.sleep(0.001)
                 mon.step()
     assert sorted(os.listdir(tmp_path)) == ["monitor-rank0.1.jsonl", "monitor-rank0.jsonl"]
-    tl = gpuwise.monitor.merge_rank_files(str(tmp_path))
+    tl = gpuwise.monitoring.merge_rank_files(str(tmp_path))
     assert len(tl.steps) == 7
     starts = [s.start_s for s in tl.steps]
     assert starts == sorted(starts)  # the second epoch's steps come after the first's

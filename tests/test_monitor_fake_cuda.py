@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import gpuwise
-from gpuwise.monitor.sampler import nvml_index_for
+from gpuwise.monitoring.sampler import nvml_index_for
 
 
 class FakeEvent:

@@ -3,9 +3,9 @@ sustained part of the run, and host->device copies far below the PCIe link's ban
 
 from __future__ import annotations
 
-from gpuwise.monitor.sampler import Sampler, fake_sample
-from gpuwise.monitor.summary import summarize
-from gpuwise.monitor.timeline import Sample, StepRecord, Timeline
+from gpuwise.monitoring.sampler import Sampler, fake_sample
+from gpuwise.monitoring.summary import summarize
+from gpuwise.monitoring.timeline import Sample, StepRecord, Timeline
 from gpuwise.units import MIB
 
 POWER, THERMAL, IDLE, HW = 0x04, 0x20, 0x01, 0x08  # NVML clock event reason bits (devices.health.CLOCK_REASONS)

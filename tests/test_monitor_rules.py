@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuwise.monitor import RULES, diagnose, suggest_num_workers
+from gpuwise.monitoring import RULES, diagnose, suggest_num_workers
 from gpuwise.plan.catalog import tensor_core_capability
 from gpuwise.units import GIB
 
@@ -116,7 +116,7 @@ def test_rank_imbalance():
 
 def test_low_memory_use_asks_the_planner_for_the_largest_batch():
     # a run of examples:mlp (batch 100) that used 1 GiB of a 40 GiB A100: the planner names the max batch
-    from gpuwise.monitor import StepRecord, Timeline, summarize
+    from gpuwise.monitoring import StepRecord, Timeline, summarize
     from gpuwise.plan.hint import planner_max_batch
 
     tl = Timeline(steps=[StepRecord(i, 0.01 * i, 0.01, 0.0, 0.0, 0.01) for i in range(3)],
@@ -131,7 +131,7 @@ def test_low_memory_use_asks_the_planner_for_the_largest_batch():
 
 
 def test_the_rules_read_a_typed_summary_whose_dict_keeps_the_contract_keys_in_order():
-    from gpuwise.monitor import StepRecord, Summary, Timeline, summarize, summary_of
+    from gpuwise.monitoring import StepRecord, Summary, Timeline, summarize, summary_of
 
     tl = Timeline(steps=[StepRecord(i, 0.01 * i, 0.01, 0.004, 0.0, 0.006) for i in range(4)],
                   meta={"device": "cpu", "command": ["python", "train.py"]})

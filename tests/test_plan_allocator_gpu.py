@@ -19,7 +19,7 @@ CHILD = r"""
 import json, sys, torch
 from gpuwise.step import StepConfig, TrainStep
 from gpuwise.workload import load_workload
-from gpuwise.measure.snapshot import to_trace
+from gpuwise.measuring.snapshot import to_trace
 from gpuwise.plan.allocator import replay
 
 spec, batch_size, precision = sys.argv[1], int(sys.argv[2]), sys.argv[3]

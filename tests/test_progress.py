@@ -10,7 +10,7 @@ import pytest
 
 from gpuwise import cli
 from gpuwise.commands import scale as scale_command
-from gpuwise.measure.progress import StepProgress, file_reporter, read_file
+from gpuwise.measuring.progress import StepProgress, file_reporter, read_file
 from gpuwise.report.progress import ProgressPrinter, progress_line
 from gpuwise.scaleout import scale as scaleout_scale
 from gpuwise.scaleout.scale import fit_cpu_ranks

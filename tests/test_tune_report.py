@@ -1,8 +1,8 @@
 """The tune answer as text and charts, from a hand-made result (no trials run)."""
 
 from gpuwise.report import tune as report
-from gpuwise.tune import TuneResult
-from gpuwise.tune.records import Settings, Trial
+from gpuwise.tuning import TuneResult
+from gpuwise.tuning.records import Settings, Trial
 
 
 def _result(**best):
@@ -47,13 +47,21 @@ def test_result_json_has_the_contract_keys():
     assert d["speedup"] == 3.0
 
 
-def test_gpuwise_tune_is_callable_before_and_after_the_package_import():
+def test_gpuwise_tune_is_the_function_before_and_after_the_package_import():
+    import importlib
+
     import pytest
 
     import gpuwise
     from gpuwise.errors import GpuwiseError
 
-    for _ in range(2):  # the second lookup finds the package object, which must still be callable
+    for _ in range(2):
+        # importing the packages (as the first call does) must not rebind the public names to them
+        importlib.import_module("gpuwise.tuning.tuner")
+        importlib.import_module("gpuwise.measuring.api")
+        importlib.import_module("gpuwise.monitoring.core")
+        assert callable(gpuwise.tune) and callable(gpuwise.measure) and callable(gpuwise.monitor)
+        assert not any(isinstance(f, type(gpuwise)) for f in (gpuwise.tune, gpuwise.measure, gpuwise.monitor))
         with pytest.raises(GpuwiseError, match="budget must be positive"):
             gpuwise.tune("examples:mlp", budget_s=0)
     with pytest.raises(GpuwiseError, match="max_workers must be 0 or more"):

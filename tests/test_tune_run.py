@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from gpuwise.jsonl import read_lines as read_records
-from gpuwise.measure.child import run_isolated
-from gpuwise.measure.oom import FAKE_OOM_ENV
+from gpuwise.measuring.child import run_isolated
+from gpuwise.measuring.oom import FAKE_OOM_ENV
 
 WORKLOAD = """
 import pytest
@@ -95,7 +95,7 @@ def test_train_trial_with_a_worker_on_a_workload_file(tmp_path):
     # Linux), or a workload file (not an importable module) cannot be pickled into them
     wl = tmp_path / "job_ds.py"
     wl.write_text(WORKLOAD + DATASET)
-    res = run_isolated("gpuwise.tune.trials:run_trial",
+    res = run_isolated("gpuwise.tuning.trials:run_trial",
                        {"workload": str(wl), "kind": "train", "batch_size": 8, "num_workers": 1,
                         "persistent_workers": True, "measure_s": 0.1, "warmup_s": 0.0, "num_threads": 1},
                        timeout_s=120)
@@ -105,7 +105,7 @@ def test_train_trial_with_a_worker_on_a_workload_file(tmp_path):
 
 def test_trial_oom_in_the_child_is_reported_not_raised():
     # GPUWISE_FAKE_OOM_ABOVE=8: a batch of 16 raises a real torch.OutOfMemoryError inside the trial child
-    res = run_isolated("gpuwise.tune.trials:run_trial",
+    res = run_isolated("gpuwise.tuning.trials:run_trial",
                        {"workload": "examples:mlp", "kind": "fit", "batch_size": 16}, timeout_s=120,
                        env={FAKE_OOM_ENV: "8"})
     assert res.status == "oom", res.error
@@ -154,7 +154,7 @@ def test_random_resized_crop_box_stays_inside_the_image():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_tune_on_a_real_gpu(tmp_path):
-    from gpuwise.tune import tune
+    from gpuwise.tuning import tune
 
     res = tune("examples:mlp", budget_s=180, device="cuda", batch_sizes=[64, 128], measure_s=0.3,
                results=str(tmp_path / "r.jsonl"))

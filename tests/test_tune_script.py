@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from gpuwise.cli import main
-from gpuwise.tune.script import ScriptTrial, ScriptTuneResult, code_change, run_script_trial
+from gpuwise.tuning.script import ScriptTrial, ScriptTuneResult, code_change, run_script_trial
 
 PY = sys.executable
 STARVED = str(Path(__file__).parent / "scripts" / "starved.py")

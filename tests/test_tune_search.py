@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from gpuwise.jsonl import read_lines as read_records
-from gpuwise.measure.oom import FAKE_OOM_ENV, is_oom, maybe_fake_oom
-from gpuwise.tune import search
-from gpuwise.tune.records import Settings, TuneOptions
-from gpuwise.tune.rules import lr_note, precision_candidates
-from gpuwise.tune.store import TrialStore, key_of
+from gpuwise.measuring.oom import FAKE_OOM_ENV, is_oom, maybe_fake_oom
+from gpuwise.tuning import search
+from gpuwise.tuning.records import Settings, TuneOptions
+from gpuwise.tuning.rules import lr_note, precision_candidates
+from gpuwise.tuning.store import TrialStore, key_of
 
 
 def fake_measure(rate):
@@ -176,13 +176,13 @@ def test_tune_orchestration_with_a_fake_device(monkeypatch, tmp_path):
     Fake device: compute 1000*b/(b+32) samples/s; one loader process 300 samples/s; end to end with w
     workers min(compute, 300*w), 20% slower past 3 workers (oversubscribed); persistent workers +10%.
     """
-    from gpuwise.measure.child import ChildResult
-    from gpuwise.tune import tuner
+    from gpuwise.measuring.child import ChildResult
+    from gpuwise.tuning import tuner
 
     calls = []
 
     def fake_run_isolated(target, kwargs, timeout_s=None, env=None):
-        assert target == "gpuwise.tune.trials:run_trial" and timeout_s > 0
+        assert target == "gpuwise.tuning.trials:run_trial" and timeout_s > 0
         calls.append(kwargs)
         k, b, w = kwargs["kind"], kwargs["batch_size"], kwargs["num_workers"]
         compute = 1000 * b / (b + 32)
@@ -238,8 +238,8 @@ def test_tune_orchestration_with_a_fake_device(monkeypatch, tmp_path):
 
 
 def test_tune_stops_at_the_budget(monkeypatch, tmp_path):
-    from gpuwise.measure.child import ChildResult
-    from gpuwise.tune import tuner
+    from gpuwise.measuring.child import ChildResult
+    from gpuwise.tuning import tuner
 
     clock = [0.0]
 
@@ -257,8 +257,8 @@ def test_tune_stops_at_the_budget(monkeypatch, tmp_path):
 
 
 def test_end_to_end_batch_refinement_halves_while_faster(monkeypatch, tmp_path):
-    from gpuwise.measure.child import ChildResult
-    from gpuwise.tune import tuner
+    from gpuwise.measuring.child import ChildResult
+    from gpuwise.tuning import tuner
 
     calls = []
 

@@ -138,7 +138,7 @@ def test_ctrl_c_stops_the_child_and_still_writes_the_report(tmp_path):
 def test_process_tree_finds_grandchildren_like_psutil(tmp_path):
     import psutil
 
-    from gpuwise.monitor.sampler import process_tree
+    from gpuwise.monitoring.sampler import process_tree
 
     ready = tmp_path / "ready"
     code = ("import subprocess, sys, time, pathlib; "

@@ -12,7 +12,7 @@ the true max batch of 6.
 
 Organisation (to fit short GPU sessions): one child process per workload runs all of its
 configurations, with `gc.collect()`, cuBLAS workspaces cleared, `empty_cache()` and
-`reset_peak_memory_stats()` between them (`gpuwise.measure.runner.measure_here`); the max batch is
+`reset_peak_memory_stats()` between them (`gpuwise.measuring.runner.measure_here`); the max batch is
 searched in that process too (OOMs caught), then confirmed by two fresh processes (max fits, max+1
 does not). A few configurations are re-measured in fresh processes and compared (the "fresh check"),
 so the shortcut is shown to give a fresh process's numbers.
@@ -144,8 +144,8 @@ def fresh_model(workload: str):
 def run_group(out: str, device: str, configs: list[dict], max_batches: list[dict] | None = None,
               steps: int = STEPS, warmup: int = WARMUP) -> dict:
     """In one child: measure each configuration (appending its record), then search each max batch."""
-    from gpuwise.measure.oom import is_oom
-    from gpuwise.measure.runner import cleanup, measure_here
+    from gpuwise.measuring.oom import is_oom
+    from gpuwise.measuring.runner import cleanup, measure_here
 
     env = device_environment(device)
     failures = []
@@ -170,9 +170,9 @@ def run_group(out: str, device: str, configs: list[dict], max_batches: list[dict
 
 def search_in_process(mb: dict, device: str) -> int | None:
     """The max batch by trials in this process (OOMs caught, memory released between trials)."""
-    from gpuwise.measure.maxbatch import OK, OOM, TrialOutcome, search
-    from gpuwise.measure.oom import is_oom
-    from gpuwise.measure.runner import cleanup, measure_here
+    from gpuwise.measuring.maxbatch import OK, OOM, TrialOutcome, search
+    from gpuwise.measuring.oom import is_oom
+    from gpuwise.measuring.runner import cleanup, measure_here
 
     def trial(batch: int) -> TrialOutcome:
         t0, status = time.monotonic(), OK
@@ -190,7 +190,7 @@ def search_in_process(mb: dict, device: str) -> int | None:
 
 
 def device_environment(device: str) -> dict:
-    from gpuwise.measure.runner import environment
+    from gpuwise.measuring.runner import environment
 
     return {**environment(device), "device": device}
 
@@ -201,7 +201,7 @@ def gpu_slug(device: str) -> str:
     """'NVIDIA H200' -> 'nvidia-h200' (read in a child: the parent never starts CUDA)."""
     if not device.startswith("cuda"):
         return "cpu"
-    from gpuwise.measure.child import run_isolated
+    from gpuwise.measuring.child import run_isolated
     from gpuwise.plan.catalog import gpu_slug as slug_of
 
     res = run_isolated("collect:device_environment", {"device": device}, timeout_s=300)
@@ -212,7 +212,7 @@ def gpu_slug(device: str) -> str:
 
 def confirm_max_batch(mb: dict, found: int | None, device: str, out: Path, timeout_s: float) -> dict:
     """Confirm the in-process answer with fresh processes (found fits, found+1 does not) and record it."""
-    from gpuwise.measure.maxbatch import find_max_batch
+    from gpuwise.measuring.maxbatch import find_max_batch
 
     res = find_max_batch(mb["workload"], optimizer=mb["optimizer"], precision=mb["precision"], device=device,
                          seed=found or 1, step=1, limit=mb["limit"], timeout_s=timeout_s)
@@ -231,7 +231,7 @@ def run_job(out: Path, device: str, pending: list[dict], searches: list[dict], s
             timeout_s: float, failures: list[str]):
     """Run one job's child; when it dies (a CUDA error, a hang), skip the configuration it was on and
     go on with the rest in a new process (twice at most). Returns the last child's result, or None."""
-    from gpuwise.measure.child import run_isolated
+    from gpuwise.measuring.child import run_isolated
 
     for _attempt in range(3):
         res = run_isolated("collect:run_group", {"out": str(out), "device": device, "configs": pending,
@@ -255,7 +255,7 @@ def fresh_check(records: list[dict], device: str, n: int, timeout_s: float, step
                 warmup: int = WARMUP) -> list[dict]:
     """Re-measure the last configuration of the first `n` groups in fresh processes and compare."""
     from gpuwise.errors import GpuwiseError
-    from gpuwise.measure import measure
+    from gpuwise.measuring import measure
 
     last_per_workload: dict[str, dict] = {}
     for rec in records:

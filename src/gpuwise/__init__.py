@@ -15,8 +15,8 @@ _LAZY = {
     "list_gpus": "gpuwise.devices", "discover": "gpuwise.devices",
     "load_workload": "gpuwise.workload", "Workload": "gpuwise.workload",
     "TrainStep": "gpuwise.step", "StepConfig": "gpuwise.step",
-    "estimate": "gpuwise.plan", "fit": "gpuwise.plan.fit", "estimate_inference": "gpuwise.plan.inference", "measure": "gpuwise.measure", "tune": "gpuwise.tune",
-    "monitor": "gpuwise.monitor",
+    "estimate": "gpuwise.plan", "fit": "gpuwise.plan.fit", "estimate_inference": "gpuwise.plan.inference", "measure": "gpuwise.measuring", "tune": "gpuwise.tuning",
+    "monitor": "gpuwise.integrations", "merged_summary": "gpuwise.integrations",
     "GpuwiseError": "gpuwise.errors",
 }
 

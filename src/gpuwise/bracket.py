@@ -1,7 +1,7 @@
 """The next batch size to try between the largest that ran (or fit) and the smallest that did not.
 
-One pure strategy for every batch search: the max-batch search on a device (measure/maxbatch.py), the
-tuner's batch search (tune/search.py) and the planner's capacity search over traces (plan/curve.py).
+One pure strategy for every batch search: the max-batch search on a device (measuring/maxbatch.py), the
+tuner's batch search (tuning/search.py) and the planner's capacity search over traces (plan/curve.py).
 Its docstring gives the sequence; the callers' tests assert the exact batch sizes tried.
 """
 

@@ -8,7 +8,7 @@ from typing import Any
 from .devices import discover
 from .devices.select import pick
 from .errors import GpuwiseError
-from .measure import measure as measure_step
+from .measuring import measure as measure_step
 from .plan import estimate
 from .workload import load_workload
 

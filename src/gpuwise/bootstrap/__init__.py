@@ -6,7 +6,7 @@ starts (torchrun ranks, `accelerate launch` children, spawned DataLoader workers
 ours: it first runs the `sitecustomize` it hides (a distribution's or the user's, found further down
 sys.path), then loads `hooks.py` by its file path (no import of gpuwise or torch) and waits for
 `import torch` to hook the loader, the copies and the optimizer steps. Each process that trained writes
-`hooks-rank{R}-pid{P}.jsonl` into the folder; `gpuwise.monitor.hookfiles.read_hook_files` merges them
+`hooks-rank{R}-pid{P}.jsonl` into the folder; `gpuwise.monitoring.hookfiles.read_hook_files` merges them
 into one `Timeline` (this package imports nothing of the monitor: the monitor reads what it leaves).
 """
 

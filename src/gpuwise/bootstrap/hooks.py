@@ -17,7 +17,7 @@ finishes, it hooks:
 
 DataLoader workers (forked or spawned) never record steps: records belong to the pid that installed
 the hooks, and a process writes a file only when it loaded a batch, stepped an optimizer, or is not
-a multiprocessing child. Records are JSON lines in the `Timeline` format (`monitor/timeline.py`),
+a multiprocessing child. Records are JSON lines in the `Timeline` format (`monitoring/timeline.py`),
 appended one whole line per `os.write` on an O_APPEND descriptor (a crash leaves at most a truncated
 last line, which the reader skips), every `GPUWISE_HOOKS_FLUSH_S` seconds (default 1) and at exit.
 Nothing here may raise into the user's script: every hook falls back to the original call.

@@ -9,8 +9,8 @@ from ..report import console
 from ..report import tune as report
 from ..report.tune_script import print_progress, render
 from ..step import OPTIMIZERS, check_precision
-from ..tune import tune
-from ..tune.script import code_change, tune_script
+from ..tuning import tune
+from ..tuning.script import code_change, tune_script
 from ..units import parse_duration
 from ..workload import load_workload
 from .common import positive_int
@@ -115,7 +115,7 @@ def run(args) -> int:
 
 
 def _run_script(args, budget_s: float) -> int:
-    """`gpuwise tune -- CMD`: the script's own DataLoader, tuned by short trials (tune/script.py)."""
+    """`gpuwise tune -- CMD`: the script's own DataLoader, tuned by short trials (tuning/script.py)."""
     for name in ("batch_size", "batch_sizes", "precisions", "optimizer", "plot"):
         if getattr(args, name, None):
             raise GpuwiseError(f"--{name.replace('_', '-')} applies to workload files: a script's batch size, "

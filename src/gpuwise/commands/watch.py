@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from ..errors import GpuwiseError
-from ..monitor.external import watch_command
+from ..monitoring.external import watch_command
 from ..plan.hint import planner_max_batch
 from ..report import console
 from ..report.html import write_html

@@ -114,6 +114,9 @@ class AllocatorResult:
     oom_event_index: int | None
     oom_request_bytes: int = 0
     fragmentation: float = 0.0      # 1 - allocated/reserved at the steady-state peak of reserved
+    # max of memory_allocated during the steady-state step, per phase of the event (plan/curve.py fits
+    # each phase's peak as its own line in the batch size: the peak moves from the optimizer step to backward)
+    phase_peak_allocated_bytes: dict[str, int] = field(default_factory=dict)
     timeline: list[tuple[int, int, int]] = field(default_factory=list, repr=False)  # (event, allocated, reserved)
 
     @property
@@ -280,6 +283,7 @@ def replay(trace: MemoryTrace, capacity_bytes: int | None = None, max_split_size
     live: dict[int, _Block] = {}
     peak_alloc = peak_res = peak_req = max_res = max_alloc = 0
     frag_at_peak_res = 0.0
+    phase_peaks: dict[str, int] = {}
     timeline: list[tuple[int, int, int]] = []
     oom_at: int | None = None
     oom_bytes = 0
@@ -301,6 +305,8 @@ def replay(trace: MemoryTrace, capacity_bytes: int | None = None, max_split_size
         max_alloc = max(max_alloc, alloc.allocated_bytes)
         if i >= trace.steady_start:
             peak_alloc = max(peak_alloc, alloc.allocated_bytes)
+            if alloc.allocated_bytes > phase_peaks.get(ev.phase, -1):
+                phase_peaks[ev.phase] = alloc.allocated_bytes
             peak_req = max(peak_req, alloc.requested_bytes)
             if alloc.reserved_bytes > peak_res:
                 peak_res = alloc.reserved_bytes
@@ -313,5 +319,5 @@ def replay(trace: MemoryTrace, capacity_bytes: int | None = None, max_split_size
         peak_allocated_bytes=peak_alloc, peak_reserved_bytes=peak_res, peak_requested_bytes=peak_req,
         max_reserved_bytes=max_res, max_allocated_bytes=max_alloc, segments=alloc.segments,
         retries=alloc.retries, oom=oom_at is not None, oom_event_index=oom_at, oom_request_bytes=oom_bytes,
-        fragmentation=round(frag_at_peak_res, 6), timeline=timeline,
+        fragmentation=round(frag_at_peak_res, 6), phase_peak_allocated_bytes=phase_peaks, timeline=timeline,
     )

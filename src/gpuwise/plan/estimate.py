@@ -29,6 +29,7 @@ from .inputs import resolve_inputs
 from .modes import apply_modes, make_modes, offload_optimizer_state
 from .overheads import DEFAULT_ARCH, Overheads, add_workspaces
 from .repeat import repeated_trace
+from .synth import interpolate, same_structure
 
 TOP_MODULES = 8
 Progress = Callable[[str], None]  # told each stage as it starts
@@ -103,6 +104,13 @@ class _Cuda:
     def device_used_bytes(self) -> int:
         # nvidia-smi sees the most ever reserved (cached segments are not returned without empty_cache)
         return self.result.max_reserved_bytes + self.overheads.outside_allocator_bytes
+
+
+def _curve_point(batch_size: int, c: _Cuda) -> CurvePoint:
+    """One traced batch for the largest-batch search (plan/curve.py): totals and each phase's peak."""
+    r = c.result
+    return CurvePoint(batch_size, r.peak_allocated_bytes, r.peak_reserved_bytes, c.device_used_bytes,
+                      dict(r.phase_peak_allocated_bytes), c.overheads.outside_allocator_bytes)
 
 
 STEADY_REPEATS = 3  # steady steps replayed in a row: a measurement runs several; layouts can drift for a few
@@ -242,15 +250,26 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
         else:
             notes.append(f"{spec.name}: memory only (no FLOP/s or bandwidth given): no roofline")
         if search_max_batch:
-            first = CurvePoint(batch_size, est.peak_allocated_bytes, est.peak_reserved_bytes, est.device_used_bytes)
+            first = _curve_point(batch_size, cuda)
+            traces = {batch_size: trace}
+            structure: dict[tuple[int, int], bool] = {}
 
             def point(b: int) -> CurvePoint:
                 if on_progress is not None:
                     on_progress(f"largest batch: batch {b}")
-                c = _cuda_memory(traced(b), arch)
-                return CurvePoint(b, c.result.peak_allocated_bytes, c.result.peak_reserved_bytes, c.device_used_bytes)
+                traces[b] = traced(b)
+                return _curve_point(b, _cuda_memory(traces[b], arch))
 
-            est.capacity = find_capacity(point, batch_size, spec.memory_bytes, margin_pct, first=first)
+            def replayed(b: int, a: int, c: int) -> CurvePoint | None:
+                key = (min(a, c), max(a, c))
+                if key not in structure:
+                    structure[key] = same_structure(traces[a], traces[c])
+                if not structure[key]:
+                    return None
+                return _curve_point(b, _cuda_memory(interpolate(traces[a], a, traces[c], c, b), arch))
+
+            est.capacity = find_capacity(point, batch_size, spec.memory_bytes, margin_pct, first=first,
+                                         replayed=replayed)
             est.max_batch_size = est.capacity.max_batch_size
             if not est.capacity.settled:
                 notes.append("largest-batch search stopped at its trace budget: max_batch_size is a lower bound")

@@ -23,6 +23,7 @@ from typing import Any
 from ..errors import GpuwiseError
 from ..step import StepConfig, TrainStep, tensors_in
 from ..workload import check_batch_size, load_workload
+from .accumulation import InputBufferSums, node_prehooks
 from .events import MemEvent, MemoryTrace, check_target
 from .fallback import trace_with_fallback
 from .kernels import FRESH_ZEROS_OPS, INPLACE_WITHOUT_MODE, output_bytes, promotion_copies_bytes, workspace
@@ -31,6 +32,7 @@ from .repeat_tags import LayerTags
 from .scope import ModuleScope
 from .sdpa import sdpa_as_gpu_runs_it
 from .setup import WARMUPS, build_model_for_trace, fake_train_step, foreach_by_default
+from .stochastic import every_layer_runs
 
 
 @dataclass
@@ -77,6 +79,7 @@ class _TraceMode(_dispatch_mode_base()):
         self.item_default: Any = None  # value for .item() while a GradScaler asks whether grads are finite
         self.saved: set[int] = set()  # forward blocks still alive when backward starts: saved activations
         self.notes: list[str] = []
+        self.sums = InputBufferSums()  # the engine's in-place gradient sums (plan/accumulation.py)
         self._paused = False
         self.layers = None  # plan/repeat.py's LayerTags: which repeated block each event belongs to
 
@@ -111,6 +114,7 @@ class _TraceMode(_dispatch_mode_base()):
             now = self.module() if op or self.layers is not None else ""
             layer = None if self.layers is None else self.layers.layer_of(now)
             self.rec.events.append(("free", block, self.phase, now if op else b.module, op, layer))
+            self.sums.freed(block, self.rec.events)
 
     def free_key(self, key: int) -> None:
         entry = self.live.pop(key, None)
@@ -160,6 +164,8 @@ class _TraceMode(_dispatch_mode_base()):
                     raise
                 return self.item_default
         name = str(func.overloadpacket) if hasattr(func, "overloadpacket") else str(func)
+        summed = (self.sums.candidate(name, args, kwargs, self.block_of, self.rec.blocks)
+                  if self.phase == "backward" else None)
         measured = probe(func, name, args, kwargs) if self.target == "cpu" and name in PROBED_OPS else None
         scratch = measured.workspace if measured is not None else workspace(name, self.target, args, kwargs)
         if self.layers is not None:
@@ -179,6 +185,8 @@ class _TraceMode(_dispatch_mode_base()):
             if self.phase == "backward" and name in INPLACE_WITHOUT_MODE:
                 self._as_in_place(args[INPLACE_WITHOUT_MODE[name]], out, name)
             self.see(out, name, measured.output_bytes.get(0) if measured is not None else None)
+            if summed is not None and self.block_of(out) == len(self.rec.blocks) - 1:
+                self.sums.watch(summed, len(self.rec.events) - 1)
         elif isinstance(out, (tuple, list)):
             sizes = measured.output_bytes if measured is not None else output_bytes(name, self.target, args, kwargs)
             for i, t in enumerate(out):
@@ -364,7 +372,9 @@ def _run(workload, batch_size: int, config: StepConfig, target: str, fake: bool,
         if cuda_like:
             stack.enter_context(sdpa_as_gpu_runs_it())
             stack.enter_context(foreach_by_default())
+        stack.enter_context(node_prehooks(mode.sums, lambda: len(mode.rec.blocks)))
         model = build_model_for_trace(workload, fake_mode if fake else None, mode)
+        mode.notes.extend(stack.enter_context(every_layer_runs(model)))
         if layers is not None:
             mode.layers = LayerTags.follow(mode, model, layers)
         step = fake_train_step(workload, config, model) if fake else TrainStep(workload, config, "cpu", model)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from ..measure.api import Measurement
-from ..measure.maxbatch import MaxBatchResult
+from ..measuring.api import Measurement
+from ..measuring.maxbatch import MaxBatchResult
 from ..units import fmt_bytes, fmt_duration
 
 

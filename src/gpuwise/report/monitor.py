@@ -70,7 +70,7 @@ def render_summary(summary: dict, console=None, report_path: str | None = None) 
 
 
 def health_rows(h: dict) -> list[tuple[str, str]]:
-    """The clock and PCIe-link rows of the watch table (monitor/health.py's `gpu_health`)."""
+    """The clock and PCIe-link rows of the watch table (monitoring/health.py's `gpu_health`)."""
     rows = []
     if h.get("clock_samples"):
         clock = f"SM median {h['sm_clock_median_mhz']:.0f}" if h.get("sm_clock_median_mhz") else "SM ?"

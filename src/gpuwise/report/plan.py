@@ -42,10 +42,13 @@ def summary_table(est) -> Table:
                   + (f", {fmt_bytes(limit)} usable ({est.capacity.margin_pct:g}% margin)" if limit else ""))
         if est.capacity is not None:
             c = est.capacity
+            how = (f"{c.max_batch_size} fits, {c.max_batch_size + 1} does not" if c.settled and not c.capped
+                   else "the search's ceiling" if c.capped else f"lower bound: trace budget ({c.max_traces}) spent")
             t.add_row("largest batch", str(c.max_batch_size),
-                      f"traced {c.traces} sizes; {fmt_bytes(c.fit.fixed_bytes)} + {fmt_bytes(c.fit.per_sample_bytes)}"
-                      f"/sample" + (f", line off by {c.check_error_pct:+.1f}% at {c.check_batch_size}"
-                                    if c.check_error_pct is not None else ""))
+                      f"traced {c.traces} sizes ({how}); peak in {c.peak_phase or '?'}: "
+                      f"{fmt_bytes(c.fit.fixed_bytes)} + {fmt_bytes(c.fit.per_sample_bytes)}/sample"
+                      + (f"; first prediction {c.predicted_max_batch_size} ({c.prediction_error_pct:+.1f}%)"
+                         if c.prediction_error_pct is not None else ""))
         if est.roofline is not None:
             r = est.roofline
             t.add_row("roofline step time", fmt_duration(r.time_s),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from ..measure.progress import StepProgress
+from ..measuring.progress import StepProgress
 from . import console
 
 

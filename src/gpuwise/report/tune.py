@@ -7,7 +7,7 @@ from typing import Any
 
 from rich.table import Table
 
-from ..tune.records import Trial
+from ..tuning.records import Trial
 from ..units import fmt_bytes, fmt_duration
 from .console import progress
 

@@ -30,7 +30,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 
-from ..measure import progress
+from ..measuring import progress
 from . import backend
 from .job import require_result, run_job
 from .train import TrainConfig, build_step, write_json_atomic
@@ -50,7 +50,7 @@ class ScaleConfig:
     checkpointing: bool = False
     seed: int = 0
     result_path: str | None = None
-    progress_path: str | None = None  # rank 0 writes its StepProgress here (measure/progress.py)
+    progress_path: str | None = None  # rank 0 writes its StepProgress here (measuring/progress.py)
 
 
 @dataclass

@@ -167,7 +167,7 @@ def summary_of(tl: Timeline, planner: MaxBatchPlanner | None = None) -> Summary:
     if (planner is not None and summary.on_gpu and (summary.memory["use_fraction"] or 1) < 0.5
             and workload and name and batch):
         summary.memory["planner_max_batch_size"] = planner(workload, batch, name, meta.get("precision") or "fp32")
-    summary.gpu_health = health_stats(tl, window)  # clock reasons, PCIe link (monitor/health.py rules)
+    summary.gpu_health = health_stats(tl, window)  # clock reasons, PCIe link (monitoring/health.py rules)
     summary.findings = [f.to_dict() for f in diagnose(summary)]
     summary.cannot_tell = cannot_tell(summary, meta)
     return summary

@@ -18,7 +18,7 @@ import os
 import time
 from typing import Any
 
-from ..measure.oom import maybe_fake_oom
+from ..measuring.oom import maybe_fake_oom
 from ..step import StepConfig, TrainStep
 from ..workload import load_workload
 

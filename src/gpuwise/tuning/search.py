@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..measure.maxbatch import next_candidate
+from ..measuring.maxbatch import next_candidate
 
 MIN_GAIN = 0.05  # stop growing the batch when doubling gains less than 5% samples/s (issue 5)
 # differences below this fraction are noise: repeated trials on a shared CPU differ by 5-30% (measured

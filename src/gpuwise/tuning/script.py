@@ -30,8 +30,8 @@ from typing import Any
 from ..bootstrap import environment
 from ..errors import GpuwiseError
 from ..jsonl import append_line, read_lines
-from ..monitor.hookfiles import read_hook_files
-from ..monitor.summary import summarize
+from ..monitoring.hookfiles import read_hook_files
+from ..monitoring.summary import summarize
 
 GAIN = 1.05          # a change must bring >= 5% more samples/s to count (run-to-run noise on a shared machine)
 KILL_GRACE_S = 3.0   # SIGTERM -> SIGKILL

@@ -26,8 +26,8 @@ from typing import Any
 
 from ..devices.torch_device import resolve_device
 from ..errors import GpuwiseError
-from ..measure.child import run_isolated
-from ..measure.oom import fake_oom_threshold
+from ..measuring.child import run_isolated
+from ..measuring.oom import fake_oom_threshold
 from ..plan.hint import ask_max_batch
 from ..workload import Workload, load_workload
 from . import search
@@ -172,7 +172,7 @@ class _Tuner:
                 return None
             kwargs = {**settings, "measure_s": self.measure_s}  # a fit trial's key says 0; run_trial knows
             kwargs["num_threads"] = step_threads(self.dtype, num_workers, usable_cpus()) if kind == "train" else None
-            res = run_isolated("gpuwise.tune.trials:run_trial", kwargs,
+            res = run_isolated("gpuwise.tuning.trials:run_trial", kwargs,
                                timeout_s=max(1.0, min(self.remaining(), TRIAL_TIMEOUT_S)))
             self.ran_s.append(res.seconds)
             value = res.value or {}
@@ -295,7 +295,7 @@ class _Tuner:
 
     def _device_info(self) -> dict[str, Any]:
         if self.dtype == "cuda":
-            res = run_isolated("gpuwise.tune.trials:device_info", {"device": self.device}, timeout_s=120)
+            res = run_isolated("gpuwise.tuning.trials:device_info", {"device": self.device}, timeout_s=120)
             if not res.ok:
                 raise GpuwiseError(f"cannot use {self.device}: {res.error}")
             return res.value

@@ -1,6 +1,6 @@
 """An HF `transformers.TrainerCallback` running `gpuwise.monitor` around `Trainer.train()`:
 
-    from gpuwise.monitor.hf import GpuwiseCallback
+    from gpuwise.integrations.hf import GpuwiseCallback
     Trainer(model=model, args=args, train_dataset=ds, callbacks=[GpuwiseCallback(report="watch.html")]).train()
 
 A step runs from one `on_step_end` to the next: the time until `on_step_begin` is data wait (the Trainer
@@ -16,11 +16,11 @@ from __future__ import annotations
 import os
 import time
 
+from ..monitoring.core import Monitor
+from ..monitoring.summary import summarize
+from ..monitoring.timeline import ENV_DIR
 from ..plan.hint import planner_max_batch
-from . import show_run  # the package's public face renders (HTML, terminal); this module returns data
-from .core import Monitor
-from .summary import summarize
-from .timeline import ENV_DIR
+from . import CallbackRun, show_run
 
 
 def _callback_base():
@@ -40,19 +40,13 @@ def hf_precision(args) -> str | None:
     return None  # fp32 or tf32: the monitor looks at autocast and TF32 itself on a GPU
 
 
-class GpuwiseCallback(_callback_base()):
+class GpuwiseCallback(_callback_base(), CallbackRun):
     """Per-step data-wait / compute split, sampling and findings for `transformers.Trainer`."""
 
     def __init__(self, report: str | None = None, out_dir: str | None = None, interval_s: float = 0.1,
                  print_summary: bool = True):
         super().__init__()
-        self.report = report
-        self.out_dir = out_dir
-        self.interval_s = interval_s
-        self.print_summary = print_summary
-        self.monitor: Monitor | None = None
-        self.result: dict | None = None
-        self._last_end: float | None = None
+        self._keep(report, out_dir, interval_s, print_summary)
 
     def on_train_begin(self, args, state, control, model=None, train_dataloader=None, **kwargs):
         rank = int(getattr(args, "process_index", 0) or 0)

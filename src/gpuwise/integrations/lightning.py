@@ -1,6 +1,6 @@
 """A Lightning callback running `gpuwise.monitor` around `trainer.fit`:
 
-    from gpuwise.monitor.lightning import GpuwiseMonitor
+    from gpuwise.integrations.lightning import GpuwiseMonitor
     trainer = L.Trainer(callbacks=[GpuwiseMonitor(report="watch.html")])
 
 A step runs from one `on_train_batch_end` to the next: the time until `on_train_batch_start` is data
@@ -15,11 +15,11 @@ from __future__ import annotations
 import os
 import time
 
+from ..monitoring.core import Monitor
+from ..monitoring.summary import summarize
+from ..monitoring.timeline import ENV_DIR, read_rank_files
 from ..plan.hint import planner_max_batch
-from . import show_run  # the package's public face renders (HTML, terminal); this module returns data
-from .core import Monitor
-from .summary import summarize
-from .timeline import ENV_DIR, read_rank_files
+from . import CallbackRun, show_run
 
 
 def _callback_base():
@@ -45,22 +45,16 @@ def lightning_precision(value) -> str | None:
     return None
 
 
-class GpuwiseMonitor(_callback_base()):
+class GpuwiseMonitor(_callback_base(), CallbackRun):
     """Per-step data-wait / compute split, sampling, findings in `result`; rank 0 hands them to `on_result`
-    (`gpuwise.monitor.show_run` by default: an HTML report if `report` is set, the summary printed if
+    (`gpuwise.show_run` by default: an HTML report if `report` is set, the summary printed if
     `print_summary`)."""
 
     def __init__(self, report: str | None = None, out_dir: str | None = None, interval_s: float = 0.1,
                  print_summary: bool = True, on_result=None):
         super().__init__()
         self.on_result = on_result or show_run
-        self.report = report
-        self.out_dir = out_dir
-        self.interval_s = interval_s
-        self.print_summary = print_summary
-        self.monitor: Monitor | None = None
-        self.result: dict | None = None
-        self._last_end: float | None = None
+        self._keep(report, out_dir, interval_s, print_summary)
 
     def _world(self, trainer) -> tuple[int, int]:
         return int(getattr(trainer, "global_rank", 0) or 0), int(getattr(trainer, "world_size", 1) or 1)

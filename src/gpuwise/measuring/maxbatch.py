@@ -104,7 +104,7 @@ def isolated_trial(workload: str, *, optimizer: str | None = None, precision: st
         kwargs = {"workload": workload, "batch_size": batch_size, "optimizer": optimizer, "precision": precision,
                   "checkpointing": checkpointing, "device": device, "steps": steps, "warmup": warmup,
                   "cpu_peak": False}
-        res = run_isolated("gpuwise.measure.runner:run_measurement", kwargs, timeout_s=timeout_s, env=env)
+        res = run_isolated("gpuwise.measuring.runner:run_measurement", kwargs, timeout_s=timeout_s, env=env)
         status = res.status
         if status == OK and res.value.get("oom"):
             status = OOM

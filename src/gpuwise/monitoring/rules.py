@@ -1,4 +1,4 @@
-"""Diagnosis rules: a registry of small pure functions `Summary -> Finding | None` (monitor/result.py).
+"""Diagnosis rules: a registry of small pure functions `Summary -> Finding | None` (monitoring/result.py).
 
 Each finding carries the measured numbers behind it (`evidence`) and a concrete change (`fix`).
 The thresholds are this project's judgement, not vendor numbers; each says why next to it. Add a rule

@@ -38,7 +38,7 @@ class Summary:
     host: dict[str, Any] = field(default_factory=dict)
     ranks: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    gpu_health: dict[str, Any] = field(default_factory=dict)  # clock reasons, PCIe link (monitor/health.py)
+    gpu_health: dict[str, Any] = field(default_factory=dict)  # clock reasons, PCIe link (monitoring/health.py)
     extras: dict[str, Any] = field(default_factory=dict)  # EXTRA_KEYS (and any other key from a dict)
     cannot_tell: list[str] = field(default_factory=list)  # what the rules could not judge, and why (last key)
 

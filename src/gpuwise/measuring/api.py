@@ -78,7 +78,7 @@ def measure(workload, batch_size: int, optimizer: str | None = None, precision: 
     kwargs = {"workload": wl.spec, "batch_size": batch_size, "optimizer": config.optimizer,
               "precision": config.precision, "checkpointing": checkpointing, "device": dev, "steps": steps,
               "warmup": warmup, "snapshot": snapshot}
-    res = run_isolated("gpuwise.measure.runner:run_measurement", kwargs, timeout_s=timeout_s, env=env,
+    res = run_isolated("gpuwise.measuring.runner:run_measurement", kwargs, timeout_s=timeout_s, env=env,
                        on_progress=on_progress)
     base = {"workload": wl.spec, "batch_size": batch_size, "optimizer": optimizer_used,
             "precision": config.precision, "checkpointing": checkpointing, "device": dev, "steps": steps,

@@ -1,29 +1,34 @@
-"""Watch a training run and explain low or oscillating GPU utilisation (`gpuwise.monitor`, `gpuwise watch`).
+"""gpuwise inside users' own training code: `gpuwise.monitor(...)`, `gpuwise.merged_summary(...)`, and the
+callbacks for Lightning (`gpuwise.integrations.lightning`) and the HF Trainer (`gpuwise.integrations.hf`).
 
     with gpuwise.monitor(report="run.html") as mon:
         for batch in mon.loader(loader):
             ...
-    mon.summary()   # {"steps", "step_time_s": {"median"}, "data_wait_fraction", ..., "findings": [...]}
 
-The modules of this package return data (a Timeline, the summary dict); the functions below, the public
-face, are where `report=` turns them into the HTML report (gpuwise.report), as the CLI does.
+Like the CLI, this is a front end: it takes the monitor's data (gpuwise.monitoring) and renders it where
+asked (`report=` writes the HTML report, gpuwise.report).
 """
 
 from __future__ import annotations
 
-from .._callable import make_package_callable
+from ..monitoring import Monitor, Timeline, merged
 from ..report.html import write_html
 from ..report.monitor import render_summary
-from .core import PHASES, Monitor
-from .ranks import merge_rank_files, merged
-from .result import Summary
-from .rules import RULES, Finding, diagnose, rule, suggest_num_workers
-from .summary import summarize, summary_of
-from .timeline import ENV_DIR, Sample, StepRecord, Timeline, merge_timelines, read_rank_files, read_timeline
 
-__all__ = ["ENV_DIR", "PHASES", "RULES", "Finding", "Monitor", "Sample", "Summary", "StepRecord", "Timeline", "diagnose",
-           "merge_rank_files", "merge_timelines", "merged_summary", "monitor", "read_rank_files", "read_timeline", "rule", "suggest_num_workers",
-           "show_run", "summarize", "summary_of"]
+__all__ = ["merged_summary", "monitor", "show_run"]
+
+
+class CallbackRun:
+    """What both training-framework callbacks keep: the settings they were made with and the run in hand."""
+
+    def _keep(self, report: str | None, out_dir: str | None, interval_s: float, print_summary: bool) -> None:
+        self.report = report
+        self.out_dir = out_dir
+        self.interval_s = interval_s
+        self.print_summary = print_summary
+        self.monitor: Monitor | None = None
+        self.result: dict | None = None
+        self._last_end: float | None = None
 
 
 def monitor(device=None, report: str | None = None, **kwargs) -> Monitor:
@@ -49,6 +54,3 @@ def show_run(timeline: Timeline, summary: dict, *, report: str | None = None, ti
         write_html(report, timeline, summary, title=title)
     if print_summary:
         render_summary(summary, report_path=report)
-
-
-make_package_callable(__name__, monitor)  # see gpuwise/_callable.py

@@ -1,7 +1,7 @@
 """DDP: one file per rank (the monitor writes `monitor-rank{RANK}.jsonl` into its out_dir), one merged summary.
 
     # in train.py, every rank:   with gpuwise.monitor(out_dir="runs/mon") as mon: ...
-    # afterwards, anywhere:      gpuwise.monitor.merged_summary("runs/mon", report="ddp.html")
+    # afterwards, anywhere:      gpuwise.merged_summary("runs/mon", report="ddp.html")
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The measuring code calls `step_done(done, total, warmup, step_s)` after every step (warm-up included);
 whoever started it installs a reporter with `set_reporter(fn)`: the measure child sends the
-`StepProgress` to its parent through the child-process pipe (`measure/child.py`), a scale rank writes
+`StepProgress` to its parent through the child-process pipe (`measuring/child.py`), a scale rank writes
 it to a small JSON file the parent polls (`scaleout/scale.py`). Nothing is printed here: the command
 formats it (`report/progress.py`). Without a reporter `step_done` costs one function call.
 """

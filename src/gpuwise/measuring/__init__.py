@@ -6,11 +6,8 @@
 
 from __future__ import annotations
 
-from .._callable import make_package_callable
 from .api import Measurement, measure
 from .maxbatch import MaxBatchResult, find_max_batch, next_candidate
 
 __all__ = ["Measurement", "measure", "MaxBatchResult", "find_max_batch", "next_candidate"]
 
-
-make_package_callable(__name__, measure)  # see gpuwise/_callable.py
