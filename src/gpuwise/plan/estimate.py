@@ -29,7 +29,7 @@ from .inputs import resolve_inputs
 from .modes import apply_modes, make_modes, offload_optimizer_state
 from .overheads import DEFAULT_ARCH, Overheads, add_workspaces
 from .repeat import repeated_trace
-from .synth import interpolate, same_structure
+from .synth import interpolate, pairing
 
 TOP_MODULES = 8
 Progress = Callable[[str], None]  # told each stage as it starts
@@ -252,7 +252,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
         if search_max_batch:
             first = _curve_point(batch_size, cuda)
             traces = {batch_size: trace}
-            structure: dict[tuple[int, int], bool] = {}
+            pairs: dict[tuple[int, int], dict[int, int] | None] = {}
 
             def point(b: int) -> CurvePoint:
                 if on_progress is not None:
@@ -261,12 +261,11 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
                 return _curve_point(b, _cuda_memory(traces[b], arch))
 
             def replayed(b: int, a: int, c: int) -> CurvePoint | None:
-                key = (min(a, c), max(a, c))
-                if key not in structure:
-                    structure[key] = same_structure(traces[a], traces[c])
-                if not structure[key]:
+                if (a, c) not in pairs:
+                    pairs[(a, c)] = pairing(traces[a], traces[c])
+                if pairs[(a, c)] is None:
                     return None
-                return _curve_point(b, _cuda_memory(interpolate(traces[a], a, traces[c], c, b), arch))
+                return _curve_point(b, _cuda_memory(interpolate(traces[a], a, traces[c], c, b, pairs[(a, c)]), arch))
 
             est.capacity = find_capacity(point, batch_size, spec.memory_bytes, margin_pct, first=first,
                                          replayed=replayed)
