@@ -242,7 +242,7 @@ def repeated_trace(wl, batch_size: int, config: StepConfig, target: str,
     why = blocks_alike(cfg, wl.task, layers)
     if why is not None:
         return None, why
-    warmup = "step" if target == "cuda" else "optimizer"
+    warmup = "copy" if target == "cuda" else "optimizer"
     traces = {}
     for n in (TRACED, CHECKED):
         if progress is not None:
