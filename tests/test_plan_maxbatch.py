@@ -3,50 +3,22 @@ step to the activations; the answer is b with trace(b) <= limit < trace(b + 1), 
 
 from __future__ import annotations
 
-import textwrap
-
-import pytest
+from pathlib import Path
 
 from gpuwise.plan import estimate
 from gpuwise.plan.curve import CurvePoint, find_capacity
 from gpuwise.plan.estimate import _trace
-from gpuwise.plan.events import MemoryTrace
-from gpuwise.plan.synth import interpolate, same_structure
+from gpuwise.plan.events import MemEvent, MemoryTrace
+from gpuwise.plan.synth import interpolate, pairing, same_structure
 from gpuwise.step import StepConfig
 from gpuwise.workload import load_workload
 
 GIB = 1024**3
 MIB = 1024**2
 
-# an MLP whose AdamW step (weights, grads, two states, foreach temporaries) holds the peak at small batches
-# and whose activations hold it at large ones (crossing near 2,000 samples)
-MLP = """
-import torch
-from torch import nn
-def model():
-    return nn.Sequential(nn.Linear(512, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 10))
-def batch(n):
-    return torch.randn(n, 512), torch.randint(0, 10, (n,))
-def loss(model, batch):
-    x, y = batch
-    return nn.functional.cross_entropy(model(x), y)
-def optimizer(params):
-    return torch.optim.AdamW(params)
-"""
-
-CONV = """
-import torch
-from torch import nn
-def model():
-    return nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
-                         nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-                         nn.Linear(64, 10))
-def batch(n):
-    return torch.randn(n, 3, 32, 32), torch.randint(0, 10, (n,))
-def loss(model, batch):
-    x, y = batch
-    return nn.functional.cross_entropy(model(x), y)
-"""
+WORKLOADS = Path(__file__).parent / "workloads"
+MLP = str(WORKLOADS / "wide_mlp.py")      # peak in the AdamW step at small batches, in backward at large ones
+CONV = str(WORKLOADS / "small_conv.py")
 
 
 def two_phase(opt_bytes, fixed_bytes, per_sample_bytes, step=2 * MIB, outside=500 * MIB):
@@ -106,20 +78,13 @@ def test_asked_batch_that_does_not_fit_shrinks():
     assert point(b).device_used_bytes <= 16 * GIB < point(b + 1).device_used_bytes
 
 
-@pytest.fixture(scope="module")
-def mlp_path(tmp_path_factory):
-    path = tmp_path_factory.mktemp("wl") / "wide_mlp.py"
-    path.write_text(textwrap.dedent(MLP))
-    return str(path)
-
-
-def test_mlp_peak_moves_from_optimizer_to_backward_and_the_answer_is_exact(mlp_path):
-    est = estimate(mlp_path, 8, gpu="1GiB")
+def test_mlp_peak_moves_from_optimizer_to_backward_and_the_answer_is_exact():
+    est = estimate(MLP, 8, gpu="1GiB")
     assert est.peak_phase == "optimizer"              # at 8: weights + grads + AdamW state and temporaries
     cap, b = est.capacity, est.max_batch_size
     assert cap.settled and cap.peak_phase == "backward" and b > 1000
-    at_b = estimate(mlp_path, b, gpu="1GiB", search_max_batch=False)
-    above = estimate(mlp_path, b + 1, gpu="1GiB", search_max_batch=False)
+    at_b = estimate(MLP, b, gpu="1GiB", search_max_batch=False)
+    above = estimate(MLP, b + 1, gpu="1GiB", search_max_batch=False)
     assert at_b.device_used_bytes <= cap.limit_bytes < above.device_used_bytes
     # 64, then b and b + 1 found among allocator replays of interpolated traces: exact here
     assert cap.traces == 3 and cap.replay_predicted_max_batch_size == b and cap.replays > 0
@@ -128,20 +93,18 @@ def test_mlp_peak_moves_from_optimizer_to_backward_and_the_answer_is_exact(mlp_p
     assert d["predicted_max_batch_size"] and d["max_traces"] == 16 and d["replay_prediction_error_pct"] == 0
 
 
-def test_conv_net_answer_is_exact(tmp_path):
-    path = tmp_path / "conv.py"
-    path.write_text(textwrap.dedent(CONV))
-    est = estimate(str(path), 8, gpu="1GiB")
+def test_conv_net_answer_is_exact():
+    est = estimate(CONV, 8, gpu="1GiB")
     cap, b = est.capacity, est.max_batch_size
     assert cap.settled and b > 64
-    at_b = estimate(str(path), b, gpu="1GiB", search_max_batch=False)
-    above = estimate(str(path), b + 1, gpu="1GiB", search_max_batch=False)
+    at_b = estimate(CONV, b, gpu="1GiB", search_max_batch=False)
+    above = estimate(CONV, b + 1, gpu="1GiB", search_max_batch=False)
     assert at_b.device_used_bytes <= cap.limit_bytes < above.device_used_bytes
     assert cap.traces <= 4
 
 
-def test_interpolated_trace_is_the_real_trace_where_sizes_are_affine(mlp_path):
-    wl, cfg = load_workload(mlp_path), StepConfig()
+def test_interpolated_trace_is_the_real_trace_where_sizes_are_affine():
+    wl, cfg = load_workload(MLP), StepConfig()
     t8, t64, t1000 = (_trace(wl, b, cfg, "cuda") for b in (8, 64, 1000))
     assert same_structure(t8, t64) and same_structure(t8, t1000)
     synth = interpolate(t8, 8, t64, 64, 1000)
@@ -169,3 +132,22 @@ def test_traces_of_different_structure_are_not_replayed():
     cap = find_capacity(point, 8, 40 * GIB, margin_pct=5, replayed=lambda b, a, c: None)
     assert cap.settled and cap.replay_predicted_max_batch_size is None
     assert point(cap.max_batch_size).device_used_bytes <= cap.limit_bytes < point(cap.max_batch_size + 1).device_used_bytes
+
+
+def test_pairing_allows_a_run_of_frees_in_another_order_but_not_a_free_moved_past_an_allocation():
+    def trace(sizes, frees, tail):
+        ev = [MemEvent("alloc", i, n, "activations", "forward") for i, n in enumerate(sizes)]
+        ev += [MemEvent("free", i, sizes[i], "activations", "forward") for i in frees]
+        ev += [MemEvent(*e) for e in tail]
+        return MemoryTrace(ev, 0, "cuda")
+
+    a = trace([100, 200, 300], [0, 1, 2], [])
+    c = trace([1000, 2000, 3000], [2, 0, 1], [])             # the autocast cache cleared in another order
+    assert pairing(a, c) == {0: 0, 1: 1, 2: 2}
+    mid = interpolate(a, 1, c, 10, 4)                        # sizes on their lines: 100 b, 200 b, 300 b
+    assert [e.nbytes for e in mid.events] == [400, 800, 1200, 400, 800, 1200]
+    moved = trace([100, 200, 300], [0, 1], [("free", 2, 300, "activations", "forward")])
+    late = MemoryTrace(moved.events[:3] + moved.events[3:4] + [MemEvent("alloc", 9, 5, "temporary", "forward")]
+                       + moved.events[4:], 0, "cuda")
+    early = MemoryTrace(moved.events[:5] + [MemEvent("alloc", 9, 5, "temporary", "forward")], 0, "cuda")
+    assert pairing(late, early) is None                     # a free on the other side of an allocation

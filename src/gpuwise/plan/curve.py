@@ -231,15 +231,18 @@ def find_capacity(point: Callable[[int], CurvePoint], batch_size: int, memory_by
         p1 = s.get(b1)
         predicted = s.model().largest_within(limit)
         line = fit_line((p0.batch_size, p0.device_used_bytes), (b1, p1.device_used_bytes)).largest_within(limit)
-    check_b, check_model, misses = None, None, 0
+    check_b, check_model, misses, pending = None, None, 0, None
     while not s.done() and s.traces < max_traces:
         b = expect = None
-        if replayed is not None and misses < 2:
+        if pending is not None and pending[0] not in s.cache and s.known_fit < pending[0] < (s.first_fail or MAX_BATCH + 1):
+            b, expect = pending   # the replays' crossing held at c: trace the c + 1 they named
+        elif replayed is not None and misses < 2:
             found = s.replayed_crossing(replayed)
             if found is not None:
                 c, fits_c, fits_c1 = found
                 replay_predicted = c if replay_predicted is None else replay_predicted
                 b, expect = (c, fits_c) if c not in s.cache else (c + 1, fits_c1)
+                pending = (c + 1, fits_c1)
         if b is None:
             b = s.propose()
         if b is None:
@@ -249,6 +252,7 @@ def find_capacity(point: Callable[[int], CurvePoint], batch_size: int, memory_by
         s.get(b)
         if expect is not None and s.fits(b) != expect:
             misses += 1   # the sizes are not affine in b here (a kernel's workspace, a data-dependent shape)
+            pending = None
     model = s.model()
     answer = s.known_fit
     check_err = None
