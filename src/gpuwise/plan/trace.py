@@ -24,6 +24,7 @@ from ..errors import GpuwiseError
 from ..step import StepConfig, TrainStep, tensors_in
 from ..workload import check_batch_size, load_workload
 from .accumulation import InputBufferSums, node_prehooks
+from .compiled import compiled_notes
 from .events import MemEvent, MemoryTrace, check_target
 from .fallback import trace_with_fallback
 from .kernels import FRESH_ZEROS_OPS, INPLACE_WITHOUT_MODE, output_bytes, promotion_copies_bytes, workspace
@@ -326,7 +327,7 @@ def _trace_once(workload, batch_size: int, config: StepConfig, target: str, fake
             stack.enter_context(foreach_by_default())
         stack.enter_context(node_prehooks(mode.sums, lambda: len(mode.rec.blocks)))
         model = build_model_for_trace(workload, fake_mode if fake else None, mode)
-        mode.notes.extend(stack.enter_context(every_layer_runs(model)))
+        mode.notes.extend(stack.enter_context(every_layer_runs(model)) + compiled_notes(model))
         if layers is not None:
             mode.layers = LayerTags.follow(mode, model, layers)
         step = fake_train_step(workload, config, model) if fake else TrainStep(workload, config, "cpu", model)
