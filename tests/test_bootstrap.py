@@ -113,9 +113,11 @@ def test_an_existing_sitecustomize_still_runs(tmp_path):
     env = environment(str(tmp_path / "gw"), base_env=dict(os.environ, PYTHONPATH=str(theirs)))
     assert env["PYTHONPATH"].split(os.pathsep)[0].endswith("site")
     out = subprocess.run([PY, "-c", "import builtins, sys; print(getattr(builtins, 'THEIRS_RAN', False),"
-                          " '_gpuwise_hooks' in sys.modules, 'torch' in sys.modules)"],
+                          " '_gpuwise_hooks' in sys.modules, '_gpuwise_recorder' in sys.modules,"
+                          " 'torch' in sys.modules, any(m.split('.')[0] == 'gpuwise' for m in sys.modules))"],
                          env=env, capture_output=True, text=True, check=True).stdout.split()
-    assert out == ["True", "True", "False"]  # theirs ran, ours is loaded, torch is not imported by us
+    # theirs ran, ours is loaded (hooks.py and its sibling, by file path), neither torch nor gpuwise imported
+    assert out == ["True", "True", "True", "False", "False"]
 
 
 def test_loader_overrides_stay_valid():
@@ -135,3 +137,21 @@ def test_batch_len_of_common_batch_shapes():
     assert _batch_len({"input_ids": torch.zeros(3, 9), "labels": torch.zeros(3)}) == 3
     assert _batch_len([[torch.zeros(2, 1)]]) == 2
     assert _batch_len("text") == 0
+
+
+def test_step_lines_are_timeline_records_with_the_split_clamped_to_the_step(tmp_path):
+    from gpuwise.bootstrap.recorder import Recorder
+    from gpuwise.monitoring.timeline import step_from_dict
+
+    rec = Recorder(str(tmp_path))
+    t0 = rec.t0
+    rows = [(0, t0 + 1.0, t0 + 1.25, 0.1, 0.05, 16, None),
+            (1, t0 + 1.25, t0 + 1.5, 0.4, 0.0, 16, None),  # a wait longer than the step (threads): clamped
+            (2, t0 + 1.5, t0 + 1.75, 0.0, 0.0, 7, {"memory_allocated_bytes": 1024, "gpu_s": 0.2})]
+    got = [json.loads(line) for line in rec.step_lines(rows).splitlines()]
+    assert [g.pop("type") for g in got] == ["step"] * 3
+    assert got[0] == pytest.approx({"step": 0, "start_s": 1.0, "total_s": 0.25, "data_s": 0.1, "copy_s": 0.05,
+                                    "compute_s": 0.1, "rank": 0, "samples": 16}, abs=1e-9)
+    assert got[1]["data_s"] == got[1]["total_s"] == pytest.approx(0.25) and got[1]["compute_s"] == 0.0
+    assert got[2]["samples"] == 7 and got[2]["gpu_s"] == 0.2 and got[2]["memory_allocated_bytes"] == 1024
+    assert step_from_dict(got[2]).samples == 7

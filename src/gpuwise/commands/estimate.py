@@ -11,6 +11,7 @@ from ..plan.curve import DEFAULT_MARGIN_PCT
 from ..plan.inference import estimate_inference
 from ..report import console
 from ..report.plan import plot_estimate, render_estimate
+from ..report.progress import StageProgress
 from ..units import fmt_bytes
 from .common import add_workload_arguments, positive_int
 
@@ -72,11 +73,11 @@ def run(args) -> int:
         raise GpuwiseError(f"--plot {args.plot}: the folder {Path(args.plot).resolve().parent} does not exist")
     if args.inference:
         return _run_inference(args)
-    with console.err.status("tracing the step with fake tensors…"):  # transient: gone before any error line
+    with console.err.status("tracing the step with fake tensors…"), StageProgress("estimate") as progress:
         est = estimate(args.workload, args.batch_size, optimizer=args.optimizer, precision=args.precision,
                        checkpointing=args.checkpointing, target=args.target, gpu=args.gpu,
                        margin_pct=DEFAULT_MARGIN_PCT if args.margin is None else args.margin,
-                       search_max_batch=not args.no_max_batch, **mode_kwargs(args))
+                       search_max_batch=not args.no_max_batch, on_progress=progress, **mode_kwargs(args))
     if args.plot:
         try:
             plot_estimate(est, args.plot)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,9 +29,11 @@ from .flops import Roofline, count_flops, roofline, traffic_bytes
 from .inputs import resolve_inputs
 from .modes import apply_modes, make_modes, offload_optimizer_state
 from .overheads import DEFAULT_ARCH, Overheads, add_workspaces
+from .repeat import repeated_trace
 from .synth import interpolate, pairing
 
 TOP_MODULES = 8
+Progress = Callable[[str], None]  # told each stage as it starts
 
 
 @dataclass
@@ -119,11 +122,24 @@ def _cuda_memory(trace: MemoryTrace, arch: str) -> _Cuda:
     return _Cuda(with_ws, overheads, replay(with_ws, steady_repeats=STEADY_REPEATS))
 
 
-def _trace(wl: Workload, batch_size: int, config: StepConfig, target: str) -> MemoryTrace:
+def _trace(wl: Workload, batch_size: int, config: StepConfig, target: str, repeat: bool = False,
+           progress: Progress | None = None) -> MemoryTrace:
+    """The step's events. `repeat`: `wl` is a model config as loaded (no modes): its repeated blocks may be
+    rebuilt from a 3-block trace where that is exact (plan/repeat.py); the notes say which way was used."""
     from .trace import trace_step  # deferred: trace.py imports torch, `import gpuwise.plan` must not
 
+    why = ""
+    if repeat:
+        rebuilt, why = repeated_trace(wl, batch_size, config, target, progress)
+        if rebuilt is not None:
+            return rebuilt
+    if progress is not None:
+        progress(f"tracing the step at batch {batch_size}")
     try:
-        return trace_step(wl, batch_size, config, target=target)
+        trace = trace_step(wl, batch_size, config, target=target)
+        if why:
+            trace.notes.append(f"traced whole: repeated blocks not reused ({why})")
+        return trace
     except GpuwiseError:
         raise
     except Exception as exc:  # the user's model failed in its step: one line, the cause chained for --debug
@@ -157,7 +173,8 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
              search_max_batch: bool = True, optimizer_impl: str = "default",
              model: Any = None, batch: Any = None, loss: Any = None, seq_len: int | None = None,
              task: str | None = None, grad_accum: int = 1, lora: int | bool | None = None, qlora: bool = False,
-             freeze: Any = None, offload_optimizer: bool = False) -> Estimate:
+             freeze: Any = None, offload_optimizer: bool = False,
+             on_progress: Progress | None = None) -> Estimate:
     """Predict the memory and compute of one steady-state training step of `workload` at `batch_size`.
 
     `workload`: a workload file / module / `examples:NAME`, `hf:ORG/NAME` or a config.json (built with
@@ -169,6 +186,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     `target="cuda"` replays the trace through the caching-allocator model and adds library workspaces
     and the CUDA context (for `gpu`'s architecture; Hopper when no GPU is named). With `gpu`, also a
     roofline bound and the largest batch that fits with `margin_pct` percent of its memory kept free.
+    `on_progress(stage)` is called as each stage starts (the CLI shows it on stderr for long estimates).
     """
     started = time.perf_counter()
     workload, batch_size = resolve_inputs(workload, batch_size, model, batch, loss, seq_len, task)
@@ -182,10 +200,11 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
         raise GpuwiseError(f"margin must be a percentage in [0, 100), got {margin_pct!r}")
     config = StepConfig(optimizer=optimizer, precision=precision, checkpointing=checkpointing,
                         optimizer_impl=optimizer_impl)
-    wl = apply_modes(load_workload(workload), modes, config.precision)
+    base = load_workload(workload)
+    wl = apply_modes(base, modes, config.precision)
 
     def traced(b: int) -> MemoryTrace:
-        t = _trace(wl, b, config, target)
+        t = _trace(wl, b, config, target, repeat=wl is base, progress=on_progress)
         return offload_optimizer_state(t) if modes.offload_optimizer else t
 
     trace = traced(batch_size)
@@ -206,6 +225,8 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
                        peak.allocated_bytes, peak.allocated_bytes, dict(peak.by_category), flops, None, None,
                        checkpointing, tensor_peak_bytes=peak.allocated_bytes)
     else:
+        if on_progress is not None:
+            on_progress("replaying the caching allocator")
         cuda = _cuda_memory(trace, arch)
         peak = live_peak(cuda.trace, round_to=512)  # breakdown in allocator-rounded sizes, workspaces included
         if spec is None:
@@ -235,6 +256,8 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
             pairs: dict[tuple[int, int], dict[int, int] | None] = {}
 
             def point(b: int) -> CurvePoint:
+                if on_progress is not None:
+                    on_progress(f"largest batch: batch {b}")
                 traces[b] = traced(b)
                 return _curve_point(b, _cuda_memory(traces[b], arch))
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import GpuwiseError
 
@@ -49,6 +50,7 @@ class MemoryTrace:
     method: str = "fake-trace"
     notes: list[str] = field(default_factory=list)
     flops_per_step: int = 0   # FLOPs of the steady-state step (torch.utils.flop_counter formulas)
+    layers: Any = field(default=None, repr=False)  # plan/repeat_tags.py's EventLayers, when blocks were followed
 
 
 @dataclass(frozen=True)

@@ -24,10 +24,12 @@ from ..errors import GpuwiseError
 from ..step import StepConfig, TrainStep, tensors_in
 from ..workload import check_batch_size, load_workload
 from .accumulation import InputBufferSums, node_prehooks
+from .compiled import compiled_notes
 from .events import MemEvent, MemoryTrace, check_target
 from .fallback import trace_with_fallback
 from .kernels import FRESH_ZEROS_OPS, INPLACE_WITHOUT_MODE, output_bytes, promotion_copies_bytes, workspace
 from .probe import PROBED_OPS, probe
+from .repeat_tags import LayerTags
 from .scope import ModuleScope
 from .sdpa import sdpa_as_gpu_runs_it
 from .setup import WARMUPS, build_model_for_trace, fake_train_step, foreach_by_default
@@ -48,7 +50,8 @@ class _Block:
 class _Recorder:
     """Raw events as they happen; categories are settled at the end, once grads and state are known."""
 
-    events: list[tuple[str, int, str, str, str]] = field(default_factory=list)  # action, block, phase, module, op
+    # action, block, phase, module, op, layer (the repeated block running, when plan/repeat.py follows them)
+    events: list[tuple[str, int, str, str, str, int | None]] = field(default_factory=list)
     blocks: list[_Block] = field(default_factory=list)
 
 
@@ -79,6 +82,7 @@ class _TraceMode(_dispatch_mode_base()):
         self.notes: list[str] = []
         self.sums = InputBufferSums()  # the engine's in-place gradient sums (plan/accumulation.py)
         self._paused = False
+        self.layers = None  # plan/repeat.py's LayerTags: which repeated block each event belongs to
 
     @contextlib.contextmanager
     def paused(self):
@@ -97,7 +101,8 @@ class _TraceMode(_dispatch_mode_base()):
         block = len(self.rec.blocks)
         module = self.module()
         self.rec.blocks.append(_Block(nbytes, self.phase, module, op))
-        self.rec.events.append(("alloc", block, self.phase, module, op))
+        layer = None if self.layers is None else self.layers.on_alloc(block, module)
+        self.rec.events.append(("alloc", block, self.phase, module, op, layer))
         if storage is not None:
             key = id(storage)
             self.live[key] = (block, weakref.ref(storage, lambda _r, k=key: self.free_key(k)))
@@ -107,7 +112,9 @@ class _TraceMode(_dispatch_mode_base()):
         b = self.rec.blocks[block]
         if not b.freed:
             b.freed = True
-            self.rec.events.append(("free", block, self.phase, self.module() if op else b.module, op))
+            now = self.module() if op or self.layers is not None else ""
+            layer = None if self.layers is None else self.layers.layer_of(now)
+            self.rec.events.append(("free", block, self.phase, now if op else b.module, op, layer))
             self.sums.freed(block, self.rec.events)
 
     def free_key(self, key: int) -> None:
@@ -162,6 +169,8 @@ class _TraceMode(_dispatch_mode_base()):
                   if self.phase == "backward" else None)
         measured = probe(func, name, args, kwargs) if self.target == "cpu" and name in PROBED_OPS else None
         scratch = measured.workspace if measured is not None else workspace(name, self.target, args, kwargs)
+        if self.layers is not None:
+            self.layers.set_inputs(self, args, kwargs)
         if scratch.before_bytes:
             self.free_block(self.alloc(scratch.before_bytes, f"kernel workspace: {name}"), name)
         during_bytes = scratch.during_bytes
@@ -182,6 +191,8 @@ class _TraceMode(_dispatch_mode_base()):
         elif isinstance(out, (tuple, list)):
             sizes = measured.output_bytes if measured is not None else output_bytes(name, self.target, args, kwargs)
             for i, t in enumerate(out):
+                if self.layers is not None:
+                    self.layers.output_index = i
                 if isinstance(t, torch.Tensor):
                     self.see(t, name, sizes.get(i))
                 elif isinstance(t, (tuple, list)):
@@ -190,6 +201,8 @@ class _TraceMode(_dispatch_mode_base()):
                             self.see(u, name)
         if during is not None:
             self.free_block(during, name)
+        if self.layers is not None:
+            self.layers.op_done()
         return out
 
 
@@ -316,7 +329,7 @@ class _DeferredWarmUp:
 def _settle(mode: _TraceMode) -> list[MemEvent]:
     """Turn the raw events into MemEvents, with each block's category decided from what it became."""
     out = []
-    for action, block, phase, module, op in mode.rec.events:
+    for action, block, phase, module, op, _layer in mode.rec.events:
         b = mode.rec.blocks[block]
         if not b.category:
             if b.phase == "setup":
@@ -342,11 +355,13 @@ def run_real(workload, batch_size: int, config: StepConfig, target: str, warmup:
 
 
 def _run(workload, batch_size: int, config: StepConfig, target: str, fake: bool,
-         warmup: str = "optimizer") -> MemoryTrace:
+         warmup: str = "optimizer", layers: int | None = None) -> MemoryTrace:
     """The tracer. Tensors are CPU tensors (fake or real) standing for `target`'s: autograd on fake CUDA
     tensors aborts a CPU-only torch (no CUDA device guard), so what differs on CUDA is emulated instead:
     attention runs the kernel the GPU would pick (plan/sdpa.py), optimizers default to foreach as on
-    CUDA, and kernel workspaces come from the target's registry entries."""
+    CUDA, and kernel workspaces come from the target's registry entries. `layers`: the model has that
+    many repeated blocks in one ModuleList; each event is tagged with the block it belongs to
+    (`trace.layers`, read by plan/repeat.py)."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -360,8 +375,12 @@ def _run(workload, batch_size: int, config: StepConfig, target: str, fake: bool,
             stack.enter_context(foreach_by_default())
         stack.enter_context(node_prehooks(mode.sums, lambda: len(mode.rec.blocks)))
         model = build_model_for_trace(workload, fake_mode if fake else None, mode)
-        mode.notes.extend(stack.enter_context(every_layer_runs(model)))
+        mode.notes.extend(stack.enter_context(every_layer_runs(model)) + compiled_notes(model))
+        if layers is not None:
+            mode.layers = LayerTags.follow(mode, model, layers)
         step = fake_train_step(workload, config, model) if fake else TrainStep(workload, config, "cpu", model)
+        if mode.layers is not None:
+            mode.layers.tag_parameters(mode, step.model)
         batch = step.to_device(workload.build_batch(batch_size))
         _label(mode, list(step.model.parameters()), "parameters", create=True)
         _label(mode, list(step.model.buffers()), "buffers", create=True)
@@ -388,8 +407,12 @@ def _run(workload, batch_size: int, config: StepConfig, target: str, fake: bool,
         _label(mode, [list(s.values()) for s in step.optimizer.state.values()], "optimizer_state")
         flops = mode.flops
         events = _settle(mode)
+        if mode.layers is not None:
+            mode.layers.tag_optimizer_state(mode, step.optimizer)
+        tags = None if mode.layers is None else mode.layers.finish(mode.rec.events)
         del step, batch, model
     trace = MemoryTrace(events, steady_start, target, "fake-trace", notes=list(mode.notes), flops_per_step=flops)
+    trace.layers = tags
     if cuda_like:
         trace.notes.append("cuda: traced on CPU tensors with CUDA's attention kernels and optimizer defaults; "
                            "autocast follows the CPU op lists")

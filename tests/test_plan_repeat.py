@@ -1,0 +1,91 @@
+"""Repeated blocks rebuilt from a 3-block trace (plan/repeat.py) equal the full-depth trace event for event;
+blocks that differ anywhere in the stack are traced whole."""
+
+import json
+
+import pytest
+
+from gpuwise.hf import hf_workload
+from gpuwise.plan import estimate, repeat
+from gpuwise.plan.estimate import _trace
+from gpuwise.plan.events import live_peak
+from gpuwise.plan.repeat import canonical, rebuild, repeated_trace
+from gpuwise.plan.trace import _run
+from gpuwise.step import StepConfig
+
+TINY = json.load(open("tests/data/configs/tiny-llama.json"))
+
+
+def _config(tmp_path, layers: int, **extra) -> str:
+    path = tmp_path / f"cfg{layers}.json"
+    path.write_text(json.dumps({**TINY, "num_hidden_layers": layers, **extra}))
+    return str(path)
+
+
+@pytest.mark.parametrize("target,config", [
+    ("cpu", StepConfig("adamw", "fp32", False)),      # for-loop AdamW: each parameter's temporaries freed late
+    ("cuda", StepConfig("adamw", "bf16", False)),     # foreach AdamW, autocast, a whole warm-up step
+    ("cuda", StepConfig("sgd", "bf16-pure", False)),  # parameters cast in place of the fp32 ones
+])
+def test_rebuilt_events_equal_the_full_depth_trace(tmp_path, target, config):
+    wl = hf_workload(_config(tmp_path, 6), 16)
+    rebuilt, why = repeated_trace(wl, 2, config, target)
+    assert rebuilt is not None, why
+    full = _trace(wl, 2, config, target, repeat=False)
+    assert canonical(rebuilt) == canonical(full)  # every event: size, category, phase, module, op, pairing
+    assert live_peak(rebuilt) == live_peak(full)  # so the peak is byte-exact, breakdown and place included
+    assert rebuilt.flops_per_step == full.flops_per_step
+    assert any("repeated blocks: traced with 3 and 4 of 6 blocks" in n for n in rebuilt.notes)
+
+
+def test_a_rebuild_that_does_not_reproduce_the_4_block_trace_is_not_used(tmp_path, monkeypatch):
+    t3 = _run(hf_workload(_config(tmp_path, 3), 16, num_layers=3), 2, StepConfig(), "cpu", fake=True, layers=3)
+    assert canonical(rebuild(t3, 3)) == canonical(t3)  # rebuilding the traced depth changes nothing
+
+    def shifted(trace, layers):  # a rebuild that pairs the middle block's frees one block off
+        trace.layers.block_layer = {b: (None if i is None else min(i + 1, 2)) for b, i in trace.layers.block_layer.items()}
+        return repeat.rebuild.__wrapped__(trace, layers)
+
+    shifted.__wrapped__ = repeat.rebuild
+    monkeypatch.setattr(repeat, "rebuild", shifted)
+    rebuilt, why = repeat.repeated_trace(hf_workload(_config(tmp_path, 6), 16), 2, StepConfig(), "cpu")
+    assert rebuilt is None and why
+
+
+@pytest.mark.parametrize("extra,where", [
+    # the last block alone uses a sliding window: the 3- and 4-block traces cannot see it
+    ({"model_type": "qwen2", "layer_types": ["full_attention"] * 5 + ["sliding_attention"],
+      "use_sliding_window": True, "sliding_window": 4}, "block 5 differs"),
+    # a block with a different MLP (shapes differ)
+    ({"model_type": "qwen2_moe", "mlp_only_layers": [4], "num_experts": 4, "num_experts_per_tok": 2,
+      "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32}, "block 4 has other modules"),
+])
+def test_blocks_that_differ_are_traced_whole(tmp_path, extra, where):
+    wl = hf_workload(_config(tmp_path, 6, **extra), 16)
+    rebuilt, why = repeated_trace(wl, 2, StepConfig(), "cpu")
+    assert rebuilt is None and where in why
+    est = estimate(wl, 2, target="cpu")
+    assert any(where in n and "traced whole" in n for n in est.notes)
+
+
+def test_estimate_of_a_deep_config_says_it_reused_blocks(tmp_path):
+    est = estimate(_config(tmp_path, 6), 2, target="cuda", search_max_batch=False)
+    assert any("repeated blocks" in n for n in est.notes)
+    assert est.trace is not None and est.trace.events  # a whole trace, for the charts and the breakdowns
+
+
+def test_stage_progress_is_silent_for_quick_runs_then_prints_each_stage(capsys):
+    from gpuwise.report.progress import StageProgress
+
+    now = [0.0]
+    progress = StageProgress("estimate", after_s=2.0, every_s=5.0, clock=lambda: now[0])
+    progress("tracing 3 of 80 blocks at batch 1")
+    now[0] = 1.5
+    progress("tracing 4 of 80 blocks at batch 1")  # under 2 s: nothing yet
+    now[0] = 2.5
+    progress.tick()                                 # past 2 s: the running stage, once
+    now[0] = 3.0
+    progress.tick()                                 # same stage within 5 s: quiet
+    progress("rebuilding 80 blocks")                # a new stage: at once
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["estimate: tracing 4 of 80 blocks at batch 1 (2.5 s)", "estimate: rebuilding 80 blocks (3.0 s)"]
