@@ -82,7 +82,7 @@ def _build(case_id: str):
     return wl, truth_wl, batch, note, zc.VARIANTS[variant]
 
 
-def run_case(case_id: str) -> dict:
+def run_case(case_id: str, known: dict | None = None) -> dict:
     import gc
 
     import zoo_cases as zc
@@ -103,8 +103,11 @@ def run_case(case_id: str) -> dict:
         stage = "truth"
         _emit({"stage": stage, "id": case_id})
         t0 = time.perf_counter()
-        truth = measure_cpu(truth_wl, batch, config)
-        row.update(truth_bytes=truth.peak_bytes, step_s=round(time.perf_counter() - t0, 3))
+        if known:  # --retrace: the profiler's truth does not depend on the planner; keep the recorded one
+            row.update(truth_bytes=known["truth_bytes"], step_s=known["step_s"], truth="recorded")
+        else:
+            row.update(truth_bytes=measure_cpu(truth_wl, batch, config).peak_bytes,
+                       step_s=round(time.perf_counter() - t0, 3))
         gc.collect()
         stage = "trace"
         _emit({"stage": stage, "id": case_id})
@@ -113,7 +116,7 @@ def run_case(case_id: str) -> dict:
         seconds = time.perf_counter() - t0
         peak = live_peak(trace)
         row.update(status="ok", estimate_bytes=peak.allocated_bytes, trace_s=round(seconds, 3), method=trace.method,
-                   error_pct=round(100 * (peak.allocated_bytes - truth.peak_bytes) / truth.peak_bytes, 3),
+                   error_pct=round(100 * (peak.allocated_bytes - row["truth_bytes"]) / row["truth_bytes"], 3),
                    peak_at=f"{peak.phase}/{peak.op}", notes=trace.notes[:3])
     except BaseException as exc:  # noqa: BLE001 - every failure is a row
         first = (str(exc).strip().splitlines() or [""])[0][:300]
@@ -131,9 +134,9 @@ def worker() -> int:
     warnings.filterwarnings("ignore")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     for line in sys.stdin:
-        case_id = line.strip()
-        if case_id:
-            _emit({"result": run_case(case_id)})
+        if line.strip():
+            msg = json.loads(line)
+            _emit({"result": run_case(msg["id"], msg.get("known"))})
     return 0
 
 
@@ -157,10 +160,10 @@ class Worker:
         self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True, bufsize=1)
 
-    def run(self, case_id: str, timeout_s: float) -> dict:
+    def run(self, case_id: str, timeout_s: float, known: dict | None = None) -> dict:
         import selectors
 
-        self.proc.stdin.write(case_id + "\n")
+        self.proc.stdin.write(json.dumps({"id": case_id, "known": known}) + "\n")
         self.proc.stdin.flush()
         sel = selectors.DefaultSelector()
         sel.register(self.proc.stdout, selectors.EVENT_READ)
@@ -243,6 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--table", action="store_true", help="only print what is recorded")
     ap.add_argument("--only", default="", help="run only case ids containing this text")
     ap.add_argument("--redo", default="", help="rerun recorded cases whose id contains this text ('*': all)")
+    ap.add_argument("--retrace", action="store_true",
+                    help="with --redo: keep the recorded truth of measured cases and rerun only the planner")
+    ap.add_argument("--exclude", default="", help="comma-separated texts: skip case ids containing any")
     ap.add_argument("--timeout", type=float, default=240.0, help="seconds per case (default 240)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -257,12 +263,19 @@ def main(argv: list[str] | None = None) -> int:
     done = _load()
     redo = (lambda i: True) if args.redo == "*" else (lambda i: bool(args.redo) and args.redo in i)
     todo = [i for i in ids if args.table is False and (i not in done or redo(i))]
+    if args.retrace:
+        todo = [i for i in todo if done.get(i, {}).get("status") == "ok"]
+    if args.exclude:
+        todo = [i for i in todo if not any(x and x in i for x in args.exclude.split(","))]
     started = time.monotonic()
     w: Worker | None = None
     for n, case_id in enumerate(todo, 1):
         if w is None or not w.alive():
             w = Worker()
-        row = w.run(case_id, args.timeout)
+        old = done.get(case_id, {})
+        known = ({"truth_bytes": old["truth_bytes"], "step_s": old["step_s"]}
+                 if args.retrace and old.get("status") == "ok" else None)
+        row = w.run(case_id, args.timeout, known)
         done[case_id] = row
         with open(RESULTS_JSONL, "a") as f:
             f.write(json.dumps(row) + "\n")

@@ -7,8 +7,10 @@ the profiler (`profile_memory=True` reports every CPU-allocator call), and the t
 saw: the highest bytes the kernel held beyond its outputs, and its outputs' real sizes (e.g. a oneDNN
 RNN workspace whose meta kernel says 0 bytes). Results are cached per signature for the process.
 
-Ops whose inputs would take more than `PROBE_MAX_BYTES` of real memory are not probed; the formulas
-of plan/kernels.py stand in for them.
+A convolution whose probe would be slow (no fast kernel for its dtype on this CPU) or whose inputs would
+take more than `PROBE_MAX_BYTES` is probed at smaller spatial sizes and extrapolated, with a check
+(plan/probe_scale.py). Other ops over `PROBE_MAX_BYTES` are not probed; the formulas of plan/kernels.py
+stand in for them.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 
 from ..profiling import cpu_memory_profile
 from .kernels import Workspace
+from .probe_scale import scaled_probe
 
 # mkldnn_rnn_layer_backward takes the forward's oneDNN workspace, which a fake trace cannot fill in:
 # its probe runs the forward for real first (`_measure_rnn_backward`).
@@ -84,7 +87,9 @@ def probe(func, name: str, args, kwargs) -> Probe | None:
     if key is None:
         return None
     if key not in _CACHE:
-        _CACHE[key] = _measure(func, args, kwargs) if _input_bytes(args) <= PROBE_MAX_BYTES else None
+        too_big = _input_bytes(args) > PROBE_MAX_BYTES
+        raw, _how = scaled_probe(func, name, args, kwargs, _measure_raw, too_big)
+        _CACHE[key] = None if raw is None else _probe_from(*raw)
     result = _CACHE[key]
     if name == "aten.mkldnn_rnn_layer" and result is not None:  # (input, ..., mode at 9, hidden at 10)
         _RNN_SCRATCH[_rnn_key(args[0], args[10], args[9])] = Workspace(during_bytes=result.workspace.during_bytes)
@@ -145,6 +150,12 @@ def _real(a):
 
 
 def _measure(func, args, kwargs) -> Probe | None:
+    raw = _measure_raw(func, args, kwargs)
+    return None if raw is None else _probe_from(*raw)
+
+
+def _measure_raw(func, args, kwargs) -> tuple[list[int], dict[int, int]] | None:
+    """The op's allocator calls in order (frees negative) and its outputs' sizes, run on real zeros."""
     import torch
     from torch.utils._python_dispatch import _disable_current_modes
 
@@ -162,7 +173,7 @@ def _measure(func, args, kwargs) -> Probe | None:
                 del out, outs, real_args, real_kwargs
     except Exception:  # noqa: BLE001 - a probe that fails leaves the formulas in charge
         return None
-    return _probe_from(allocs, sizes)
+    return allocs, sizes
 
 
 def _probe_from(allocs: list[int], sizes: dict[int, int]) -> Probe:
