@@ -1,7 +1,7 @@
 """What the bootstrap's hooks read per batch: a thread's CPU demand (/proc schedstat) and a batch's size.
 
-Standard library only, like hooks.py, which loads this file by its path (as `_gpuwise_probes`) when the
-generated sitecustomize loaded hooks.py by its path; imported as `gpuwise.bootstrap.probes` otherwise.
+Standard library only (nothing of gpuwise, no torch), like hooks.py, which loads this file by its path
+as `_gpuwise_probes`.
 """
 
 from __future__ import annotations
