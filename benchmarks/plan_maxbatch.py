@@ -1,12 +1,12 @@
 """The planner's largest batch on a GPU: how far each prediction is from the settled answer, how many traces
 settle it, and how long it takes.
 
-    nice python benchmarks/plan_maxbatch.py            # every case (about 10 minutes on a loaded 2-core machine)
+    nice python benchmarks/plan_maxbatch.py            # every case (about 8 minutes on a loaded 2-core machine)
     nice python benchmarks/plan_maxbatch.py --quick    # the four small workloads only
 
 For each (workload, GPU, precision) it runs `gpuwise.estimate(..., gpu=GPU)` (target cuda, AdamW unless
 the workload names its optimizer, 5 % margin) and reports, against the settled answer b (a trace of b fits,
-a trace of b + 1 does not; plan/curve.py):
+a trace of b + 1 does not; plan/capacity.py):
 
 - `line`: one line through device memory at the first two traced batches (the model before piecewise);
 - `piecewise`: each phase's peak its own line through the same two traces, the max of them;
@@ -31,6 +31,7 @@ ROOT = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "results", "plan_maxbatch.json")
 W = os.path.join(ROOT, "tests", "workloads")
 LLAMA_1B = os.path.join(ROOT, "examples", "configs", "llama-3.2-1b.json")
+LLAMA_7B = os.path.join(ROOT, "examples", "configs", "llama-2-7b.json")
 
 # (label, workload, asked batch, GPU, precision, extra estimate kwargs)
 QUICK = [
@@ -48,6 +49,7 @@ FULL = QUICK + [
     ("GPT-2 small, 256 tok", os.path.join(W, "hf_gpt2_small.py"), 4, "h100-sxm", "bf16", {}),
     ("Llama-3.2-1B, 512 tok", LLAMA_1B, 1, "rtx-4090", "bf16", {"seq_len": 512}),
     ("Llama-3.2-1B, 512 tok", LLAMA_1B, 1, "h100-sxm", "bf16", {"seq_len": 512}),
+    ("Llama-2-7B LoRA, 512 tok", LLAMA_7B, 1, "h100-sxm", "bf16", {"seq_len": 512, "lora": 16}),
 ]
 
 
@@ -75,12 +77,12 @@ def pct(v) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    head = (f"{'workload':22s} {'gpu':10s} {'prec':5s} {'b (settled)':>11s} {'peak: asked -> b':18s} "
+    head = (f"{'workload':24s} {'gpu':10s} {'prec':5s} {'b (settled)':>11s} {'peak: asked -> b':18s} "
             f"{'line':>8s} {'piecewise':>9s} {'replay':>7s} {'traces':>6s} {'replays':>7s} {'wall s':>7s}")
     out = [head]
     for r in rows:
         b = f"{r['max_batch_size']}" + ("" if r["settled"] else "?") + (" cap" if r["capped"] else "")
-        out.append(f"{r['workload']:22s} {r['gpu']:10s} {r['precision']:5s} {b:>11s} "
+        out.append(f"{r['workload']:24s} {r['gpu']:10s} {r['precision']:5s} {b:>11s} "
                    f"{r['peak_phase_asked'] + ' -> ' + r['peak_phase_answer']:18s} {pct(r['line_error_pct']):>8s} "
                    f"{pct(r['prediction_error_pct']):>9s} {pct(r['replay_prediction_error_pct']):>7s} "
                    f"{r['traces']:>6d} {r['replays']:>7d} {r['wall_s']:>7.1f}")

@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -139,19 +140,50 @@ def test_batch_len_of_common_batch_shapes():
     assert _batch_len("text") == 0
 
 
-def test_step_lines_are_timeline_records_with_the_split_clamped_to_the_step(tmp_path):
+class _FakeEvent:  # a CUDA event whose steps took 200 ms on the device
+    def __init__(self, enable_timing=False):
+        pass
+
+    def record(self):
+        pass
+
+    def query(self):
+        return True
+
+    def synchronize(self):
+        pass
+
+    def elapsed_time(self, other):
+        return 200.0
+
+
+def test_step_records_are_timeline_steps_with_the_split_kept_within_the_step(tmp_path):
+    from types import SimpleNamespace
+
     from gpuwise.bootstrap.recorder import Recorder
-    from gpuwise.monitoring.timeline import step_from_dict
+    from gpuwise.monitoring.timeline import read_timeline
 
     rec = Recorder(str(tmp_path))
-    t0 = rec.t0
-    rows = [(0, t0 + 1.0, t0 + 1.25, 0.1, 0.05, 16, None),
-            (1, t0 + 1.25, t0 + 1.5, 0.4, 0.0, 16, None),  # a wait longer than the step (threads): clamped
-            (2, t0 + 1.5, t0 + 1.75, 0.0, 0.0, 7, {"memory_allocated_bytes": 1024, "gpu_s": 0.2})]
-    got = [json.loads(line) for line in rec.step_lines(rows).splitlines()]
-    assert [g.pop("type") for g in got] == ["step"] * 3
-    assert got[0] == pytest.approx({"step": 0, "start_s": 1.0, "total_s": 0.25, "data_s": 0.1, "copy_s": 0.05,
-                                    "compute_s": 0.1, "rank": 0, "samples": 16}, abs=1e-9)
-    assert got[1]["data_s"] == got[1]["total_s"] == pytest.approx(0.25) and got[1]["compute_s"] == 0.0
-    assert got[2]["samples"] == 7 and got[2]["gpu_s"] == 0.2 and got[2]["memory_allocated_bytes"] == 1024
-    assert step_from_dict(got[2]).samples == 7
+    opt = object()
+    # (data wait, copy time, samples) of steps of 0.25 s; the second's wait was timed in another thread
+    for i, (data_s, copy_s, samples) in enumerate([(0.1, 0.05, 16), (1e3, 0.0, 16), (0.0, 0.0, 7), (0.0, 0.0, 7)]):
+        if i == 2:  # CUDA is initialised from here on: device time from the (fake) events
+            rec.cuda_build = True
+            rec.lib = SimpleNamespace(cuda=SimpleNamespace(Event=_FakeEvent, is_initialized=lambda: True,
+                                                           memory_allocated=lambda: 1024))
+        rec.step_start = time.perf_counter() - 0.25
+        rec.data_s, rec.copy_s, rec.samples = data_s, copy_s, samples
+        rec.on_step(opt)
+    rec.on_step(object())  # a second optimizer in the same step does not end a step
+    rec.close()
+    (path,) = tmp_path.glob("hooks-rank0-pid*.jsonl")
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    steps = [d for d in lines if d["type"] == "step"]
+    assert [d["step"] for d in steps] == [0, 1, 2, 3] and [d["samples"] for d in steps] == [16, 16, 7, 7]
+    assert steps[0] == pytest.approx({"type": "step", "step": 0, "start_s": steps[0]["start_s"], "total_s": 0.25,
+                                      "data_s": 0.1, "copy_s": 0.05, "compute_s": 0.1, "rank": 0,
+                                      "samples": 16}, abs=0.02)
+    assert steps[1]["data_s"] == steps[1]["total_s"] and steps[1]["compute_s"] == 0.0
+    assert "gpu_s" not in steps[2] and steps[3]["gpu_s"] == 0.2 and steps[3]["memory_allocated_bytes"] == 1024
+    timeline = read_timeline(str(path))
+    assert len(timeline.steps) == 4 and timeline.meta["optimizer_steps"] == 4

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from gpuwise.plan.curve import MAX_BATCH, CurvePoint, find_capacity, fit_line, next_candidate
+from gpuwise.plan.capacity import find_capacity
+from gpuwise.plan.curve import MAX_BATCH, CurvePoint, fit_line, next_candidate
 
 GIB = 1024**3
 MIB = 1024**2

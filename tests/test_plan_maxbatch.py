@@ -1,4 +1,4 @@
-"""The largest batch as a piecewise model settled by traces (plan/curve.py): the peak moves from the optimizer
+"""The largest batch as a piecewise model settled by traces (plan/capacity.py): the peak moves from the optimizer
 step to the activations; the answer is b with trace(b) <= limit < trace(b + 1), both traced, in few traces."""
 
 from __future__ import annotations
@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpuwise.plan import estimate
-from gpuwise.plan.curve import CurvePoint, find_capacity
+from gpuwise.plan.capacity import find_capacity
+from gpuwise.plan.curve import CurvePoint
 from gpuwise.plan.estimate import _trace
 from gpuwise.plan.events import MemEvent, MemoryTrace
 from gpuwise.plan.synth import interpolate, pairing, same_structure

@@ -89,3 +89,58 @@ def test_stage_progress_is_silent_for_quick_runs_then_prints_each_stage(capsys):
     progress("rebuilding 80 blocks")                # a new stage: at once
     err = capsys.readouterr().err.splitlines()
     assert err == ["estimate: tracing 4 of 80 blocks at batch 1 (2.5 s)", "estimate: rebuilding 80 blocks (3.0 s)"]
+
+
+@pytest.mark.parametrize("spec,config", [
+    ("tiny-llama", StepConfig("adamw", "bf16", False)),
+    ("tiny-llama", StepConfig("adamw", "fp32", True)),       # checkpointed blocks
+    ("tiny-llama", StepConfig("sgd", "bf16-pure", False)),
+    ("examples:gpt-mini", StepConfig()),
+    ("examples:resnet", StepConfig("adamw", "bf16", False)),  # batch norm buffers, convolutions
+])
+def test_a_copied_warm_up_step_equals_a_traced_one(spec, config):
+    """plan/warmup.py: the CUDA target's warm-up step assembled from the steady step's events is the traced
+    warm-up step, event for event (so the caching-allocator replay sees the same history)."""
+    wl = hf_workload("tests/data/configs/tiny-llama.json", 16) if spec == "tiny-llama" else spec
+    from gpuwise.workload import load_workload
+
+    wl = load_workload(wl)
+    copied = _run(wl, 2, config, "cuda", fake=True, warmup="copy")
+    traced = _run(wl, 2, config, "cuda", fake=True, warmup="step")
+    assert canonical(copied) == canonical(traced)
+
+
+def test_a_first_forward_that_leaves_state_behind_gets_a_traced_warm_up(monkeypatch):
+    """A storage made in the first forward and kept (a lazily built cache) would be missing from a copied
+    warm-up: the copy is refused and the warm-up step traced."""
+    import torch
+
+    from gpuwise.plan import warmup
+    from gpuwise.workload import Workload
+
+    class Cached(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 8)
+            self.cache = None
+
+        def forward(self, x):
+            if self.cache is None:
+                self.cache = torch.ones(64, 64)  # built on the first call, kept
+            return self.lin(x)
+
+    wl = Workload(spec="cached", model_fn=Cached, batch_fn=lambda b: torch.randn(b, 8),
+                  loss_fn=lambda m, x: m(x).sum())
+    refused = []
+    real = warmup.warm_up_step_from_steady
+
+    def spy(*a):
+        try:
+            return real(*a)
+        except warmup.NotCopyable as exc:
+            refused.append(str(exc))
+            raise
+
+    monkeypatch.setattr("gpuwise.plan.trace.warm_up_step_from_steady", spy)
+    copied = _run(wl, 2, StepConfig(), "cuda", fake=True, warmup="copy")
+    assert refused and canonical(copied) == canonical(_run(wl, 2, StepConfig(), "cuda", fake=True, warmup="step"))

@@ -249,3 +249,17 @@ def test_a_model_that_raises_in_forward_is_not_hidden_by_the_fallback(tmp_path):
     )
     with pytest.raises(ValueError, match="bad forward"):
         trace_step(str(path), 2)
+
+
+def test_module_names_do_not_outlive_a_recompute_that_checkpoint_stops_early():
+    """Non-reentrant checkpoint stops its recompute with an exception once the saved tensors are back:
+    the blocks it entered must still leave the scope's stack (else later events get their names)."""
+    import torch
+    from torch.utils.checkpoint import checkpoint
+
+    from gpuwise.plan.scope import ModuleScope
+
+    block = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 4), torch.nn.Tanh())
+    with ModuleScope() as scope:
+        checkpoint(block, torch.randn(2, 4, requires_grad=True), use_reentrant=False).sum().backward()
+        assert scope.stack == [] and scope.current() == ""

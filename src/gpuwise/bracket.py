@@ -1,7 +1,7 @@
 """The next batch size to try between the largest that ran (or fit) and the smallest that did not.
 
 One pure strategy for every batch search: the max-batch search on a device (measuring/maxbatch.py), the
-tuner's batch search (tuning/search.py) and the planner's capacity search over traces (plan/curve.py).
+tuner's batch search (tuning/search.py) and the planner's capacity search over traces (plan/capacity.py).
 Its docstring gives the sequence; the callers' tests assert the exact batch sizes tried.
 """
 
@@ -17,7 +17,7 @@ def next_candidate(largest_ok: int | None, smallest_fail: int | None, start: int
     so far (None: none yet). `start`: the first candidate (the seed). `step`: None for power-of-two
     growth from `start`; an int for seed mode (grow or shrink by step, 2*step, 4*step ... from start).
     `limit`: never try above it. `resolution`: stop when smallest_fail - largest_ok <= resolution.
-    `guess`: a prediction (plan/curve.py's memory line) tried first whenever it lies inside the open bracket.
+    `guess`: a prediction (plan/capacity.py: replays or phase lines) tried first when inside the open bracket.
     """
     if start < 1:
         raise ValueError(f"start must be >= 1, got {start}")

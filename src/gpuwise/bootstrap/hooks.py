@@ -17,8 +17,8 @@ finishes, it hooks:
   around the device work when CUDA is initialised.
 
 DataLoader workers (forked or spawned) never record steps: records belong to the process that installed
-the hooks (a forked child is marked by `os.register_at_fork`), and a process writes a file only when it
-loaded a batch, stepped an optimizer, or is not a multiprocessing child. Records are JSON lines in the
+the hooks (a forked child puts the original functions back, `os.register_at_fork`), and a process writes
+a file only when it loaded a batch, stepped an optimizer, or is not a multiprocessing child. Records are JSON lines in the
 `Timeline` format (`monitoring/timeline.py`), appended one whole line per `os.write` on an O_APPEND
 descriptor (a crash leaves at most a truncated last line, which the reader skips), every
 `GPUWISE_HOOKS_FLUSH_S` seconds (default 1) and at exit. Nothing here may raise into the user's script:
@@ -102,7 +102,6 @@ def install_torch_hooks(torch) -> None:
     rec.cuda_build = bool(torch.version.cuda or getattr(torch.version, "hip", None))
     _REC = rec
     torch._gpuwise_hooked = True
-    os.register_at_fork(after_in_child=rec.forked)  # forked workers: no os.getpid() per call to tell them
     overrides = _overrides()
     loader_init = dl.DataLoader.__init__
     signature = inspect.signature(loader_init)
@@ -115,7 +114,7 @@ def install_torch_hooks(torch) -> None:
             named = dict(bound.arguments)
             named.pop("self")
             extra = named.pop(next((p.name for p in signature.parameters.values() if p.kind == p.VAR_KEYWORD), ""), {})
-            if overrides and not rec.child:
+            if overrides:
                 changed = apply_overrides(named, overrides)
                 info_over = {k: changed[k] for k in OVERRIDABLE if changed.get(k) != named.get(k)}
                 named = changed
@@ -126,7 +125,7 @@ def install_torch_hooks(torch) -> None:
         except Exception:
             pass  # anything odd: the user's call as it was
         loader_init(self, *args, **kwargs)
-        if info is not None and not rec.child:
+        if info is not None:
             for k in OVERRIDABLE:  # what the loader really uses (prefetch_factor None means 2 with workers)
                 info.settings[k] = getattr(self, k, info.settings[k])
             self._gpuwise_loader = info
@@ -136,65 +135,89 @@ def install_torch_hooks(torch) -> None:
     dl.DataLoader.__init__ = DataLoader_init
 
     iter_init = dl._BaseDataLoaderIter.__init__
+    untracked = _probes.LoaderInfo({}, {})  # the info of loaders made before the hooks (counted nowhere)
 
     def iter_init_hook(self, loader, *a, **k):
         iter_init(self, loader, *a, **k)
-        self._gpuwise_loader = getattr(loader, "_gpuwise_loader", None)
+        self._gpuwise_loader = getattr(loader, "_gpuwise_loader", untracked)
 
     dl._BaseDataLoaderIter.__init__ = iter_init_hook
+    dl._BaseDataLoaderIter._gpuwise_loader = untracked  # iterators made before the hooks
 
     next_ = dl._BaseDataLoaderIter.__next__
     clock = _clock
-    batch_len = _batch_len
     demand_s = _probes.demand_s
     DEMAND_EVERY_S = _probes.DEMAND_EVERY_S
+    WORKER_CPU_EVERY_S = _recorder.WORKER_CPU_EVERY_S
 
     def next_hook(self):
-        # The path every batch takes: keep it to clock reads and a few attribute updates (hooks_overhead.py).
-        if rec.child:
-            return next_(self)
+        # Every batch takes this path: its cost per step is a few dozen bytecodes, each of which costs tens of
+        # ns amid the loader's own code (benchmarks/hooks_overhead.py). The rest is in probed_next.
         t = clock()
-        sample = not self._num_workers and t >= rec.demand_at  # the main process loads: read its CPU demand
-        if sample:
+        if t >= rec.probe_at:
+            return probed_next(self, t)
+        batch = next_(self)  # StopIteration passes through; the end of an epoch is not a batch
+        rec.data_s += clock() - t
+        info = self._gpuwise_loader
+        info.batches += 1
+        try:
+            rec.samples += info.first(batch).shape[0]
+        except Exception:  # a batch unlike the loader's first ones
+            rec.samples += info.samples(batch)
+        if rec.cuda:
+            rec.mark_device_start()
+        return batch
+
+    def probed_next(self, t: float):
+        """A batch at a probe time (the first one, then every DEMAND_EVERY_S): the main thread's CPU demand
+        while it loads it (num_workers=0), or the workers' CPU demand (every WORKER_CPU_EVERY_S)."""
+        workers = self._num_workers
+        if not workers:
             c = thread_demand_s()
             t = clock()
-        batch = next_(self)  # StopIteration passes through; the end of an epoch is not a batch
+        batch = next_(self)
         now = clock()
-        if sample:
-            cpu_s = thread_demand_s() - c
-            rec.demand_at = now + DEMAND_EVERY_S
         wait_s = now - t
-        info = getattr(self, "_gpuwise_loader", None)
-        if rec.step_start is None:
+        info = self._gpuwise_loader
+        if not workers:
+            info.wait_cpu_s += thread_demand_s() - c
+            info.sampled_wait_s += wait_s
+            rec.probe_at = now + DEMAND_EVERY_S
+        else:
+            procs = getattr(self, "_workers", None)
+            if procs:
+                rec.read_workers([demand_s(f"/proc/{w.pid}/schedstat") for w in procs], t)
+            rec.probe_at = now + WORKER_CPU_EVERY_S
+        if rec.step_start is None:  # the first batch: the first step starts here (not at `import torch`)
             rec.step_start = t
         rec.data_s += wait_s
-        if info is not None:
-            rec.samples += info.samples(batch)
-            info.batches += 1
-            info.wait_s += wait_s
-            if sample:
-                info.wait_cpu_s += cpu_s
-                info.sampled_wait_s += wait_s
-            elif self._num_workers and t >= rec.worker_read_at:
-                workers = getattr(self, "_workers", None)
-                if workers:
-                    rec.read_workers([demand_s(f"/proc/{w.pid}/schedstat") for w in workers], t)
-        else:
-            rec.samples += batch_len(batch)
+        info.batches += 1
+        rec.samples += info.samples(batch)
         if rec.cuda:
             rec.mark_device_start()
         return batch
 
     dl._BaseDataLoaderIter.__next__ = next_hook
 
+    hooked = [(dl.DataLoader, "__init__", loader_init), (dl._BaseDataLoaderIter, "__init__", iter_init),
+              (dl._BaseDataLoaderIter, "__next__", next_)]
     if rec.cuda_build:
-        _hook_copies(torch, rec)
+        hooked += _hook_copies(torch, rec)
+    handle = register_optimizer_step_post_hook(rec.on_step)
 
-    register_optimizer_step_post_hook(rec.on_step)
+    def unhook_forked_child():
+        """A forked process (a DataLoader worker) records nothing: the originals back, so that no hook has to
+        ask on every call which process it runs in."""
+        rec.forked()
+        for owner, name, original in hooked:
+            setattr(owner, name, original)
+        handle.remove()
+
+    os.register_at_fork(after_in_child=unhook_forked_child)
     atexit.register(rec.close)
 
 
-def _hook_copies(torch, rec) -> None:
+def _hook_copies(torch, rec) -> list[tuple]:
     orig_to, orig_cuda = torch.Tensor.to, torch.Tensor.cuda
 
     def to(self, *args, **kwargs):
@@ -216,6 +239,7 @@ def _hook_copies(torch, rec) -> None:
 
     torch.Tensor.to = to
     torch.Tensor.cuda = cuda
+    return [(torch.Tensor, "to", orig_to), (torch.Tensor, "cuda", orig_cuda)]
 
 
 class _TorchFinder:

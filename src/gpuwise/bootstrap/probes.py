@@ -6,6 +6,7 @@ generated sitecustomize loaded hooks.py by its path; imported as `gpuwise.bootst
 
 from __future__ import annotations
 
+import operator
 import os
 import time
 
@@ -93,32 +94,42 @@ def batch_path(batch) -> tuple | None:
     return tuple(path) if getattr(batch, "shape", None) is not None else None
 
 
+def _not_yet(batch):
+    raise LookupError("no path to a tensor known yet")
+
+
+def first_tensor_getter(path: tuple | None):
+    """A callable from a batch to its first tensor along `path` (batch_path's): a C-level itemgetter for the
+    usual one-step path (a tuple's [0], a dict's first key), so that the per-batch read stays cheap."""
+    if path is None:
+        return _not_yet
+    if len(path) == 1 and path[0] is not _DATA:
+        return operator.itemgetter(path[0])
+
+    def walk(batch):
+        for key in path:
+            batch = batch.data if key is _DATA else batch[key]
+        return batch
+
+    return walk
+
+
 class LoaderInfo:
     """One DataLoader's settings and what its batches cost (attributes, not a dict: updated every batch)."""
 
-    __slots__ = ("settings", "overridden", "batches", "wait_s", "wait_cpu_s", "sampled_wait_s", "batch_size",
-                 "path")
+    __slots__ = ("settings", "overridden", "batches", "wait_cpu_s", "sampled_wait_s", "batch_size", "first")
 
     def __init__(self, settings: dict, overridden: dict):
         self.settings = settings          # OVERRIDABLE -> what the loader uses
         self.overridden = overridden      # what a tune trial changed
         self.batches = 0
-        self.wait_s = self.wait_cpu_s = self.sampled_wait_s = 0.0
+        self.wait_cpu_s = self.sampled_wait_s = 0.0  # CPU demand while waiting, over the waits it was read
         self.batch_size: int | None = None
-        self.path: tuple | None = None    # batch_path of its first batch (None: not seen yet / none)
+        self.first = _not_yet             # batch -> its first tensor (first_tensor_getter), once a batch came
 
     def samples(self, batch) -> int:
-        """The samples in `batch`, along the path found on the first batch (a size read, ~0.3 us)."""
-        path = self.path
-        if path is not None:
-            try:
-                b = batch
-                for key in path:
-                    b = b.data if key is _DATA else b[key]
-                return b.shape[0]
-            except Exception:
-                pass
-        self.path = batch_path(batch)
+        """The samples in `batch` the general way; `first` is set for the next batches (`first(b).shape[0]`)."""
+        self.first = first_tensor_getter(batch_path(batch))
         n = batch_len(batch)
         if n and self.batch_size is None:
             self.batch_size = n

@@ -13,6 +13,7 @@ read around one batch every `probes.DEMAND_EVERY_S` rather than around every few
 from __future__ import annotations
 
 import json
+import operator
 import os
 import sys
 import time
@@ -24,9 +25,22 @@ WORKER_CPU_EVERY_S = 1.0                 # how often the workers' schedstat is r
 clock = time.perf_counter
 
 # One step line (the `Timeline` step record; keys in the order json.dumps wrote them before), seconds to
-# the nanosecond (perf_counter's resolution): "%.9f" costs a third of json.dumps's shortest float repr.
+# the nanosecond (perf_counter's resolution): "%.9f" costs a third of json.dumps's shortest float repr,
+# and `map(line.__mod__, rows)` formats a second's rows without a Python loop. RANK: the process's rank.
 _STEP_LINE = ('{"type": "step", "step": %d, "start_s": %.9f, "total_s": %.9f, "data_s": %.9f, "copy_s": %.9f, '
-              '"compute_s": %.9f, "rank": %d, "samples": %d')
+              '"compute_s": %.9f, "rank": RANK, "samples": %d}\n')
+
+
+_WAIT = operator.itemgetter(3)  # a row's data_s
+
+
+def _clamped(row: tuple) -> tuple:
+    """A step row whose data / copy time exceeds the step (waits timed in another thread): each part at most
+    the step, compute what is left."""
+    step, start_s, total, data, copy, _, samples = row
+    total = max(total, 0.0)
+    data, copy = min(data, total), min(copy, total)
+    return step, start_s, total, data, copy, max(total - data - copy, 0.0), samples
 
 
 class Recorder:
@@ -47,10 +61,15 @@ class Recorder:
         self.copies = self.pinned_copies = 0
         self.n_steps = 0
         self.key_opt: int | None = None
-        self.others_since_key = 0
-        self.demand_at = 0.0  # perf_counter time after which the next batch's CPU demand is read
+        self.others_since_key = 0   # steps of other optimizers since the counted one stepped ...
+        self.others_at = -1         # ... at its n_steps-th step
+        self.probe_at = 0.0   # perf_counter time after which the next batch reads CPU demand (probed_next)
+        self.waited_s = 0.0   # the data wait of the steps written so far
         self.loaders: list = []  # probes.LoaderInfo, one per DataLoader
-        self.buffer: list[tuple] = []  # (step, start, end, data_s, copy_s, samples, CUDA fields or None)
+        self.step_line = _STEP_LINE.replace("RANK", str(self.rank))
+        self.step_open = self.step_line[:-2]  # without "}\n": a CUDA step's fields follow
+        self.buffer: list = []  # a row per step (see on_step), or its line once its CUDA events are read
+        self.mixed = False      # some of the buffer is lines
         self.pending: list[tuple] = []  # (row, CUDA fields, start event, previous end event, end event)
         self.last_end_event = None
         self.step_start_event = None
@@ -58,29 +77,31 @@ class Recorder:
         self.worker_cpu_s = 0.0      # the loader workers' CPU seconds over the sampled intervals
         self.worker_wall_s = 0.0     # worker-seconds (wall x workers) over the same intervals
         self.last_worker_read: tuple[float, float, int] | None = None
-        self.worker_read_at = 0.0    # perf_counter time after which the workers' demand is read again
         self.notes: list[str] = []
         self.cuda_build = False  # torch was built with CUDA / ROCm (set by hooks.py)
         self.cuda = False        # ... and this process has initialised it
         self.lib = None  # torch, once hooked
 
     def forked(self) -> None:
+        """In a process forked from this one (os.register_at_fork): record and write nothing."""
         self.child = True
 
     # -- the step ------------------------------------------------------------------------------------
     def on_step(self, opt, args=None, kwargs=None) -> None:
-        """torch's optimizer step post-hook: a step ends here."""
-        if self.child:
+        """torch's optimizer step post-hook: a step ends here (a forked child removes the hook)."""
+        if id(opt) != self.key_opt and not self._new_key(id(opt)):
             return
-        if id(opt) != self.key_opt:
-            if not self._new_key(id(opt)):
-                return
-        elif self.others_since_key:
-            self.others_since_key = 0
         now = clock()
         start = self.step_start
-        row = (self.n_steps, self.t0 if start is None else start, now, self.data_s, self.copy_s, self.samples,
-               None)
+        if start is None:
+            start = self.t0
+        total = now - start
+        data, copy = self.data_s, self.copy_s
+        compute = total - data - copy
+        # the row as its line's values: (step, start_s, total_s, data_s, copy_s, compute_s, samples)
+        row = (self.n_steps, start - self.t0, total, data, copy, compute, self.samples)
+        if compute < 0.0:
+            row = _clamped(row)
         self.n_steps += 1
         self.data_s = self.copy_s = 0.0
         self.samples = 0
@@ -97,6 +118,8 @@ class Recorder:
         same step (GANs) does not; one that replaced the first (a new optimizer object mid-run) does, once
         the first has stopped stepping."""
         if self.key_opt is not None:
+            if self.others_at != self.n_steps:  # the counted optimizer stepped since: count afresh
+                self.others_at, self.others_since_key = self.n_steps, 0
             self.others_since_key += 1
             if self.others_since_key < 3:
                 return False
@@ -153,12 +176,13 @@ class Recorder:
             except Exception:
                 pass
             self.pending.pop(0)
-            self.buffer.append((*row[:6], extra))
+            self.waited_s += row[3]
+            self.buffer.append(self.step_open % row + ", " + json.dumps(extra, default=str)[1:-1] + "}\n")
+            self.mixed = True
 
     # -- the loader ----------------------------------------------------------------------------------
     def read_workers(self, cpu: list[float | None], t: float) -> None:
         """The loader workers' CPU demand (`probes.demand_s` of each) read at `t`."""
-        self.worker_read_at = t + WORKER_CPU_EVERY_S
         if any(c is None for c in cpu):
             self.last_worker_read = (t, 0.0, -1)
             return
@@ -185,7 +209,7 @@ class Recorder:
                 "world_size": int(os.environ.get("WORLD_SIZE", "1") or 1), "cpu_count": os.cpu_count(),
                 "argv": list(sys.argv), "optimizer_steps": self.n_steps,
                 "loader_batches": sum(d.batches for d in self.loaders), "loaders": len(self.loaders),
-                "loader_wait_s": sum(d.wait_s for d in self.loaders),
+                "loader_wait_s": self.waited_s + self.data_s,
                 "framework": _framework()}
         if main is not None:
             for k in OVERRIDABLE:
@@ -231,18 +255,11 @@ class Recorder:
         except Exception:
             return True
 
-    def step_lines(self, rows: list[tuple]) -> str:
-        """Buffered steps as JSON lines (`Timeline` step records)."""
-        t0, rank, out = self.t0, self.rank, []
-        for step, start, end, data, copy, samples, extra in rows:
-            total = end - start if end > start else 0.0
-            data = data if data < total else total
-            copy = copy if copy < total else total
-            compute = total - data - copy
-            line = _STEP_LINE % (step, start - t0, total, data, copy, compute if compute > 0.0 else 0.0, rank,
-                                 samples)
-            out.append(line + ", " + json.dumps(extra, default=str)[1:-1] + "}\n" if extra else line + "}\n")
-        return "".join(out)
+    def step_lines(self, rows: list) -> str:
+        """Buffered steps as JSON lines (`Timeline` step records): rows, and lines already made (CUDA's)."""
+        if not self.mixed:
+            return "".join(map(self.step_line.__mod__, rows))
+        return "".join(r if type(r) is str else self.step_line % r for r in rows)
 
     def _write(self, rows: list[tuple]) -> None:
         head = ""
@@ -265,6 +282,7 @@ class Recorder:
             return
         rows, self.buffer = self.buffer, []
         try:
+            self.waited_s += sum(r[3] for r in rows if type(r) is tuple) if self.mixed else sum(map(_WAIT, rows))
             self._write(rows)
         except Exception:  # never into the user's script (a full disk, an odd batch size)
             pass

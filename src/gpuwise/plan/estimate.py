@@ -21,8 +21,9 @@ from ..step import OPTIMIZERS, StepConfig
 from ..truth import record_workload
 from ..workload import Workload, check_batch_size, load_workload
 from .allocator import AllocatorResult, replay
+from .capacity import Capacity, find_capacity
 from .catalog import GpuSpec, lookup
-from .curve import DEFAULT_MARGIN_PCT, Capacity, CurvePoint, find_capacity
+from .curve import DEFAULT_MARGIN_PCT, CurvePoint
 from .events import CATEGORIES, MemoryTrace, check_target, live_peak
 from .flops import Roofline, count_flops, roofline, traffic_bytes
 from .inputs import resolve_inputs
@@ -107,7 +108,7 @@ class _Cuda:
 
 
 def _curve_point(batch_size: int, c: _Cuda) -> CurvePoint:
-    """One traced batch for the largest-batch search (plan/curve.py): totals and each phase's peak."""
+    """One traced batch for the largest-batch search (plan/capacity.py): totals and each phase's peak."""
     r = c.result
     return CurvePoint(batch_size, r.peak_allocated_bytes, r.peak_reserved_bytes, c.device_used_bytes,
                       dict(r.phase_peak_allocated_bytes), c.overheads.outside_allocator_bytes)

@@ -23,6 +23,8 @@ between the 4- and 3-layer traces.
 
 from __future__ import annotations
 
+import functools
+
 from ..hf import TASKS, hf_workload, num_layers_of
 from ..step import StepConfig
 from .events import MemEvent, MemoryTrace
@@ -179,10 +181,23 @@ def _signature(block) -> list[tuple]:
 
 def blocks_alike(hf_config, task: str, layers: int) -> str | None:
     """None when the full-depth model's `layers` blocks are built alike; else why not. Attributes that
-    only number the blocks (their values run 0, 1, 2, ...: a `layer_idx`) are left out."""
+    only number the blocks (their values run 0, 1, 2, ...: a `layer_idx`) are left out. Remembered per
+    config (a batch sweep asks again for each batch)."""
+    try:
+        text = hf_config.to_json_string()
+    except (TypeError, ValueError):  # a config attribute JSON cannot hold: ask without remembering
+        return _blocks_alike.__wrapped__(None, hf_config, task, layers)
+    return _blocks_alike(text, type(hf_config), task, layers)
+
+
+@functools.lru_cache(maxsize=16)
+def _blocks_alike(config_json: str, config_class, task: str, layers: int) -> str | None:
+    import json
+
     import torch
     import transformers
 
+    hf_config = config_class if config_json is None else config_class.from_dict(json.loads(config_json))
     with torch.device("meta"):
         model = getattr(transformers, TASKS[task]).from_config(hf_config)
     lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == layers]
@@ -224,10 +239,12 @@ def repeated_trace(wl, batch_size: int, config: StepConfig, target: str,
     layers = num_layers_of(cfg) if cfg is not None else None
     if layers is None or layers < MIN_LAYERS:
         return None, ""  # not a model config, or too shallow to gain: nothing to say
+    if progress is not None:
+        progress(f"comparing the {layers} blocks (built on the meta device)")
     why = blocks_alike(cfg, wl.task, layers)
     if why is not None:
         return None, why
-    warmup = "step" if target == "cuda" else "optimizer"
+    warmup = "copy" if target == "cuda" else "optimizer"
     traces = {}
     for n in (TRACED, CHECKED):
         if progress is not None:

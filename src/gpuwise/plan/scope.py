@@ -62,7 +62,10 @@ class ModuleScope:
     def __enter__(self) -> ModuleScope:
         from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
-        self._handles = [register_module_forward_pre_hook(self._pre), register_module_forward_hook(self._post)]
+        # always_call: a checkpointed block's recompute is stopped early by an exception
+        # (torch.utils.checkpoint's _StopRecomputationError); its names must still leave the stack
+        self._handles = [register_module_forward_pre_hook(self._pre),
+                         register_module_forward_hook(self._post, always_call=True)]
         return self
 
     def __exit__(self, *exc) -> None:

@@ -14,7 +14,7 @@ import contextlib
 from ..step import StepConfig, TrainStep, enable_checkpointing
 from .fallback import is_fake_limit
 
-WARMUPS = ("optimizer", "step")
+WARMUPS = ("optimizer", "step", "copy")  # "copy": plan/warmup.py
 
 
 def build_model_for_trace(workload, fake_mode, mode):

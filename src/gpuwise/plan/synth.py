@@ -6,7 +6,7 @@ ops, same blocks freed in the same places); only the sizes differ, and each size
 size at batch b is the line through its sizes at a and c: every event its own piece, a finer piecewise
 model than one line per phase. Replaying the result through the caching-allocator model (a replay costs
 ~2 % of a trace) puts the allocator's block rounding, 2/20 MiB segment steps and its non-monotone layout
-where they fall, which no line can; plan/curve.py searches these replays for the crossing and then traces
+where they fall, which no line can; plan/capacity.py searches these replays for the crossing and then traces
 only b and b + 1 to settle it. Where a size is not affine in b (a kernel choosing its workspace by size,
 data-dependent shapes) the replay is off, and the traces catch it: the answer is always traced.
 """

@@ -34,6 +34,7 @@ from .scope import ModuleScope
 from .sdpa import sdpa_as_gpu_runs_it
 from .setup import WARMUPS, build_model_for_trace, fake_train_step, foreach_by_default
 from .stochastic import every_layer_runs
+from .warmup import DeferredWarmUp, NotCopyable, warm_up_step_from_steady
 
 
 @dataclass
@@ -266,66 +267,6 @@ def _phase_hooks(mode: _TraceMode, step: TrainStep):
             del step.scaler.step
 
 
-class _DeferredWarmUp:
-    """The warm-up's optimizer state, created for exactly the parameters a real step gives a gradient.
-
-    A real first step creates optimizer state only for parameters that got a gradient (torch.optim's
-    `_init_group` skips `p.grad is None`): a head the loss never uses, a frozen branch, a parameter
-    behind a data-dependent path get none. So the state is created when the steady step reaches its
-    optimizer (the gradients are known then) by a warm-up `optimizer.step()` on zero gradients of
-    those parameters; its events are then moved to where the warm-up belongs, before the steady
-    step (`splice`). This costs no extra forward/backward, unlike a whole warm-up step."""
-
-    def __init__(self, mode: _TraceMode, step: TrainStep, at: int):
-        self.mode, self.step, self.at = mode, step, at
-        self.segment: tuple[int, int] | None = None
-        self._handle = None
-
-    def __enter__(self):
-        self._handle = self.step.optimizer.register_step_pre_hook(self._warm_up)
-        return self
-
-    def __exit__(self, *exc):
-        self._handle.remove()
-
-    def _warm_up(self, opt, *_a, **_k) -> None:
-        import torch
-
-        if self.segment is not None:
-            return
-        self.segment = (len(self.mode.rec.events), -1)
-        phase, flops = self.mode.phase, self.mode.count_flops
-        self.mode.phase, self.mode.count_flops = "optimizer", False
-        stash = {}
-        for group in opt.param_groups:
-            for p in group["params"]:
-                if p.grad is not None:
-                    stash[p] = p.grad
-                    p.grad = torch.zeros_like(p)
-        try:
-            opt.step()
-        finally:
-            for p, g in stash.items():
-                p.grad = g
-            del stash
-        self.mode.phase, self.mode.count_flops = phase, flops
-        self.segment = (self.segment[0], len(self.mode.rec.events))
-
-    def splice(self) -> int:
-        """Move the warm-up's events to the warm-up's place; returns how many moved."""
-        if self.segment is None:
-            return 0
-        events = self.mode.rec.events
-        a, b = self.segment
-        born = {e[1] for e in events[a:b] if e[0] == "alloc"}
-        moved = [e for e in events[a:b] if e[1] in born]
-        kept = [e for e in events[a:b] if e[1] not in born]
-        events[self.at:b] = moved + events[self.at:a] + kept
-        for e in moved:  # the warm-up's blocks belong to the setup, as a first step's would
-            self.mode.rec.blocks[e[1]].phase = "setup"
-        return len(moved)
-
-
 def _settle(mode: _TraceMode) -> list[MemEvent]:
     """Turn the raw events into MemEvents, with each block's category decided from what it became."""
     out = []
@@ -356,6 +297,17 @@ def run_real(workload, batch_size: int, config: StepConfig, target: str, warmup:
 
 def _run(workload, batch_size: int, config: StepConfig, target: str, fake: bool,
          warmup: str = "optimizer", layers: int | None = None) -> MemoryTrace:
+    """`_trace_once`; a warm-up step that cannot be copied from the steady one (plan/warmup.py) is traced."""
+    if warmup == "copy":
+        try:
+            return _trace_once(workload, batch_size, config, target, fake, "copy", layers)
+        except NotCopyable:
+            warmup = "step"
+    return _trace_once(workload, batch_size, config, target, fake, warmup, layers)
+
+
+def _trace_once(workload, batch_size: int, config: StepConfig, target: str, fake: bool,
+                warmup: str = "optimizer", layers: int | None = None) -> MemoryTrace:
     """The tracer. Tensors are CPU tensors (fake or real) standing for `target`'s: autograd on fake CUDA
     tensors aborts a CPU-only torch (no CUDA device guard), so what differs on CUDA is emulated instead:
     attention runs the kernel the GPU would pick (plan/sdpa.py), optimizers default to foreach as on
@@ -386,10 +338,10 @@ def _run(workload, batch_size: int, config: StepConfig, target: str, fake: bool,
         _label(mode, list(step.model.buffers()), "buffers", create=True)
         _label(mode, batch, "inputs", create=True)
         deferred = None
-        if warmup == "optimizer":
+        if warmup in ("optimizer", "copy"):
             if step.scaler is not None:  # the scale and growth tracker a first step leaves behind
                 step.scaler.scale(torch.zeros((), device=step.device))
-            deferred = _DeferredWarmUp(mode, step, len(mode.rec.events))
+            deferred = DeferredWarmUp(mode, step, len(mode.rec.events))
         else:
             mode.phase = "forward"
             with _phase_hooks(mode, step):
@@ -400,7 +352,9 @@ def _run(workload, batch_size: int, config: StepConfig, target: str, fake: bool,
         with deferred or contextlib.nullcontext(), _phase_hooks(mode, step):
             step.step(batch, on_device=True)
         mode.count_flops = False
-        if deferred is not None:
+        if deferred is not None and warmup == "copy":
+            steady_start = warm_up_step_from_steady(mode, deferred, step.scaler is not None)
+        elif deferred is not None:
             steady_start += deferred.splice()
         if step.scaler is not None:
             _label(mode, [step.scaler._scale, step.scaler._growth_tracker], "optimizer_state")
@@ -425,17 +379,19 @@ def trace_step(workload, batch_size: int, config: StepConfig | None = None, targ
 
     Returns the events (`events[steady_start:]` is the steady step) and `flops_per_step`. Falls back to
     `plan/fallback.py` when fake tensors cannot run the step; `method` says which way was used.
-    `warmup="step"` runs a whole first step, as a training process does (the default for "cuda": the
-    caching-allocator model must see the same history); `"optimizer"` only creates the optimizer state,
-    without the first forward/backward (the default for "cpu", whose live-bytes peak does not depend on
-    history; about 40% faster).
+    `warmup="step"` runs a whole first step, as a training process does (the caching-allocator model
+    must see the same history); `"copy"` gives the same events with the first step's forward and
+    backward copied from the steady step's instead of traced (plan/warmup.py; the default for "cuda",
+    traced as "step" where a copy would differ); `"optimizer"` only creates the optimizer state, without
+    the first forward/backward (the default for "cpu", whose live-bytes peak does not depend on
+    history). "copy" and "optimizer" trace one forward/backward instead of two.
     """
     check_target(target)
     check_batch_size(batch_size)
     workload = load_workload(workload)
     config = config or StepConfig()
     if warmup is None:
-        warmup = "step" if target == "cuda" else "optimizer"
+        warmup = "copy" if target == "cuda" else "optimizer"
     if warmup not in WARMUPS:
         raise GpuwiseError(f"unknown warm-up {warmup!r}; choose from: {', '.join(WARMUPS)}")
     if not fallback:
