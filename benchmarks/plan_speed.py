@@ -80,6 +80,17 @@ print("@@" + json.dumps({"seconds": seconds, "dynamo_import_s": dynamo_s, "peak_
 """
 
 
+def best(fn, repeat: int) -> dict:
+    """The fastest of `repeat` runs (a shared machine's stalls only ever add time), with all the times."""
+    runs = [fn() for _ in range(repeat)]
+    ok = [r for r in runs if "seconds" in r]
+    if not ok:
+        return runs[-1]
+    out = dict(min(ok, key=lambda r: r["seconds"]))
+    out["all_seconds"] = [round(r["seconds"], 3) for r in ok]
+    return out
+
+
 def run(kind: str, spec: str, batch: int, target: str = "cpu", timeout: float = 900) -> dict:
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
     try:
@@ -109,6 +120,8 @@ def cli_wall(timeout: float = 300) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="examples:mlp and GPT-2 small only")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each quick measurement (the fastest kept; "
+                    "GPT-2's real step and MemTracker run once, the 7B/70B configs twice)")
     ap.add_argument("--configs-only", action="store_true",
                     help="only the 7B/70B configs, replacing their rows in the recorded results")
     args = ap.parse_args(argv)
@@ -118,7 +131,9 @@ def main(argv: list[str] | None = None) -> int:
         rows = [r for r in json.load(open(RESULTS))["rows"] if "real_step" in r]
     for label, spec, batch in () if args.configs_only else (
             ("examples:mlp", "examples:mlp", 64), ("GPT-2 small (124M)", GPT2_SMALL, 4)):
-        est, step, mt = run("estimate", spec, batch), run("step", spec, batch), run("memtracker", spec, batch)
+        n = args.repeat if spec.startswith("examples:") else 1
+        est, step, mt = (best(lambda k=kind, s=spec, b=batch: run(k, s, b), n)
+                         for kind in ("estimate", "step", "memtracker"))
         row = {"workload": label, "batch_size": batch, "estimate": est, "real_step": step, "memtracker": mt}
         if "seconds" in est and "seconds" in step and "seconds" in mt:
             row["estimate_vs_step"] = est["seconds"] / step["seconds"]
@@ -127,11 +142,12 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(row), file=sys.stderr, flush=True)
     if not args.configs_only:
         rows.append({"workload": "CLI: gpuwise estimate examples:mlp -b 64 --target cpu", "batch_size": 64,
-                     "estimate": cli_wall()})
+                     "estimate": best(cli_wall, args.repeat)})
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     if not args.quick:
         for label, cfg in (("Llama-2-7B config", "llama-2-7b.json"), ("Llama-2-70B config", "llama-2-70b.json")):
-            est = run("estimate", os.path.join(ROOT, "examples", "configs", cfg), 1, target="cuda")
+            est = best(lambda cfg=cfg: run("estimate", os.path.join(ROOT, "examples", "configs", cfg), 1, target="cuda"),
+                       max(1, min(args.repeat, 2)))
             rows.append({"workload": label, "batch_size": 1, "estimate": est})
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
 

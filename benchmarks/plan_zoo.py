@@ -198,7 +198,8 @@ class Worker:
 # Misses classified by hand (case-id prefix -> cause), reported next to each miss in the summary
 CAUSES = {
     "torch:compiled-": "torch.compile (inductor) fuses conv+BN+ReLU and frees what eager keeps; the tracer "
-                       "runs the module eagerly: over (the safe direction)",
+                       "runs the module eagerly: over (the safe direction), and the estimate says so "
+                       "('compiled: upper bound')",
 }
 
 

@@ -239,6 +239,8 @@ def repeated_trace(wl, batch_size: int, config: StepConfig, target: str,
     layers = num_layers_of(cfg) if cfg is not None else None
     if layers is None or layers < MIN_LAYERS:
         return None, ""  # not a model config, or too shallow to gain: nothing to say
+    if progress is not None:
+        progress(f"comparing the {layers} blocks (built on the meta device)")
     why = blocks_alike(cfg, wl.task, layers)
     if why is not None:
         return None, why
