@@ -25,6 +25,7 @@ import sys
 import time
 
 import torch
+from memtracker_run import memtracker_step
 
 from gpuwise.plan.cpu_truth import measure_cpu_peak
 from gpuwise.plan.events import live_peak
@@ -80,25 +81,9 @@ def accuracy_rows(quick: bool) -> list[dict]:
 
 
 def _memtracker_step(spec: str, batch_size: int) -> float:
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.distributed._tools.mem_tracker import MemTracker
-
     workload = load_workload(spec)
     start = time.perf_counter()
-    with FakeTensorMode(allow_non_fake_inputs=True):
-        model = workload.build_model()
-        opt = torch.optim.AdamW(model.parameters())
-        batch = workload.build_batch(batch_size)
-        tracker = MemTracker()
-        tracker.track_external(model, opt)
-        with tracker:
-            for i in range(2):  # warm-up step (optimizer state), then the steady step
-                workload.compute_loss(model, batch).backward()
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-                if i == 0:
-                    tracker.reset_mod_stats()  # MemTracker refuses a second iteration otherwise
-        tracker.get_tracker_snapshot("peak")
+    memtracker_step(workload, batch_size)
     return time.perf_counter() - start
 
 

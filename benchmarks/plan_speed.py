@@ -55,24 +55,9 @@ elif kind == "step":
     step.step(wl.build_batch(batch))
     extra = {}
 else:
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.distributed._tools.mem_tracker import MemTracker
     from gpuwise.workload import load_workload
-    wl = load_workload(spec)
-    with FakeTensorMode(allow_non_fake_inputs=True):
-        model = wl.build_model()
-        opt = torch.optim.AdamW(model.parameters())
-        b = wl.build_batch(batch)
-        tracker = MemTracker()
-        tracker.track_external(model, opt)
-        with tracker:
-            for i in range(2):
-                wl.compute_loss(model, b).backward()
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-                if i == 0:
-                    tracker.reset_mod_stats()
-        tracker.get_tracker_snapshot("peak")
+    from memtracker_run import memtracker_step
+    memtracker_step(load_workload(spec), batch)
     extra = {}
 seconds = time.perf_counter() - start
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -92,7 +77,7 @@ def best(fn, repeat: int) -> dict:
 
 
 def run(kind: str, spec: str, batch: int, target: str = "cpu", timeout: float = 900) -> dict:
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "src"), HERE, os.environ.get("PYTHONPATH", "")]))
     try:
         proc = subprocess.run([sys.executable, "-c", CHILD, kind, spec, str(batch), target], capture_output=True,
                               text=True, timeout=timeout, env=env)
