@@ -61,9 +61,7 @@ def batch_len(batch) -> int:
     path = batch_path(batch)
     if path is None:
         return 0
-    for key in path:
-        batch = batch.data if key is _DATA else batch[key]
-    shape = batch.shape
+    shape = first_tensor_getter(path)(batch).shape
     return int(shape[0]) if len(shape) else 1
 
 
