@@ -50,7 +50,16 @@ def add_mode_arguments(p) -> None:
                    help="gradient accumulation: N micro-batches of --batch-size per optimizer step")
     p.add_argument("--lora", type=positive_int, nargs="?", const=16, metavar="RANK",
                    help="LoRA adapters through peft on every linear layer (rank, default 16); base frozen")
-    p.add_argument("--qlora", action="store_true", help="QLoRA: 4-bit NF4 base weights (bitsandbytes) + LoRA")
+    p.add_argument("--lora-targets", metavar="NAMES", help="LoRA / QLoRA: comma-separated module names to adapt, "
+                   "e.g. q_proj,v_proj (litgpt's and torchtune's defaults); default every linear layer")
+    p.add_argument("--lora-alpha", type=float, metavar="A", help="LoRA alpha (default 2 x rank)")
+    p.add_argument("--lora-dropout", type=float, metavar="P", help="LoRA dropout probability (default 0)")
+    p.add_argument("--base-dtype", choices=["fp32", "bf16", "fp16"], help="LoRA: dtype of the frozen base "
+                   "weights; default the precision's 16-bit type (peft's usual); fp32 with --precision bf16 is "
+                   "Lightning's bf16-mixed; --precision bf16-pure is litgpt's bf16-true (adapters bf16 too)")
+    p.add_argument("--qlora", action="store_true", help="QLoRA: 4-bit base weights (bitsandbytes) + LoRA")
+    p.add_argument("--qlora-quant", choices=["nf4-dq", "nf4", "fp4"], help="--qlora: 4-bit format (default "
+                   "nf4-dq: NF4 with double quantization; nf4, fp4: without)")
     p.add_argument("--freeze", action="append", metavar="REGEX",
                    help="freeze parameters whose name matches (repeatable)")
     p.add_argument("--offload-optimizer", action="store_true", help="optimizer state and step on the CPU")
@@ -61,7 +70,9 @@ def add_mode_arguments(p) -> None:
 
 def mode_kwargs(args) -> dict:
     return {"seq_len": args.seq_len, "task": args.task, "grad_accum": args.grad_accum, "lora": args.lora,
-            "qlora": args.qlora, "freeze": args.freeze, "offload_optimizer": args.offload_optimizer}
+            "qlora": args.qlora, "freeze": args.freeze, "offload_optimizer": args.offload_optimizer,
+            "lora_targets": args.lora_targets, "lora_alpha": args.lora_alpha, "lora_dropout": args.lora_dropout,
+            "base_dtype": args.base_dtype, "qlora_quant": args.qlora_quant}
 
 
 def run(args) -> int:

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..devices import discover
 from ..errors import GpuwiseError
-from ..step import OPTIMIZERS, StepConfig
+from ..step import OPTIMIZERS, StepConfig, checkpointing_mode
 from ..truth import record_workload
 from ..workload import Workload, check_batch_size, load_workload
 from .capacity import Capacity, find_capacity
@@ -173,15 +173,18 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
              search_max_batch: bool = True, optimizer_impl: str = "default",
              model: Any = None, batch: Any = None, loss: Any = None, seq_len: int | None = None,
              task: str | None = None, grad_accum: int = 1, lora: int | bool | None = None, qlora: bool = False,
-             freeze: Any = None, offload_optimizer: bool = False,
-             on_progress: Progress | None = None) -> Estimate:
+             freeze: Any = None, offload_optimizer: bool = False, lora_targets: Any = None,
+             lora_alpha: float | None = None, lora_dropout: float | None = None, base_dtype: str | None = None,
+             qlora_quant: str | None = None, on_progress: Progress | None = None) -> Estimate:
     """Predict the memory and compute of one steady-state training step of `workload` at `batch_size`.
 
     `workload`: a workload file / module / `examples:NAME`, `hf:ORG/NAME` or a config.json (built with
     random weights under fake tensors; `seq_len` and `task` apply), or leave it out and pass `model=`
     (a module, possibly on the meta device), `batch=` (a function batch(batch_size) or one example
     batch) and optionally `loss=`. Modes (plan/tracing/modes.py): `grad_accum`, `lora` (rank, or True for 16),
-    `qlora`, `freeze` (parameter-name regexes), `offload_optimizer`.
+    `qlora`, `freeze` (parameter-name regexes), `offload_optimizer`; for LoRA / QLoRA `lora_targets` (module
+    names, default all linear layers), `lora_alpha`, `lora_dropout`, `base_dtype` (fp32 / bf16 / fp16: the
+    frozen base's storage) and `qlora_quant` (nf4-dq, nf4, fp4).
 
     `target="cuda"` replays the trace through the caching-allocator model and adds library workspaces
     and the CUDA context (for `gpu`'s architecture; Hopper when no GPU is named). With `gpu`, also a
@@ -189,8 +192,11 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     `on_progress(stage)` is called as each stage starts (the CLI shows it on stderr for long estimates).
     """
     started = time.perf_counter()
+    checkpointing = checkpointing_mode(checkpointing)
     workload, batch_size = resolve_inputs(workload, batch_size, model, batch, loss, seq_len, task)
-    modes = make_modes(grad_accum, lora, qlora, freeze, offload_optimizer)
+    modes = make_modes(grad_accum, lora, qlora, freeze, offload_optimizer, lora_targets=lora_targets,
+                       lora_alpha=lora_alpha, lora_dropout=lora_dropout, base_dtype=base_dtype,
+                       qlora_quant=qlora_quant)
     check_batch_size(batch_size)
     check_target(target)
     spec = resolve_gpu(gpu)
