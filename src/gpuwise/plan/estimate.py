@@ -17,6 +17,7 @@ from typing import Any
 
 from ..devices import discover
 from ..errors import GpuwiseError
+from ..hf import num_layers_of
 from ..step import OPTIMIZERS, StepConfig
 from ..truth import record_workload
 from ..workload import Workload, check_batch_size, load_workload
@@ -29,6 +30,7 @@ from .inputs import resolve_inputs
 from .memory.allocator import AllocatorResult, replay
 from .memory.events import CATEGORIES, MemoryTrace, check_target, live_peak
 from .memory.overheads import DEFAULT_ARCH, Overheads, add_workspaces
+from .memory.sharding import block_param_bytes, make_split, rank_trace
 from .memory.synth import interpolate, pairing
 from .tracing.modes import apply_modes, make_modes, offload_optimizer_state
 
@@ -70,6 +72,8 @@ class Estimate:
     grad_accum: int = 1
     effective_batch_size: int = 0     # samples per optimizer step: batch_size x grad_accum
     modes: list[str] = field(default_factory=list)  # training modes applied (LoRA, QLoRA, offload, ...)
+    nproc: int = 1                    # GPUs the job runs on; the memory numbers are one rank's
+    strategy: str = "single"          # how the job is split over them (plan/memory/sharding.py)
     trace: MemoryTrace | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -77,7 +81,8 @@ class Estimate:
             "workload", "batch_size", "target", "optimizer", "precision", "method", "peak_allocated_bytes",
             "peak_reserved_bytes", "device_used_bytes", "by_category", "flops_per_step", "max_batch_size", "gpu",
             "checkpointing", "peak_phase", "peak_op", "peak_module", "by_module", "tensor_peak_bytes", "fits",
-            "gpu_memory_bytes", "notes", "seconds", "grad_accum", "effective_batch_size", "modes")}
+            "gpu_memory_bytes", "notes", "seconds", "grad_accum", "effective_batch_size", "modes", "nproc",
+            "strategy")}
         d["by_category"] = {c: int(self.by_category.get(c, 0)) for c in CATEGORIES}
         if self.overheads is not None:
             o = self.overheads
@@ -173,7 +178,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
              search_max_batch: bool = True, optimizer_impl: str = "default",
              model: Any = None, batch: Any = None, loss: Any = None, seq_len: int | None = None,
              task: str | None = None, grad_accum: int = 1, lora: int | bool | None = None, qlora: bool = False,
-             freeze: Any = None, offload_optimizer: bool = False,
+             freeze: Any = None, offload_optimizer: bool = False, nproc: int = 1, strategy: str | None = None,
              on_progress: Progress | None = None) -> Estimate:
     """Predict the memory and compute of one steady-state training step of `workload` at `batch_size`.
 
@@ -181,7 +186,9 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     random weights under fake tensors; `seq_len` and `task` apply), or leave it out and pass `model=`
     (a module, possibly on the meta device), `batch=` (a function batch(batch_size) or one example
     batch) and optionally `loss=`. Modes (plan/tracing/modes.py): `grad_accum`, `lora` (rank, or True for 16),
-    `qlora`, `freeze` (parameter-name regexes), `offload_optimizer`.
+    `qlora`, `freeze` (parameter-name regexes), `offload_optimizer`. `nproc` GPUs split by `strategy`
+    (ddp, zero1, zero2, fsdp, fsdp-grad-op, hsdp; ddp by default over nproc > 1): one rank's memory, the
+    single-GPU trace transformed (plan/memory/sharding.py), `batch_size` per rank.
 
     `target="cuda"` replays the trace through the caching-allocator model and adds library workspaces
     and the CUDA context (for `gpu`'s architecture; Hopper when no GPU is named). With `gpu`, also a
@@ -193,6 +200,12 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     modes = make_modes(grad_accum, lora, qlora, freeze, offload_optimizer)
     check_batch_size(batch_size)
     check_target(target)
+    split = make_split(nproc, strategy)
+    if split.strategy == "pipeline":
+        raise GpuwiseError("--strategy pipeline: estimate does not split the layers into stages; `gpuwise fit -n N` "
+                           "ranks pipeline options")
+    if split.nproc > 1 and target != "cuda":
+        raise GpuwiseError(f"--strategy {split.strategy} -n {split.nproc}: per-rank memory is for target cuda")
     spec = resolve_gpu(gpu)
     if spec is not None and target != "cuda":
         raise GpuwiseError("a GPU was named but the target is 'cpu': use target='cuda' (--target cuda) with --gpu")
@@ -203,9 +216,14 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     base = load_workload(workload)
     wl = apply_modes(base, modes, config.precision)
 
+    cfg = getattr(base, "hf_config", None)
+    layers = num_layers_of(cfg) if cfg is not None else None
+
     def traced(b: int) -> MemoryTrace:
         t = _trace(wl, b, config, target, repeat=wl is base, progress=on_progress)
-        return offload_optimizer_state(t) if modes.offload_optimizer else t
+        if modes.offload_optimizer:
+            t = offload_optimizer_state(t)
+        return rank_trace(t, split, block_param_bytes(t, layers)) if split.nproc > 1 else t
 
     trace = traced(batch_size)
     notes = list(trace.notes)
@@ -241,6 +259,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     est.trace = trace
 
     est.grad_accum, est.effective_batch_size, est.modes = modes.grad_accum, batch_size * modes.grad_accum, modes.describe()
+    est.nproc, est.strategy = split.nproc, split.strategy
     if modes.grad_accum > 1:  # the trace ran min(N, 2) micro-steps: scale to N
         flops = est.flops_per_step = flops * modes.grad_accum // modes.traced_micro_steps
     if spec is not None:
