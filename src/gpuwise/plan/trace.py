@@ -33,6 +33,7 @@ from .repeat_tags import LayerTags
 from .scope import ModuleScope
 from .sdpa import sdpa_as_gpu_runs_it
 from .setup import WARMUPS, build_model_for_trace, fake_train_step, foreach_by_default
+from .speed.ops import OpCosts
 from .stochastic import every_layer_runs
 from .warmup import DeferredWarmUp, NotCopyable, warm_up_step_from_steady
 
@@ -77,6 +78,7 @@ class _TraceMode(_dispatch_mode_base()):
         self.live: dict[int, tuple[int, Any]] = {}  # id(storage) -> (block, weakref)
         self.flops = 0
         self.count_flops = False
+        self.costs = OpCosts()  # the steady step's ops for the speed model (plan/speed/ops.py)
         self._flop_registry = fc.flop_registry if count_flops else {}
         self.item_default: Any = None  # value for .item() while a GradScaler asks whether grads are finite
         self.saved: set[int] = set()  # forward blocks still alive when backward starts: saved activations
@@ -181,8 +183,9 @@ class _TraceMode(_dispatch_mode_base()):
         out = func(*args, **kwargs)
         if self.count_flops:
             formula = self._flop_registry.get(func.overloadpacket)
-            if formula is not None:
-                self.flops += int(formula(*args, **kwargs, out_val=out))
+            op_flops = int(formula(*args, **kwargs, out_val=out)) if formula is not None else 0
+            self.flops += op_flops
+            self.costs.record(name, self.phase, args, kwargs, out, op_flops)
         if isinstance(out, torch.Tensor):
             if self.phase == "backward" and name in INPLACE_WITHOUT_MODE:
                 self._as_in_place(args[INPLACE_WITHOUT_MODE[name]], out, name)
@@ -367,6 +370,7 @@ def _trace_once(workload, batch_size: int, config: StepConfig, target: str, fake
         del step, batch, model
     trace = MemoryTrace(events, steady_start, target, "fake-trace", notes=list(mode.notes), flops_per_step=flops)
     trace.layers = tags
+    trace.op_costs = mode.costs
     if cuda_like:
         trace.notes.append("cuda: traced on CPU tensors with CUDA's attention kernels and optimizer defaults; "
                            "autocast follows the CPU op lists")
