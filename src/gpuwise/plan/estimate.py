@@ -20,19 +20,19 @@ from ..errors import GpuwiseError
 from ..step import OPTIMIZERS, StepConfig
 from ..truth import record_workload
 from ..workload import Workload, check_batch_size, load_workload
-from .allocator import AllocatorResult, replay
 from .capacity import Capacity, find_capacity
 from .catalog import GpuSpec, lookup
 from .curve import DEFAULT_MARGIN_PCT, CurvePoint
-from .events import CATEGORIES, MemoryTrace, check_target, live_peak
+from .deep.repeat import repeated_trace
 from .flops import Roofline, count_flops, roofline, traffic_bytes
 from .inputs import resolve_inputs
-from .modes import apply_modes, make_modes, offload_optimizer_state
-from .overheads import DEFAULT_ARCH, Overheads, add_workspaces
-from .repeat import repeated_trace
+from .memory.allocator import AllocatorResult, replay
+from .memory.events import CATEGORIES, MemoryTrace, check_target, live_peak
+from .memory.overheads import DEFAULT_ARCH, Overheads, add_workspaces
+from .memory.synth import interpolate, pairing
 from .speed.model import Speed, predict
 from .speed.overlap import STRATEGIES
-from .synth import interpolate, pairing
+from .tracing.modes import apply_modes, make_modes, offload_optimizer_state
 
 TOP_MODULES = 8
 Progress = Callable[[str], None]  # told each stage as it starts
@@ -130,8 +130,8 @@ def _cuda_memory(trace: MemoryTrace, arch: str) -> _Cuda:
 def _trace(wl: Workload, batch_size: int, config: StepConfig, target: str, repeat: bool = False,
            progress: Progress | None = None) -> MemoryTrace:
     """The step's events. `repeat`: `wl` is a model config as loaded (no modes): its repeated blocks may be
-    rebuilt from a 3-block trace where that is exact (plan/repeat.py); the notes say which way was used."""
-    from .trace import trace_step  # deferred: trace.py imports torch, `import gpuwise.plan` must not
+    rebuilt from a 3-block trace where that is exact (plan/deep/repeat.py); the notes say which way was used."""
+    from .tracing.trace import trace_step  # deferred: trace.py imports torch, `import gpuwise.plan` must not
 
     why = ""
     if repeat:
@@ -185,7 +185,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     `workload`: a workload file / module / `examples:NAME`, `hf:ORG/NAME` or a config.json (built with
     random weights under fake tensors; `seq_len` and `task` apply), or leave it out and pass `model=`
     (a module, possibly on the meta device), `batch=` (a function batch(batch_size) or one example
-    batch) and optionally `loss=`. Modes (plan/modes.py): `grad_accum`, `lora` (rank, or True for 16),
+    batch) and optionally `loss=`. Modes (plan/tracing/modes.py): `grad_accum`, `lora` (rank, or True for 16),
     `qlora`, `freeze` (parameter-name regexes), `offload_optimizer`.
 
     `target="cuda"` replays the trace through the caching-allocator model and adds library workspaces
