@@ -30,6 +30,7 @@ import math
 from dataclasses import dataclass
 
 from ...errors import GpuwiseError
+from ..catalog import DEFAULT_SPEED, SPEED
 
 GB = 1e9
 US = 1e-6
@@ -117,8 +118,6 @@ def get_link(link: str | Link) -> Link:
 def link_for_gpu(gpu_id: str) -> str:
     """The intra-node link name for a catalog GPU id ("h100-sxm" -> "nvlink4"; PCIe cards -> "pcie4"):
     SXM parts on NVSwitch baseboards, the rest over PCIe (plan/catalog.py SPEED, from the datasheets)."""
-    from ..catalog import DEFAULT_SPEED, SPEED
-
     return SPEED.get(gpu_id, DEFAULT_SPEED).link
 
 
