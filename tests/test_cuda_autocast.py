@@ -15,7 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gpuwise.plan.cuda_autocast import POLICIES, cuda_autocast_policy, cuda_policy  # noqa: E402
+from gpuwise.plan.tracing.cuda_autocast import POLICIES, cuda_autocast_policy, cuda_policy  # noqa: E402
 
 
 def _test_lists():

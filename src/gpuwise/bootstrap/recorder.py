@@ -32,6 +32,8 @@ _STEP_LINE = ('{"type": "step", "step": %d, "start_s": %.9f, "total_s": %.9f, "d
 
 
 _WAIT = operator.itemgetter(3)  # a row's data_s
+# One pair of consecutive steps' gradients (noise.py): `Timeline.noise` records.
+_NOISE_LINE = '{"type": "noise", "step": %d, "batch": %d, "dot": %r, "diff2": %r, "sq": %r}\n'
 
 
 def _clamped(row: tuple) -> tuple:
@@ -81,6 +83,7 @@ class Recorder:
         self.cuda_build = False  # torch was built with CUDA / ROCm (set by hooks.py)
         self.cuda = False        # ... and this process has initialised it
         self.lib = None  # torch, once hooked
+        self.noise = None  # noise.NoiseProbe, once hooked: its pairs are written with the steps
 
     def forked(self) -> None:
         """In a process forked from this one (os.register_at_fork): record and write nothing."""
@@ -211,6 +214,8 @@ class Recorder:
                 "loader_batches": sum(d.batches for d in self.loaders), "loaders": len(self.loaders),
                 "loader_wait_s": self.waited_s + self.data_s,
                 "framework": _framework()}
+        if self.noise is not None and self.noise.opt_name:
+            meta["optimizer"] = self.noise.opt_name
         if main is not None:
             for k in OVERRIDABLE:
                 meta[f"loader_{k}"] = main.settings.get(k)
@@ -269,6 +274,8 @@ class Recorder:
             self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o644)
             head = json.dumps({"type": "meta", **self.meta()}, default=str) + "\n"
         text = head + self.step_lines(rows)
+        if self.noise is not None:
+            text += "".join(map(_NOISE_LINE.__mod__, self.noise.rows()))
         if text:  # one write: whole lines, and a crash can tear at most the last one
             os.write(self.fd, text.encode())
 
@@ -276,7 +283,7 @@ class Recorder:
         if self.child:
             return
         self.flush_at = (clock() if now is None else now) + self.flush_every_s
-        if not self.buffer and self.fd is not None:
+        if not self.buffer and self.fd is not None and not (self.noise and self.noise.pending):
             return
         if self.fd is None and not self.worth_writing():
             return

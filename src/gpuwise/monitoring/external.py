@@ -152,6 +152,10 @@ def _merge_child(timeline: Timeline, directory: str, instrumented: bool = True) 
     for s in child.steps:
         s.start_s += offset
     timeline.steps = child.steps
+    timeline.noise = child.noise
+    if not timeline.noise and instrumented:  # a gpuwise.monitor's files: the bootstrap read the gradients
+        hooked, _ = read_hook_files(directory, since_unix=timeline.meta["t0_unix"])
+        timeline.noise = hooked.noise if hooked is not None else []
     if not any(s.gpus for s in timeline.samples) and any(s.gpus for s in child.samples):
         for s in child.samples:  # the child saw its GPU where the pid match did not
             s.t_s += offset

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 # keys copied from the timeline's meta when present (an external watch, DDP), after the fields
-EXTRA_KEYS = ("command", "exit_code", "world_size", "framework")
+EXTRA_KEYS = ("command", "exit_code", "world_size", "framework", "optimizer")
 
 
 @dataclass
@@ -39,6 +39,8 @@ class Summary:
     ranks: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     gpu_health: dict[str, Any] = field(default_factory=dict)  # clock reasons, PCIe link (monitoring/health.py)
+    # B_simple from consecutive steps' gradients (monitoring/noise_scale.py); None: not measured
+    gradient_noise_scale: dict[str, Any] | None = None
     extras: dict[str, Any] = field(default_factory=dict)  # EXTRA_KEYS (and any other key from a dict)
     cannot_tell: list[str] = field(default_factory=list)  # what the rules could not judge, and why (last key)
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..plan.catalog import tensor_core_capability
 from .health import health_stats
+from .noise_scale import noise_scale
 from .result import EXTRA_KEYS, Summary
 from .rules import diagnose
 from .timeline import StepRecord, Timeline
@@ -168,6 +169,7 @@ def summary_of(tl: Timeline, planner: MaxBatchPlanner | None = None) -> Summary:
             and workload and name and batch):
         summary.memory["planner_max_batch_size"] = planner(workload, batch, name, meta.get("precision") or "fp32")
     summary.gpu_health = health_stats(tl, window)  # clock reasons, PCIe link (monitoring/health.py rules)
+    summary.gradient_noise_scale = noise_scale(tl.noise, meta.get("batch_size"))
     summary.findings = [f.to_dict() for f in diagnose(summary)]
     summary.cannot_tell = cannot_tell(summary, meta)
     return summary

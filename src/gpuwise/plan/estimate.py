@@ -20,17 +20,19 @@ from ..errors import GpuwiseError
 from ..step import OPTIMIZERS, StepConfig
 from ..truth import record_workload
 from ..workload import Workload, check_batch_size, load_workload
-from .allocator import AllocatorResult, replay
 from .capacity import Capacity, find_capacity
 from .catalog import GpuSpec, lookup
 from .curve import DEFAULT_MARGIN_PCT, CurvePoint
-from .events import CATEGORIES, MemoryTrace, check_target, live_peak
+from .deep.repeat import repeated_trace
 from .flops import Roofline, count_flops, roofline, traffic_bytes
 from .inputs import resolve_inputs
-from .modes import apply_modes, make_modes, offload_optimizer_state
-from .overheads import DEFAULT_ARCH, Overheads, add_workspaces
-from .repeat import repeated_trace
-from .synth import interpolate, pairing
+from .memory.allocator import AllocatorResult, replay
+from .memory.events import CATEGORIES, MemoryTrace, check_target, live_peak
+from .memory.overheads import DEFAULT_ARCH, Overheads, add_workspaces
+from .memory.synth import interpolate, pairing
+from .speed.model import Speed, predict
+from .speed.overlap import STRATEGIES
+from .tracing.modes import apply_modes, make_modes, offload_optimizer_state
 
 TOP_MODULES = 8
 Progress = Callable[[str], None]  # told each stage as it starts
@@ -65,6 +67,7 @@ class Estimate:
     allocator: AllocatorResult | None = None
     roofline: Roofline | None = None
     capacity: Capacity | None = None
+    speed: Speed | None = None        # predicted step time on the named GPU (plan/speed/model.py)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
     grad_accum: int = 1
@@ -92,6 +95,8 @@ class Estimate:
             d["roofline"] = self.roofline.to_dict()
         if self.capacity is not None:
             d["curve"] = self.capacity.to_dict()
+        if self.speed is not None:
+            d["speed"] = self.speed.to_dict()
         return d
 
 
@@ -125,8 +130,8 @@ def _cuda_memory(trace: MemoryTrace, arch: str) -> _Cuda:
 def _trace(wl: Workload, batch_size: int, config: StepConfig, target: str, repeat: bool = False,
            progress: Progress | None = None) -> MemoryTrace:
     """The step's events. `repeat`: `wl` is a model config as loaded (no modes): its repeated blocks may be
-    rebuilt from a 3-block trace where that is exact (plan/repeat.py); the notes say which way was used."""
-    from .trace import trace_step  # deferred: trace.py imports torch, `import gpuwise.plan` must not
+    rebuilt from a 3-block trace where that is exact (plan/deep/repeat.py); the notes say which way was used."""
+    from .tracing.trace import trace_step  # deferred: trace.py imports torch, `import gpuwise.plan` must not
 
     why = ""
     if repeat:
@@ -173,19 +178,21 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
              search_max_batch: bool = True, optimizer_impl: str = "default",
              model: Any = None, batch: Any = None, loss: Any = None, seq_len: int | None = None,
              task: str | None = None, grad_accum: int = 1, lora: int | bool | None = None, qlora: bool = False,
-             freeze: Any = None, offload_optimizer: bool = False,
+             freeze: Any = None, offload_optimizer: bool = False, nproc: int = 1, strategy: str | None = None,
              on_progress: Progress | None = None) -> Estimate:
     """Predict the memory and compute of one steady-state training step of `workload` at `batch_size`.
 
     `workload`: a workload file / module / `examples:NAME`, `hf:ORG/NAME` or a config.json (built with
     random weights under fake tensors; `seq_len` and `task` apply), or leave it out and pass `model=`
     (a module, possibly on the meta device), `batch=` (a function batch(batch_size) or one example
-    batch) and optionally `loss=`. Modes (plan/modes.py): `grad_accum`, `lora` (rank, or True for 16),
+    batch) and optionally `loss=`. Modes (plan/tracing/modes.py): `grad_accum`, `lora` (rank, or True for 16),
     `qlora`, `freeze` (parameter-name regexes), `offload_optimizer`.
 
     `target="cuda"` replays the trace through the caching-allocator model and adds library workspaces
     and the CUDA context (for `gpu`'s architecture; Hopper when no GPU is named). With `gpu`, also a
     roofline bound and the largest batch that fits with `margin_pct` percent of its memory kept free.
+    `nproc` ranks under `strategy` (ddp, zero1, zero2, fsdp, fsdp-grad-op, hsdp; default ddp when
+    nproc > 1) set the predicted speed's communication (plan/speed/overlap.py).
     `on_progress(stage)` is called as each stage starts (the CLI shows it on stderr for long estimates).
     """
     started = time.perf_counter()
@@ -193,6 +200,11 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     modes = make_modes(grad_accum, lora, qlora, freeze, offload_optimizer)
     check_batch_size(batch_size)
     check_target(target)
+    strategy = strategy or ("ddp" if nproc > 1 else "single")
+    if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
+        raise GpuwiseError(f"-n/--nproc must be a positive integer, got {nproc!r}")
+    if strategy not in STRATEGIES:
+        raise GpuwiseError(f"unknown strategy {strategy!r}; choose from: {', '.join(STRATEGIES)}")
     spec = resolve_gpu(gpu)
     if spec is not None and target != "cuda":
         raise GpuwiseError("a GPU was named but the target is 'cpu': use target='cuda' (--target cuda) with --gpu")
@@ -205,7 +217,11 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
 
     def traced(b: int) -> MemoryTrace:
         t = _trace(wl, b, config, target, repeat=wl is base, progress=on_progress)
-        return offload_optimizer_state(t) if modes.offload_optimizer else t
+        if not modes.offload_optimizer:
+            return t
+        off = offload_optimizer_state(t)
+        off.op_costs = t.op_costs
+        return off
 
     trace = traced(batch_size)
     notes = list(trace.notes)
@@ -248,6 +264,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
         if spec.bandwidth_bytes_per_s > 0:
             est.roofline = roofline(flops, traffic_bytes(est.by_category), batch_size * modes.grad_accum, spec,
                                     config.precision)
+            est.speed = _speed(trace, est, spec, wl, modes, config.precision, nproc, strategy)
         else:
             notes.append(f"{spec.name}: memory only (no FLOP/s or bandwidth given): no roofline")
         if search_max_batch:
@@ -278,6 +295,28 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     est.notes = notes
     est.seconds = round(time.perf_counter() - started, 3)
     return est
+
+
+def _speed(trace: MemoryTrace, est: Estimate, spec: GpuSpec, wl: Workload, modes, precision: str, nproc: int,
+           strategy: str) -> Speed | None:
+    """The step-time model over the traced ops (plan/speed/); None when the trace recorded none."""
+    costs = trace.op_costs
+    if costs is None:
+        est.notes.append("no per-op record (the trace fell back): no speed prediction")
+        return None
+    if modes.grad_accum > modes.traced_micro_steps:
+        costs = costs.scaled(modes.grad_accum / modes.traced_micro_steps)
+    steady = trace.events[trace.steady_start:]
+    grad_bytes = sum(e.nbytes for e in steady if e.action == "alloc" and e.category == "gradients")
+    params = est.by_category.get("parameters", 0)
+    gathered = params // 2 if precision in ("bf16", "fp16") else params  # FSDP2 gathers in param_dtype
+    cfg = getattr(wl, "hf_config", None)
+    blocks = int(getattr(cfg, "num_hidden_layers", 0) or getattr(cfg, "n_layer", 0) or 1)
+    seq_len = getattr(wl, "seq_len", None)
+    return predict(costs, spec, precision, samples_per_rank=est.batch_size * modes.grad_accum,
+                   flops_per_step=est.flops_per_step, tokens_per_sample=seq_len, nproc=nproc, strategy=strategy,
+                   grad_bytes=grad_bytes, param_bytes=gathered, blocks=blocks,
+                   roofline_step_s=est.roofline.time_s if est.roofline else None)
 
 
 # -- GPU truth records (DESIGN.md contract; read by gpuwise/truth.py): the estimate recomputed on the CPU

@@ -30,9 +30,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..errors import GpuwiseError
-from ..workload import Workload
-from .events import MemEvent, MemoryTrace
+from ...errors import GpuwiseError
+from ...workload import Workload
+from ..memory.events import MemEvent, MemoryTrace
 
 LORA_ALPHA_PER_RANK = 2
 QLORA_BLOCKSIZE = 64       # bitsandbytes Linear4bit default blocksize for 4-bit weights
@@ -184,7 +184,7 @@ def _freeze(model, patterns: tuple[str, ...]) -> int:
 
 
 def _tracer():
-    """gpuwise's tracing dispatch mode when one is active (plan/trace.py `_TraceMode`), else None."""
+    """gpuwise's tracing dispatch mode when one is active (plan/tracing/trace.py `_TraceMode`), else None."""
     from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
     for mode in _get_current_dispatch_mode_stack():

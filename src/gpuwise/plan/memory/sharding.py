@@ -5,7 +5,7 @@ state, activations, ...). A rank of a data-parallel job runs the same step on it
 its events are the same with the sharded categories shrunk, plus what the library adds:
 
     ddp        + DDP's gradient buckets, allocated when DDP wraps the model (a second copy of every
-               gradient; plan/ddp.py `plan_ddp`, torch/nn/parallel/distributed.py)
+               gradient; plan/memory/ddp.py `plan_ddp`, torch/nn/parallel/distributed.py)
     zero1      optimizer state / N                          (ZeRO stage 1, DeepSpeed `stage: 1`)
     zero2      + gradients / N                              (ZeRO-2; FSDP `SHARD_GRAD_OP` keeps the
                                                              parameters whole from forward to backward)

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import contextlib
 
-from ..step import StepConfig, TrainStep, enable_checkpointing
+from ...step import StepConfig, TrainStep, enable_checkpointing
 from .fallback import is_fake_limit
 
-WARMUPS = ("optimizer", "step", "copy")  # "copy": plan/warmup.py
+WARMUPS = ("optimizer", "step", "copy")  # "copy": plan/memory/warmup.py
 
 
 def build_model_for_trace(workload, fake_mode, mode):

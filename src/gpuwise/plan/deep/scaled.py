@@ -8,7 +8,7 @@ so `fit` can evaluate dozens of variants of a 7B or 70B model in seconds. Checke
 traces in tests/test_plan_fit.py. A workload that is not a model config is traced whole.
 
 `Evaluator` caches traces by (layers, micro-batch, step config, modes): sharding and offload are
-transforms of a trace (plan/sharding.py, plan/modes.py) and cost no new trace.
+transforms of a trace (plan/memory/sharding.py, plan/tracing/modes.py) and cost no new trace.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..hf import hf_workload, num_layers_of
-from ..step import StepConfig
-from ..workload import load_workload
-from .estimate import _cuda_memory, _trace
-from .events import CATEGORIES, MemoryTrace, live_peak
-from .modes import TrainingModes, apply_modes, offload_optimizer_state
-from .sharding import Split, shard_trace
+from ...hf import hf_workload, num_layers_of
+from ...step import StepConfig
+from ...workload import load_workload
+from ..estimate import _cuda_memory, _trace
+from ..memory.events import CATEGORIES, MemoryTrace, live_peak
+from ..memory.sharding import Split, shard_trace
+from ..tracing.modes import TrainingModes, apply_modes, offload_optimizer_state
 
 
 @dataclass
