@@ -29,6 +29,7 @@ from ..memory.warmup import DeferredWarmUp, NotCopyable, warm_up_step_from_stead
 from ..speed.ops import OpCosts
 from .accumulation import InputBufferSums, node_prehooks
 from .compiled import compiled_notes
+from .cuda_autocast import cuda_autocast_policy
 from .fallback import trace_with_fallback
 from .kernels import FRESH_ZEROS_OPS, INPLACE_WITHOUT_MODE, output_bytes, promotion_copies_bytes, workspace
 from .probe import PROBED_OPS, probe
@@ -328,6 +329,8 @@ def _trace_once(workload, batch_size: int, config: StepConfig, target: str, fake
         if cuda_like:
             stack.enter_context(sdpa_as_gpu_runs_it())
             stack.enter_context(foreach_by_default())
+            if config.precision in ("fp16", "bf16"):
+                stack.enter_context(cuda_autocast_policy())
         stack.enter_context(node_prehooks(mode.sums, lambda: len(mode.rec.blocks)))
         model = build_model_for_trace(workload, fake_mode if fake else None, mode)
         mode.notes.extend(stack.enter_context(every_layer_runs(model)) + compiled_notes(model))
@@ -372,8 +375,9 @@ def _trace_once(workload, batch_size: int, config: StepConfig, target: str, fake
     trace.layers = tags
     trace.op_costs = mode.costs
     if cuda_like:
-        trace.notes.append("cuda: traced on CPU tensors with CUDA's attention kernels and optimizer defaults; "
-                           "autocast follows the CPU op lists")
+        trace.notes.append("cuda: traced on CPU tensors with CUDA's attention kernels and optimizer defaults"
+                           + ("; autocast applies CUDA's cast policy (plan/tracing/cuda_autocast.py)"
+                              if config.precision in ("fp16", "bf16") else ""))
     return trace
 
 
