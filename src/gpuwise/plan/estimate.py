@@ -32,6 +32,7 @@ from .memory.events import CATEGORIES, MemoryTrace, check_target, live_peak
 from .memory.overheads import DEFAULT_ARCH, Overheads, add_workspaces
 from .memory.sharding import block_param_bytes, make_split, rank_trace
 from .memory.synth import interpolate, pairing
+from .speed.model import Speed, predict
 from .tracing.modes import apply_modes, make_modes, offload_optimizer_state
 
 TOP_MODULES = 8
@@ -67,6 +68,7 @@ class Estimate:
     allocator: AllocatorResult | None = None
     roofline: Roofline | None = None
     capacity: Capacity | None = None
+    speed: Speed | None = None        # predicted step time on the named GPU (plan/speed/model.py)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
     grad_accum: int = 1
@@ -97,6 +99,8 @@ class Estimate:
             d["roofline"] = self.roofline.to_dict()
         if self.capacity is not None:
             d["curve"] = self.capacity.to_dict()
+        if self.speed is not None:
+            d["speed"] = self.speed.to_dict()
         return d
 
 
@@ -193,6 +197,8 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     `target="cuda"` replays the trace through the caching-allocator model and adds library workspaces
     and the CUDA context (for `gpu`'s architecture; Hopper when no GPU is named). With `gpu`, also a
     roofline bound and the largest batch that fits with `margin_pct` percent of its memory kept free.
+    `nproc` ranks under `strategy` (ddp, zero1, zero2, fsdp, fsdp-grad-op, hsdp; default ddp when
+    nproc > 1) set the predicted speed's communication (plan/speed/overlap.py).
     `on_progress(stage)` is called as each stage starts (the CLI shows it on stderr for long estimates).
     """
     started = time.perf_counter()
@@ -219,13 +225,22 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     cfg = getattr(base, "hf_config", None)
     layers = num_layers_of(cfg) if cfg is not None else None
 
-    def traced(b: int) -> MemoryTrace:
+    def one_gpu(b: int) -> MemoryTrace:
         t = _trace(wl, b, config, target, repeat=wl is base, progress=on_progress)
-        if modes.offload_optimizer:
-            t = offload_optimizer_state(t)
+        if not modes.offload_optimizer:
+            return t
+        off = offload_optimizer_state(t)
+        off.op_costs = t.op_costs
+        return off
+
+    def per_rank(t: MemoryTrace) -> MemoryTrace:
         return rank_trace(t, split, block_param_bytes(t, layers)) if split.nproc > 1 else t
 
-    trace = traced(batch_size)
+    def traced(b: int) -> MemoryTrace:
+        return per_rank(one_gpu(b))
+
+    whole = one_gpu(batch_size)  # the job on one GPU: the speed model's communicated bytes are its
+    trace = per_rank(whole)
     notes = list(trace.notes)
     arch = spec.arch if spec is not None else DEFAULT_ARCH
     opt_name = config.optimizer or ("workload optimizer()" if wl.optimizer_fn is not None else "adamw")
@@ -267,6 +282,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
         if spec.bandwidth_bytes_per_s > 0:
             est.roofline = roofline(flops, traffic_bytes(est.by_category), batch_size * modes.grad_accum, spec,
                                     config.precision)
+            est.speed = _speed(whole, est, spec, wl, modes, config.precision, split.nproc, split.strategy)
         else:
             notes.append(f"{spec.name}: memory only (no FLOP/s or bandwidth given): no roofline")
         if search_max_batch:
@@ -297,6 +313,28 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     est.notes = notes
     est.seconds = round(time.perf_counter() - started, 3)
     return est
+
+
+def _speed(trace: MemoryTrace, est: Estimate, spec: GpuSpec, wl: Workload, modes, precision: str, nproc: int,
+           strategy: str) -> Speed | None:
+    """The step-time model over the traced ops (plan/speed/); None when the trace recorded none."""
+    costs = trace.op_costs
+    if costs is None:
+        est.notes.append("no per-op record (the trace fell back): no speed prediction")
+        return None
+    if modes.grad_accum > modes.traced_micro_steps:
+        costs = costs.scaled(modes.grad_accum / modes.traced_micro_steps)
+    steady = trace.events[trace.steady_start:]
+    grad_bytes = sum(e.nbytes for e in steady if e.action == "alloc" and e.category == "gradients")
+    params = (est.by_category if nproc == 1 else live_peak(trace, round_to=512).by_category).get("parameters", 0)
+    gathered = params // 2 if precision in ("bf16", "fp16") else params  # FSDP2 gathers in param_dtype
+    cfg = getattr(wl, "hf_config", None)
+    blocks = int(getattr(cfg, "num_hidden_layers", 0) or getattr(cfg, "n_layer", 0) or 1)
+    seq_len = getattr(wl, "seq_len", None)
+    return predict(costs, spec, precision, samples_per_rank=est.batch_size * modes.grad_accum,
+                   flops_per_step=est.flops_per_step, tokens_per_sample=seq_len, nproc=nproc, strategy=strategy,
+                   grad_bytes=grad_bytes, param_bytes=gathered, blocks=blocks,
+                   roofline_step_s=est.roofline.time_s if est.roofline else None)
 
 
 # -- GPU truth records (DESIGN.md contract; read by gpuwise/truth.py): the estimate recomputed on the CPU

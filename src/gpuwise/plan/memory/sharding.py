@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ...errors import GpuwiseError
 from .events import MemEvent, MemoryTrace, live_peak
 
 STRATEGIES = ("single", "ddp", "zero1", "zero2", "fsdp", "fsdp-grad-op", "hsdp", "pipeline")
@@ -66,12 +67,11 @@ SHARDED = {
 
 def make_split(nproc: int = 1, strategy: str | None = None, node_size: int = DEFAULT_NODE_SIZE) -> Split:
     """The split that `-n/--nproc N --strategy S` names (S defaults to ddp over N > 1 GPUs)."""
-    from ...errors import GpuwiseError
-
     if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
         raise GpuwiseError(f"-n must be a positive integer, got {nproc!r}")
     if strategy is None:
         strategy = "ddp" if nproc > 1 else "single"
+    strategy = {"zero3": "fsdp"}.get(strategy, strategy)  # ZeRO-3 is FSDP's sharding (both names are used)
     if strategy not in STRATEGIES:
         raise GpuwiseError(f"--strategy {strategy!r}: expected one of {', '.join(STRATEGIES)}")
     if strategy == "single" and nproc > 1:
@@ -134,7 +134,8 @@ def shard_trace(trace: MemoryTrace, split: Split, block_param_bytes: int = 0,
             notes.append(f"{s}: {' and '.join(c.replace('_', ' ') for c in cats)} / {n}")
         if gathered:
             events, steady = _hold_during_forward_backward(events, steady, gathered)
-    return MemoryTrace(events, steady, trace.device_type, trace.method, notes, trace.flops_per_step)
+    return MemoryTrace(events, steady, trace.device_type, trace.method, notes, trace.flops_per_step,
+                       op_costs=trace.op_costs)
 
 
 def _new_block(events: list[MemEvent]) -> int:
