@@ -9,6 +9,7 @@ from ..hf import TASKS, is_config_source
 from ..plan import estimate
 from ..plan.curve import DEFAULT_MARGIN_PCT
 from ..plan.inference import estimate_inference
+from ..plan.memory.sharding import STRATEGIES
 from ..report import console
 from ..report.plan import plot_estimate, render_estimate
 from ..report.progress import StageProgress
@@ -24,6 +25,7 @@ EXAMPLES = """\
   gpuwise estimate examples:resnet -b 64 --gpu auto          # fits on the freest GPU here, now?
   gpuwise estimate hf:Qwen/Qwen2.5-7B --seq-len 2048 --precision bf16 --gpu H100   # config.json only; -b 1
   gpuwise estimate path/to/config.json -b 4 --qlora --precision bf16 --gpu rtx4090 --grad-accum 8
+  gpuwise estimate path/to/config.json -b 2 -n 8 --strategy fsdp --precision bf16 --gpu H100  # one rank of 8
 --target cuda (default) replays the step through a model of PyTorch's CUDA caching allocator and adds
 the cuBLAS workspaces and CUDA context: peak allocated, reserved and what nvidia-smi would show.
 --target cpu predicts the CPU peak. --gpu NAME adds fits / largest batch and a roofline bound.
@@ -40,6 +42,16 @@ def add_arguments(p) -> None:
     p.add_argument("--no-max-batch", action="store_true", help="with --gpu: skip the largest-batch search")
     p.add_argument("--plot", metavar="FILE", help="write a chart (memory breakdown, memory vs batch size) to FILE")
     add_mode_arguments(p)
+    add_split_arguments(p)
+
+
+def add_split_arguments(p) -> None:
+    """-n/--nproc and --strategy: one rank's memory when the job runs on N GPUs."""
+    p.add_argument("-n", "--nproc", type=positive_int, default=1, metavar="N",
+                   help="GPUs the job runs on: the numbers are one rank's (default 1)")
+    p.add_argument("--strategy", choices=[s for s in STRATEGIES if s != "pipeline"] + ["zero3"], default=None,
+                   help="how the job is split over the N GPUs (default ddp when -n > 1): ddp, ZeRO-1/2, "
+                   "FSDP2 (fsdp = ZeRO-3), fsdp-grad-op, hsdp; --batch-size is per rank")
 
 
 def add_mode_arguments(p) -> None:
@@ -83,12 +95,15 @@ def run(args) -> int:
     if args.plot and not Path(args.plot).resolve().parent.is_dir():  # before the trace, not after it
         raise GpuwiseError(f"--plot {args.plot}: the folder {Path(args.plot).resolve().parent} does not exist")
     if args.inference:
+        if args.nproc > 1 or args.strategy not in (None, "single"):
+            raise GpuwiseError("--inference: -n/--strategy are for training (one rank's memory)")
         return _run_inference(args)
     with console.err.status("tracing the step with fake tensors…"), StageProgress("estimate") as progress:
         est = estimate(args.workload, args.batch_size, optimizer=args.optimizer, precision=args.precision,
                        checkpointing=args.checkpointing, target=args.target, gpu=args.gpu,
                        margin_pct=DEFAULT_MARGIN_PCT if args.margin is None else args.margin,
-                       search_max_batch=not args.no_max_batch, on_progress=progress, **mode_kwargs(args))
+                       search_max_batch=not args.no_max_batch, nproc=args.nproc, strategy=args.strategy,
+                       on_progress=progress, **mode_kwargs(args))
     if args.plot:
         try:
             plot_estimate(est, args.plot)

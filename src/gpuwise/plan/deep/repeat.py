@@ -264,6 +264,9 @@ def repeated_trace(wl, batch_size: int, config: StepConfig, target: str,
         return None, str(exc)
     f3, f4 = traces[TRACED].flops_per_step, traces[CHECKED].flops_per_step
     full.flops_per_step = f3 + (layers - TRACED) * (f4 - f3)
+    c3, c4 = traces[TRACED].op_costs, traces[CHECKED].op_costs
+    if c3 is not None and c4 is not None:
+        full.op_costs = c3.combine(c4, layers - TRACED)
     full.notes.append(f"repeated blocks: traced with {TRACED} and {CHECKED} of {layers} blocks; the events of "
                       f"blocks 1..{layers - 2} are the middle block's (exact: the {CHECKED}-block trace matched "
                       "its rebuild event for event)")

@@ -51,6 +51,7 @@ class MemoryTrace:
     notes: list[str] = field(default_factory=list)
     flops_per_step: int = 0   # FLOPs of the steady-state step (torch.utils.flop_counter formulas)
     layers: Any = field(default=None, repr=False)  # plan/deep/repeat_tags.py's EventLayers, when blocks were followed
+    op_costs: Any = field(default=None, repr=False)  # plan/speed/ops.py's OpCosts of the steady step (fake traces)
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,10 @@ from ...workload import check_batch_size, load_workload
 from ..deep.repeat_tags import LayerTags
 from ..memory.events import MemEvent, MemoryTrace, check_target
 from ..memory.warmup import DeferredWarmUp, NotCopyable, warm_up_step_from_steady
+from ..speed.ops import OpCosts
 from .accumulation import InputBufferSums, node_prehooks
 from .compiled import compiled_notes
+from .cuda_autocast import cuda_autocast_policy
 from .fallback import trace_with_fallback
 from .kernels import FRESH_ZEROS_OPS, INPLACE_WITHOUT_MODE, output_bytes, promotion_copies_bytes, workspace
 from .probe import PROBED_OPS, probe
@@ -77,6 +79,7 @@ class _TraceMode(_dispatch_mode_base()):
         self.live: dict[int, tuple[int, Any]] = {}  # id(storage) -> (block, weakref)
         self.flops = 0
         self.count_flops = False
+        self.costs = OpCosts()  # the steady step's ops for the speed model (plan/speed/ops.py)
         self._flop_registry = fc.flop_registry if count_flops else {}
         self.item_default: Any = None  # value for .item() while a GradScaler asks whether grads are finite
         self.saved: set[int] = set()  # forward blocks still alive when backward starts: saved activations
@@ -181,8 +184,9 @@ class _TraceMode(_dispatch_mode_base()):
         out = func(*args, **kwargs)
         if self.count_flops:
             formula = self._flop_registry.get(func.overloadpacket)
-            if formula is not None:
-                self.flops += int(formula(*args, **kwargs, out_val=out))
+            op_flops = int(formula(*args, **kwargs, out_val=out)) if formula is not None else 0
+            self.flops += op_flops
+            self.costs.record(name, self.phase, args, kwargs, out, op_flops)
         if isinstance(out, torch.Tensor):
             if self.phase == "backward" and name in INPLACE_WITHOUT_MODE:
                 self._as_in_place(args[INPLACE_WITHOUT_MODE[name]], out, name)
@@ -325,6 +329,8 @@ def _trace_once(workload, batch_size: int, config: StepConfig, target: str, fake
         if cuda_like:
             stack.enter_context(sdpa_as_gpu_runs_it())
             stack.enter_context(foreach_by_default())
+            if config.precision in ("fp16", "bf16"):
+                stack.enter_context(cuda_autocast_policy())
         stack.enter_context(node_prehooks(mode.sums, lambda: len(mode.rec.blocks)))
         model = build_model_for_trace(workload, fake_mode if fake else None, mode)
         mode.notes.extend(stack.enter_context(every_layer_runs(model)) + compiled_notes(model))
@@ -367,9 +373,11 @@ def _trace_once(workload, batch_size: int, config: StepConfig, target: str, fake
         del step, batch, model
     trace = MemoryTrace(events, steady_start, target, "fake-trace", notes=list(mode.notes), flops_per_step=flops)
     trace.layers = tags
+    trace.op_costs = mode.costs
     if cuda_like:
-        trace.notes.append("cuda: traced on CPU tensors with CUDA's attention kernels and optimizer defaults; "
-                           "autocast follows the CPU op lists")
+        trace.notes.append("cuda: traced on CPU tensors with CUDA's attention kernels and optimizer defaults"
+                           + ("; autocast applies CUDA's cast policy (plan/tracing/cuda_autocast.py)"
+                              if config.precision in ("fp16", "bf16") else ""))
     return trace
 
 
