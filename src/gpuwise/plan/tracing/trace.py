@@ -382,7 +382,7 @@ def _trace_once(workload, batch_size: int, config: StepConfig, target: str, fake
 
 
 def trace_step(workload, batch_size: int, config: StepConfig | None = None, target: str = "cpu",
-               *, fallback: bool = True, warmup: str | None = None) -> MemoryTrace:
+               *, fallback: bool = True, warmup: str | None = None, layers: int | None = None) -> MemoryTrace:
     """Trace setup, a warm-up step and the steady-state step of `workload` at `batch_size` on `target`.
 
     Returns the events (`events[steady_start:]` is the steady step) and `flops_per_step`. Falls back to
@@ -392,7 +392,9 @@ def trace_step(workload, batch_size: int, config: StepConfig | None = None, targ
     backward copied from the steady step's instead of traced (plan/memory/warmup.py; the default for "cuda",
     traced as "step" where a copy would differ); `"optimizer"` only creates the optimizer state, without
     the first forward/backward (the default for "cpu", whose live-bytes peak does not depend on
-    history). "copy" and "optimizer" trace one forward/backward instead of two.
+    history). "copy" and "optimizer" trace one forward/backward instead of two. `layers` (with
+    `fallback=False`): the model has that many repeated blocks; each event is tagged with its block
+    (plan/deep/repeat.py's rebuild).
     """
     check_target(target)
     check_batch_size(batch_size)
@@ -403,6 +405,15 @@ def trace_step(workload, batch_size: int, config: StepConfig | None = None, targ
     if warmup not in WARMUPS:
         raise GpuwiseError(f"unknown warm-up {warmup!r}; choose from: {', '.join(WARMUPS)}")
     if not fallback:
-        return _run(workload, batch_size, config, target, fake=True, warmup=warmup)
+        return _run(workload, batch_size, config, target, fake=True, warmup=warmup, layers=layers)
+    if layers is not None:
+        raise ValueError("layers= tags a fake trace's events: pass fallback=False")
     return trace_with_fallback(lambda b: run_fake(workload, b, config, target, warmup),
                                lambda b: run_real(workload, b, config, target, warmup), batch_size, workload)
+
+
+# -- what a trace of another kind (plan/inference.py's generation) uses of the tracer: its dispatch mode,
+# the labelling of storages built outside it, and the settled events --
+TraceMode = _TraceMode
+label = _label
+settle = _settle
