@@ -21,7 +21,7 @@ from ..step import OPTIMIZERS, StepConfig
 from ..truth import record_workload
 from ..workload import Workload, check_batch_size, load_workload
 from .capacity import Capacity, find_capacity
-from .catalog import GpuSpec, lookup
+from .catalog import GpuSpec, lookup, tensor_core_capability
 from .curve import DEFAULT_MARGIN_PCT, CurvePoint
 from .deep.repeat import repeated_trace
 from .flops import Roofline, count_flops, roofline, traffic_bytes
@@ -74,6 +74,7 @@ class Estimate:
     effective_batch_size: int = 0     # samples per optimizer step: batch_size x grad_accum
     modes: list[str] = field(default_factory=list)  # training modes applied (LoRA, QLoRA, offload, ...)
     trace: MemoryTrace | None = field(default=None, repr=False)
+    attention: dict[str, Any] | None = None  # cuda: attention implementation, kernels chosen and why
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {k: getattr(self, k) for k in (
@@ -84,7 +85,8 @@ class Estimate:
         d["by_category"] = {c: int(self.by_category.get(c, 0)) for c in CATEGORIES}
         if self.overheads is not None:
             o = self.overheads
-            d["overheads"] = {"arch": o.arch, "context_bytes": o.context_bytes, "cudnn_bytes": o.cudnn_bytes,
+            d["overheads"] = {"arch": o.arch, "context_bytes": o.context_bytes, "module_loading": o.module_loading,
+                              "cudnn_bytes": o.cudnn_bytes,
                               "workspace_bytes": o.workspace_bytes,
                               "workspaces": [{"name": n, "bytes": b} for n, b in o.workspaces]}
         if self.allocator is not None:
@@ -97,6 +99,8 @@ class Estimate:
             d["curve"] = self.capacity.to_dict()
         if self.speed is not None:
             d["speed"] = self.speed.to_dict()
+        if self.attention is not None:
+            d["attention"] = self.attention
         return d
 
 
@@ -122,8 +126,19 @@ def _curve_point(batch_size: int, c: _Cuda) -> CurvePoint:
 STEADY_REPEATS = 3  # steady steps replayed in a row: a measurement runs several; layouts can drift for a few
 
 
-def _cuda_memory(trace: MemoryTrace, arch: str) -> _Cuda:
-    with_ws, overheads = add_workspaces(trace, arch)
+def _capability(spec: GpuSpec | None) -> tuple[int, int] | None:
+    """The GPU's compute capability (catalog), which decides the attention kernels; None without a GPU."""
+    if spec is None:
+        return None
+    try:
+        major, minor = (spec.compute_capability or "").split(".")[:2]
+        return int(major), int(minor)
+    except ValueError:
+        return tensor_core_capability(spec.name)
+
+
+def _cuda_memory(trace: MemoryTrace, arch: str, loading: str | None = None) -> _Cuda:
+    with_ws, overheads = add_workspaces(trace, arch, loading=loading)
     return _Cuda(with_ws, overheads, replay(with_ws, steady_repeats=STEADY_REPEATS))
 
 
@@ -179,6 +194,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
              model: Any = None, batch: Any = None, loss: Any = None, seq_len: int | None = None,
              task: str | None = None, grad_accum: int = 1, lora: int | bool | None = None, qlora: bool = False,
              freeze: Any = None, offload_optimizer: bool = False, nproc: int = 1, strategy: str | None = None,
+             attn: str | None = None, zero_grad: str = "none", module_loading: str | None = None,
              on_progress: Progress | None = None) -> Estimate:
     """Predict the memory and compute of one steady-state training step of `workload` at `batch_size`.
 
@@ -187,6 +203,12 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     (a module, possibly on the meta device), `batch=` (a function batch(batch_size) or one example
     batch) and optionally `loss=`. Modes (plan/tracing/modes.py): `grad_accum`, `lora` (rank, or True for 16),
     `qlora`, `freeze` (parameter-name regexes), `offload_optimizer`.
+
+    The setting of a torch / transformers version: `attn` ("eager" / "sdpa" / "flash": transformers'
+    attn_implementation; the SDPA kernel follows the GPU, plan/tracing/sdpa.py), `optimizer_impl`
+    ("for-loop" / "foreach" / "fused"; default: torch's choice for CUDA, foreach), `zero_grad` ("none" /
+    "zeros": gradients kept between steps, torch < 2.0), `module_loading` ("lazy" / "eager": the CUDA
+    context with every kernel image loaded, torch < 1.13; default CUDA_MODULE_LOADING, else lazy).
 
     `target="cuda"` replays the trace through the caching-allocator model and adds library workspaces
     and the CUDA context (for `gpu`'s architecture; Hopper when no GPU is named). With `gpu`, also a
@@ -211,12 +233,20 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     if not 0 <= margin_pct < 100:
         raise GpuwiseError(f"margin must be a percentage in [0, 100), got {margin_pct!r}")
     config = StepConfig(optimizer=optimizer, precision=precision, checkpointing=checkpointing,
-                        optimizer_impl=optimizer_impl)
+                        optimizer_impl=optimizer_impl, zero_grad=zero_grad)
     base = load_workload(workload)
     wl = apply_modes(base, modes, config.precision)
 
+    from .tracing.sdpa import AttentionTarget, attention_summary, attention_target, using_target
+
+    with attention_target(attn=attn):  # validates attn
+        pass
+    capability = _capability(spec)
+    attention = AttentionTarget(capability or (9, 0), spec.name if spec is not None else "", attn)
+
     def traced(b: int) -> MemoryTrace:
-        t = _trace(wl, b, config, target, repeat=wl is base, progress=on_progress)
+        with using_target(attention):
+            t = _trace(wl, b, config, target, repeat=wl is base, progress=on_progress)
         if not modes.offload_optimizer:
             return t
         off = offload_optimizer_state(t)
@@ -243,7 +273,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     else:
         if on_progress is not None:
             on_progress("replaying the caching allocator")
-        cuda = _cuda_memory(trace, arch)
+        cuda = _cuda_memory(trace, arch, module_loading)
         peak = live_peak(cuda.trace, round_to=512)  # breakdown in allocator-rounded sizes, workspaces included
         if spec is None:
             notes.append(f"no GPU named: context and workspaces of a {arch} GPU assumed")
@@ -276,14 +306,15 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
                 if on_progress is not None:
                     on_progress(f"largest batch: batch {b}")
                 traces[b] = traced(b)
-                return _curve_point(b, _cuda_memory(traces[b], arch))
+                return _curve_point(b, _cuda_memory(traces[b], arch, module_loading))
 
             def replayed(b: int, a: int, c: int) -> CurvePoint | None:
                 if (a, c) not in pairs:
                     pairs[(a, c)] = pairing(traces[a], traces[c])
                 if pairs[(a, c)] is None:
                     return None
-                return _curve_point(b, _cuda_memory(interpolate(traces[a], a, traces[c], c, b, pairs[(a, c)]), arch))
+                return _curve_point(b, _cuda_memory(interpolate(traces[a], a, traces[c], c, b, pairs[(a, c)]), arch,
+                                                    module_loading))
 
             est.capacity = find_capacity(point, batch_size, spec.memory_bytes, margin_pct, first=first,
                                          replayed=replayed)
@@ -292,6 +323,8 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
                 notes.append("largest-batch search stopped at its trace budget: max_batch_size is a lower bound")
         limit = spec.memory_bytes * (1 - margin_pct / 100)
         est.fits = est.device_used_bytes <= limit
+    if target == "cuda":
+        est.attention = attention_summary(attention)
     est.notes = notes
     est.seconds = round(time.perf_counter() - started, 3)
     return est
