@@ -91,7 +91,7 @@ def fake_train_step(workload, config: StepConfig, model) -> TrainStep:
     import torch
 
     if config.checkpointing:  # wrap blocks before moving, as TrainStep does
-        enable_checkpointing(model)
+        enable_checkpointing(model, "selective" if config.checkpointing == "selective" else "full")
         config = dataclasses.replace(config, checkpointing=False)
     dtype = torch.bfloat16 if config.precision == "bf16-pure" else None
     memo: dict[int, torch.Tensor] = {}
@@ -100,7 +100,10 @@ def fake_train_step(workload, config: StepConfig, model) -> TrainStep:
         if id(t) not in memo:
             with torch.no_grad():
                 new = t.to(dtype) if dtype is not None and t.is_floating_point() else t
-            memo[id(t)] = torch.nn.Parameter(new, requires_grad=t.requires_grad) if is_param else new
+            if is_param:  # a new Parameter keeps the old one's attributes (bitsandbytes' quant_state, ...)
+                new = torch.nn.Parameter(new, requires_grad=t.requires_grad)
+                new.__dict__.update(t.__dict__)
+            memo[id(t)] = new
         return memo[id(t)]
 
     for m in model.modules() if dtype is not None else ():
