@@ -9,8 +9,8 @@ from gpuwise.plan import estimate
 from gpuwise.plan.capacity import find_capacity
 from gpuwise.plan.curve import CurvePoint
 from gpuwise.plan.estimate import _trace
-from gpuwise.plan.events import MemEvent, MemoryTrace
-from gpuwise.plan.synth import interpolate, pairing, same_structure
+from gpuwise.plan.memory.events import MemEvent, MemoryTrace
+from gpuwise.plan.memory.synth import interpolate, pairing, same_structure
 from gpuwise.step import StepConfig
 from gpuwise.workload import load_workload
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..devices.torch_device import resolve_device
 from ..errors import GpuwiseError
 from ..measuring import find_max_batch, measure, snapshot
-from ..plan.events import live_peak
+from ..plan.memory.events import live_peak
 from ..report import console
 from ..report.measure import maxbatch_table, measurement_table, oom_message
 from ..report.progress import ProgressPrinter

@@ -2,7 +2,7 @@
 
 Each option is a set of changes to the job (precision, activation checkpointing, optimizer, LoRA /
 QLoRA, offload, gradient accumulation, sharding over N GPUs); gpuwise traces the changed step (the
-real libraries, fake tensors; plan/scaled.py makes a 7B model cost two small traces per variant) and
+real libraries, fake tensors; plan/deep/scaled.py makes a 7B model cost two small traces per variant) and
 reports, per rank: device memory as nvidia-smi would show it, a samples/s bound, the effective batch,
 what changes in the training's numerics, and the code to write. The JSON form is DESIGN.md's
 `gpuwise fit --json` contract. Options that fit come first, fastest first.
@@ -10,7 +10,7 @@ what changes in the training's numerics, and the code to write. The JSON form is
 Speed = effective batch x data-parallel ranks / step time, where the step time is the roofline bound of
 the traced FLOPs and bytes (plan/flops.py; the recomputation of checkpointing is in the traced FLOPs)
 plus, not overlapped with it beyond the compute time, the communication of the split
-(plan/sharding.py `comm_bytes_per_step` over the GPU's link) and, for offload, PCIe traffic and a
+(plan/memory/sharding.py `comm_bytes_per_step` over the GPU's link) and, for offload, PCIe traffic and a
 host-memory-bound CPU optimizer step. Like the roofline, it is an upper bound for ranking, not a
 measurement.
 """
@@ -25,12 +25,12 @@ from ..errors import GpuwiseError
 from ..step import StepConfig
 from .catalog import CATALOG, GpuSpec, lookup
 from .curve import DEFAULT_MARGIN_PCT
+from .deep.scaled import Evaluator, Point
 from .estimate import resolve_gpu
 from .flops import roofline, traffic_bytes
 from .inputs import resolve_inputs
-from .modes import TrainingModes
-from .scaled import Evaluator, Point
-from .sharding import DEFAULT_NODE_SIZE, Split, comm_bytes_per_step
+from .memory.sharding import DEFAULT_NODE_SIZE, Split, comm_bytes_per_step
+from .tracing.modes import TrainingModes
 
 GB = 1e9
 # Per-direction GPU-to-GPU bandwidth. NVLink: H100/H200 SXM NVLink4 900 GB/s total (450 each way), A100

@@ -30,6 +30,7 @@ import math
 from dataclasses import dataclass
 
 from ...errors import GpuwiseError
+from ..catalog import DEFAULT_SPEED, SPEED
 
 GB = 1e9
 US = 1e-6
@@ -101,18 +102,6 @@ BUSBW_FACTORS = {
     "reduce": lambda n: 1.0,
 }
 
-# The link between the GPUs of one node, by catalog id: SXM parts on NVSwitch baseboards (HGX/DGX),
-# everything else over PCIe (Gen4 for Ampere/Ada cards, Gen5 for H100 PCIe and Blackwell RTX) per the
-# datasheets' "Interconnect" row.
-GPU_LINKS = {
-    "v100-16gb": "nvlink2", "v100-32gb": "nvlink2",
-    "a100-40gb": "nvlink3", "a100-80gb": "nvlink3",
-    "h100-sxm": "nvlink4", "h200": "nvlink4", "h20": "nvlink4",
-    "b200": "nvlink5", "gb200": "nvlink5",
-    "h100-pcie": "pcie5", "rtx-5090": "pcie5",
-    "t4": "pcie3",
-}
-DEFAULT_GPU_LINK = "pcie4"
 DEFAULT_NETWORK = {"nvlink2": "ib-edr", "nvlink3": "ib-hdr", "nvlink4": "ib-ndr", "nvlink5": "ib-xdr"}
 GPUS_PER_NODE = 8
 
@@ -127,8 +116,9 @@ def get_link(link: str | Link) -> Link:
 
 
 def link_for_gpu(gpu_id: str) -> str:
-    """The intra-node link name for a catalog GPU id ("h100-sxm" -> "nvlink4"; PCIe cards -> "pcie4")."""
-    return GPU_LINKS.get(gpu_id, DEFAULT_GPU_LINK)
+    """The intra-node link name for a catalog GPU id ("h100-sxm" -> "nvlink4"; PCIe cards -> "pcie4"):
+    SXM parts on NVSwitch baseboards, the rest over PCIe (plan/catalog.py SPEED, from the datasheets)."""
+    return SPEED.get(gpu_id, DEFAULT_SPEED).link
 
 
 def network_for_link(link: str) -> str:

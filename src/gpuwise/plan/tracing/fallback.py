@@ -1,7 +1,7 @@
 """When a fake trace cannot run the step: get the estimate another way, and say which.
 
 Order of attempts (the first that works is used; `MemoryTrace.method` names it):
-1. "fake-trace": fake tensors, no memory (plan/trace.py). A model whose *construction* reads data is
+1. "fake-trace": fake tensors, no memory (plan/tracing/trace.py). A model whose *construction* reads data is
    built with real weights and copied into fake tensors; that is still a fake trace of the step.
 2. "real-trace": the same tracer on real CPU tensors, so data-dependent ops (`.item()`, `torch.all(x)`
    checks, nonzero / dynamic shapes) just run. It costs real host memory, so it first traces batch 1
@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from ..errors import GpuwiseError
-from .events import MemoryTrace, live_peak
+from ...errors import GpuwiseError
+from ..memory.events import MemoryTrace, live_peak
 
-# a tracer bound to one workload, config, target and warm-up: batch size -> trace (plan/trace.py's run_fake
+# a tracer bound to one workload, config, target and warm-up: batch size -> trace (plan/tracing/trace.py's run_fake
 # and run_real); passed in, so that this module needs nothing from the tracer that calls it
 TraceAt = Callable[[int], MemoryTrace]
 

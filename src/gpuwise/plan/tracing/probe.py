@@ -9,7 +9,7 @@ RNN workspace whose meta kernel says 0 bytes). Results are cached per signature 
 
 A convolution whose probe would be slow (no fast kernel for its dtype on this CPU) or whose inputs would
 take more than `PROBE_MAX_BYTES` is probed at smaller spatial sizes and extrapolated, with a check
-(plan/probe_scale.py). Other ops over `PROBE_MAX_BYTES` are not probed; the formulas of plan/kernels.py
+(plan/tracing/probe_scale.py). Other ops over `PROBE_MAX_BYTES` are not probed; the formulas of plan/tracing/kernels.py
 stand in for them.
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..profiling import cpu_memory_profile
+from ...profiling import cpu_memory_profile
 from .kernels import Workspace
 from .probe_scale import scaled_probe
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..profiling import cpu_memory_profile
-from ..step import StepConfig, TrainStep
-from ..workload import load_workload
+from ...profiling import cpu_memory_profile
+from ...step import StepConfig, TrainStep
+from ...workload import load_workload
 
 STEADY_MARK = "gpuwise::steady_step"
 

@@ -63,7 +63,7 @@ def interpolate(ta: MemoryTrace, a: int, tc: MemoryTrace, c: int, b: int,
         raise ValueError("two different batch sizes are needed")
     pair = pairing(ta, tc) if pair is None else pair
     if pair is None:
-        raise ValueError("the two traces are not the same step (plan/synth.py pairing)")
+        raise ValueError("the two traces are not the same step (plan/memory/synth.py pairing)")
     size_c = {ev.block: ev.nbytes for ev in tc.events if ev.action == "alloc"}
     size: dict[int, int] = {}
     events = []

@@ -6,11 +6,11 @@ optimizer.step, zero_grad(set_to_none=True)) is the one the peak is read from. E
 creates on the target device is followed by its storage: views share it, it is counted once, and it is
 freed when its last reference dies (a weakref on the fake tensor's untyped storage, as
 torch.distributed._tools.mem_tracker does). Memory kernels take below the dispatcher comes from the
-registry in `plan/kernels.py`; FLOPs of the steady step come from torch.utils.flop_counter's formulas
+registry in `plan/tracing/kernels.py`; FLOPs of the steady step come from torch.utils.flop_counter's formulas
 in the same pass.
 
 When the fake trace cannot run (a data-dependent op, an op with no fake kernel, an abort on a
-CPU-only build), `plan/fallback.py` gets an estimate another way and says which in `method`.
+CPU-only build), `plan/tracing/fallback.py` gets an estimate another way and says which in `method`.
 """
 
 from __future__ import annotations
@@ -20,21 +20,23 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import GpuwiseError
-from ..step import StepConfig, TrainStep, tensors_in
-from ..workload import check_batch_size, load_workload
+from ...errors import GpuwiseError
+from ...step import StepConfig, TrainStep, tensors_in
+from ...workload import check_batch_size, load_workload
+from ..deep.repeat_tags import LayerTags
+from ..memory.events import MemEvent, MemoryTrace, check_target
+from ..memory.warmup import DeferredWarmUp, NotCopyable, warm_up_step_from_steady
+from ..speed.ops import OpCosts
 from .accumulation import InputBufferSums, node_prehooks
 from .compiled import compiled_notes
-from .events import MemEvent, MemoryTrace, check_target
+from .cuda_autocast import cuda_autocast_policy
 from .fallback import trace_with_fallback
 from .kernels import FRESH_ZEROS_OPS, INPLACE_WITHOUT_MODE, output_bytes, promotion_copies_bytes, workspace
 from .probe import PROBED_OPS, probe
-from .repeat_tags import LayerTags
 from .scope import ModuleScope
-from .sdpa import sdpa_as_gpu_runs_it
+from .sdpa import _TARGET, attention_note, attention_target, sdpa_as_gpu_runs_it, set_attn_implementation
 from .setup import WARMUPS, build_model_for_trace, fake_train_step, foreach_by_default
 from .stochastic import every_layer_runs
-from .warmup import DeferredWarmUp, NotCopyable, warm_up_step_from_steady
 
 
 @dataclass
@@ -51,7 +53,7 @@ class _Block:
 class _Recorder:
     """Raw events as they happen; categories are settled at the end, once grads and state are known."""
 
-    # action, block, phase, module, op, layer (the repeated block running, when plan/repeat.py follows them)
+    # action, block, phase, module, op, layer (the repeated block running, when plan/deep/repeat.py follows them)
     events: list[tuple[str, int, str, str, str, int | None]] = field(default_factory=list)
     blocks: list[_Block] = field(default_factory=list)
 
@@ -77,13 +79,14 @@ class _TraceMode(_dispatch_mode_base()):
         self.live: dict[int, tuple[int, Any]] = {}  # id(storage) -> (block, weakref)
         self.flops = 0
         self.count_flops = False
+        self.costs = OpCosts()  # the steady step's ops for the speed model (plan/speed/ops.py)
         self._flop_registry = fc.flop_registry if count_flops else {}
         self.item_default: Any = None  # value for .item() while a GradScaler asks whether grads are finite
         self.saved: set[int] = set()  # forward blocks still alive when backward starts: saved activations
         self.notes: list[str] = []
-        self.sums = InputBufferSums()  # the engine's in-place gradient sums (plan/accumulation.py)
+        self.sums = InputBufferSums()  # the engine's in-place gradient sums (plan/tracing/accumulation.py)
         self._paused = False
-        self.layers = None  # plan/repeat.py's LayerTags: which repeated block each event belongs to
+        self.layers = None  # plan/deep/repeat.py's LayerTags: which repeated block each event belongs to
 
     @contextlib.contextmanager
     def paused(self):
@@ -181,8 +184,9 @@ class _TraceMode(_dispatch_mode_base()):
         out = func(*args, **kwargs)
         if self.count_flops:
             formula = self._flop_registry.get(func.overloadpacket)
-            if formula is not None:
-                self.flops += int(formula(*args, **kwargs, out_val=out))
+            op_flops = int(formula(*args, **kwargs, out_val=out)) if formula is not None else 0
+            self.flops += op_flops
+            self.costs.record(name, self.phase, args, kwargs, out, op_flops)
         if isinstance(out, torch.Tensor):
             if self.phase == "backward" and name in INPLACE_WITHOUT_MODE:
                 self._as_in_place(args[INPLACE_WITHOUT_MODE[name]], out, name)
@@ -297,7 +301,9 @@ def run_real(workload, batch_size: int, config: StepConfig, target: str, warmup:
 
 def _run(workload, batch_size: int, config: StepConfig, target: str, fake: bool,
          warmup: str = "optimizer", layers: int | None = None) -> MemoryTrace:
-    """`_trace_once`; a warm-up step that cannot be copied from the steady one (plan/warmup.py) is traced."""
+    """`_trace_once`; a warm-up step that cannot be copied from the steady one (plan/memory/warmup.py) is traced."""
+    if config.zero_grad == "zeros" and warmup in ("copy", "optimizer"):
+        warmup = "step"  # the first step leaves every gradient allocated: trace it whole
     if warmup == "copy":
         try:
             return _trace_once(workload, batch_size, config, target, fake, "copy", layers)
@@ -310,10 +316,10 @@ def _trace_once(workload, batch_size: int, config: StepConfig, target: str, fake
                 warmup: str = "optimizer", layers: int | None = None) -> MemoryTrace:
     """The tracer. Tensors are CPU tensors (fake or real) standing for `target`'s: autograd on fake CUDA
     tensors aborts a CPU-only torch (no CUDA device guard), so what differs on CUDA is emulated instead:
-    attention runs the kernel the GPU would pick (plan/sdpa.py), optimizers default to foreach as on
+    attention runs the kernel the GPU would pick (plan/tracing/sdpa.py), optimizers default to foreach as on
     CUDA, and kernel workspaces come from the target's registry entries. `layers`: the model has that
     many repeated blocks in one ModuleList; each event is tagged with the block it belongs to
-    (`trace.layers`, read by plan/repeat.py)."""
+    (`trace.layers`, read by plan/deep/repeat.py)."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -322,11 +328,17 @@ def _trace_once(workload, batch_size: int, config: StepConfig, target: str, fake
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True) if fake else contextlib.nullcontext()
     cuda_like = target == "cuda"
     with fake_mode, tracker, mode, contextlib.ExitStack() as stack:
+        attn = _TARGET.get() or stack.enter_context(attention_target())  # the estimate's GPU, else sm80
         if cuda_like:
             stack.enter_context(sdpa_as_gpu_runs_it())
             stack.enter_context(foreach_by_default())
+            if config.precision in ("fp16", "bf16"):
+                stack.enter_context(cuda_autocast_policy())
         stack.enter_context(node_prehooks(mode.sums, lambda: len(mode.rec.blocks)))
         model = build_model_for_trace(workload, fake_mode if fake else None, mode)
+        attn_note = set_attn_implementation(model, attn)
+        if attn_note:
+            mode.notes.append(attn_note)
         mode.notes.extend(stack.enter_context(every_layer_runs(model)) + compiled_notes(model))
         if layers is not None:
             mode.layers = LayerTags.follow(mode, model, layers)
@@ -367,9 +379,12 @@ def _trace_once(workload, batch_size: int, config: StepConfig, target: str, fake
         del step, batch, model
     trace = MemoryTrace(events, steady_start, target, "fake-trace", notes=list(mode.notes), flops_per_step=flops)
     trace.layers = tags
+    trace.op_costs = mode.costs
     if cuda_like:
-        trace.notes.append("cuda: traced on CPU tensors with CUDA's attention kernels and optimizer defaults; "
-                           "autocast follows the CPU op lists")
+        trace.notes.append(attention_note(attn))
+        trace.notes.append("cuda: traced on CPU tensors with CUDA's attention kernels and optimizer defaults"
+                           + ("; autocast applies CUDA's cast policy (plan/tracing/cuda_autocast.py)"
+                              if config.precision in ("fp16", "bf16") else ""))
     return trace
 
 
@@ -378,10 +393,10 @@ def trace_step(workload, batch_size: int, config: StepConfig | None = None, targ
     """Trace setup, a warm-up step and the steady-state step of `workload` at `batch_size` on `target`.
 
     Returns the events (`events[steady_start:]` is the steady step) and `flops_per_step`. Falls back to
-    `plan/fallback.py` when fake tensors cannot run the step; `method` says which way was used.
+    `plan/tracing/fallback.py` when fake tensors cannot run the step; `method` says which way was used.
     `warmup="step"` runs a whole first step, as a training process does (the caching-allocator model
     must see the same history); `"copy"` gives the same events with the first step's forward and
-    backward copied from the steady step's instead of traced (plan/warmup.py; the default for "cuda",
+    backward copied from the steady step's instead of traced (plan/memory/warmup.py; the default for "cuda",
     traced as "step" where a copy would differ); `"optimizer"` only creates the optimizer state, without
     the first forward/backward (the default for "cpu", whose live-bytes peak does not depend on
     history). "copy" and "optimizer" trace one forward/backward instead of two.

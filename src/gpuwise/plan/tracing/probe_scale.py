@@ -1,6 +1,6 @@
 """A convolution probe that would be slow (or too big) is measured at smaller spatial sizes and extrapolated.
 
-A probe runs the op for real (plan/probe.py). Where the CPU has no fast kernel for the dtype (bf16
+A probe runs the op for real (plan/tracing/probe.py). Where the CPU has no fast kernel for the dtype (bf16
 convolutions on an AVX2 machine fall back to ATen's im2col kernels: 13 s for one 64-channel 224 px
 layer at batch 2), probing every convolution of a model at full size takes longer than the step
 itself. The bytes those kernels allocate are sums of products of the sizes (im2col columns, outputs,

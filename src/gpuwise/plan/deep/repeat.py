@@ -6,7 +6,7 @@ in the optimizer's per-parameter loops, descending in backward). Tracing 80 bloc
 costs 80 times one block; here the model is traced with 3 blocks (first, middle, last: a first or last
 block can differ from the others, e.g. in what it frees of its neighbour) and each phase's run is
 rebuilt for L blocks: block 0 from the first, blocks 1..L-2 from the middle one, block L-1 from the last.
-Events are tagged with their block while tracing (plan/repeat_tags.py); an event that refers to a
+Events are tagged with their block while tracing (plan/deep/repeat_tags.py); an event that refers to a
 storage of another block (a backward freeing the previous block's saved output) keeps its distance.
 
 When is that exact? When every one of the L blocks is built alike (checked on the full-depth model built
@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import functools
 
-from ..hf import TASKS, hf_workload, num_layers_of
-from ..step import StepConfig
-from .events import MemEvent, MemoryTrace
+from ...hf import TASKS, hf_workload, num_layers_of
+from ...step import StepConfig
+from ..memory.events import MemEvent, MemoryTrace
 
 TRACED = 3        # blocks in the trace the events are rebuilt from: first, middle, last
 CHECKED = 4       # blocks in the trace the rebuild is checked against
@@ -233,7 +233,7 @@ def _without_numbering(column: list[tuple]) -> list[tuple]:
 def repeated_trace(wl, batch_size: int, config: StepConfig, target: str,
                    progress=None) -> tuple[MemoryTrace | None, str]:
     """The step of `wl` (a model config with L blocks) rebuilt from 3- and 4-block traces, or (None, why)."""
-    from .trace import _run
+    from ..tracing.trace import _run
 
     cfg = getattr(wl, "hf_config", None)
     layers = num_layers_of(cfg) if cfg is not None else None
@@ -264,6 +264,9 @@ def repeated_trace(wl, batch_size: int, config: StepConfig, target: str,
         return None, str(exc)
     f3, f4 = traces[TRACED].flops_per_step, traces[CHECKED].flops_per_step
     full.flops_per_step = f3 + (layers - TRACED) * (f4 - f3)
+    c3, c4 = traces[TRACED].op_costs, traces[CHECKED].op_costs
+    if c3 is not None and c4 is not None:
+        full.op_costs = c3.combine(c4, layers - TRACED)
     full.notes.append(f"repeated blocks: traced with {TRACED} and {CHECKED} of {layers} blocks; the events of "
                       f"blocks 1..{layers - 2} are the middle block's (exact: the {CHECKED}-block trace matched "
                       "its rebuild event for event)")
