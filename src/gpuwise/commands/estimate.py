@@ -42,7 +42,32 @@ def add_arguments(p) -> None:
     p.add_argument("--no-max-batch", action="store_true", help="with --gpu: skip the largest-batch search")
     p.add_argument("--plot", metavar="FILE", help="write a chart (memory breakdown, memory vs batch size) to FILE")
     add_mode_arguments(p)
+    add_version_arguments(p)
     add_split_arguments(p)
+
+
+def add_version_arguments(p) -> None:
+    """What differs between torch / transformers versions: --attn, optimizer implementation, zero_grad,
+    CUDA module loading (a published table of 2022 ran eager attention, for-loop AdamW, kept gradients
+    and an eagerly loaded context)."""
+    p.add_argument("--attn", choices=["eager", "sdpa", "flash"],
+                   help="transformers attn_implementation: eager (the (L, L) scores kept; transformers < 4.36), "
+                        "sdpa (the kernel torch picks for the GPU; default of transformers >= 4.36), "
+                        "flash (sdpa with the flash kernel forced)")
+    p.add_argument("--optimizer-impl", choices=["default", "for-loop", "foreach", "fused"], default="default",
+                   help="torch optimizer implementation (default: torch's choice on CUDA, foreach; "
+                        "for-loop: torch < 2.0 and transformers' adamw_hf)")
+    p.add_argument("--zero-grad", choices=["none", "zeros"], default="none",
+                   help="none: zero_grad(set_to_none=True), torch >= 2.0; zeros: gradients kept between steps, "
+                        "zeroed in place (torch < 2.0, transformers' Trainer of then)")
+    p.add_argument("--module-loading", choices=["lazy", "eager"], default=None,
+                   help="CUDA module loading the context size assumes (default: $CUDA_MODULE_LOADING, else lazy; "
+                        "eager: every kernel image loaded at start, torch < 1.13 / CUDA < 11.7)")
+
+
+def version_kwargs(args) -> dict:
+    return {"attn": args.attn, "optimizer_impl": args.optimizer_impl, "zero_grad": args.zero_grad,
+            "module_loading": args.module_loading}
 
 
 def add_split_arguments(p) -> None:
@@ -62,7 +87,16 @@ def add_mode_arguments(p) -> None:
                    help="gradient accumulation: N micro-batches of --batch-size per optimizer step")
     p.add_argument("--lora", type=positive_int, nargs="?", const=16, metavar="RANK",
                    help="LoRA adapters through peft on every linear layer (rank, default 16); base frozen")
-    p.add_argument("--qlora", action="store_true", help="QLoRA: 4-bit NF4 base weights (bitsandbytes) + LoRA")
+    p.add_argument("--lora-targets", metavar="NAMES", help="LoRA / QLoRA: comma-separated module names to adapt, "
+                   "e.g. q_proj,v_proj (litgpt's and torchtune's defaults); default every linear layer")
+    p.add_argument("--lora-alpha", type=float, metavar="A", help="LoRA alpha (default 2 x rank)")
+    p.add_argument("--lora-dropout", type=float, metavar="P", help="LoRA dropout probability (default 0)")
+    p.add_argument("--base-dtype", choices=["fp32", "bf16", "fp16"], help="LoRA: dtype of the frozen base "
+                   "weights; default the precision's 16-bit type (peft's usual); fp32 with --precision bf16 is "
+                   "Lightning's bf16-mixed; --precision bf16-pure is litgpt's bf16-true (adapters bf16 too)")
+    p.add_argument("--qlora", action="store_true", help="QLoRA: 4-bit base weights (bitsandbytes) + LoRA")
+    p.add_argument("--qlora-quant", choices=["nf4-dq", "nf4", "fp4"], help="--qlora: 4-bit format (default "
+                   "nf4-dq: NF4 with double quantization; nf4, fp4: without)")
     p.add_argument("--freeze", action="append", metavar="REGEX",
                    help="freeze parameters whose name matches (repeatable)")
     p.add_argument("--offload-optimizer", action="store_true", help="optimizer state and step on the CPU")
@@ -73,7 +107,9 @@ def add_mode_arguments(p) -> None:
 
 def mode_kwargs(args) -> dict:
     return {"seq_len": args.seq_len, "task": args.task, "grad_accum": args.grad_accum, "lora": args.lora,
-            "qlora": args.qlora, "freeze": args.freeze, "offload_optimizer": args.offload_optimizer}
+            "qlora": args.qlora, "freeze": args.freeze, "offload_optimizer": args.offload_optimizer,
+            "lora_targets": args.lora_targets, "lora_alpha": args.lora_alpha, "lora_dropout": args.lora_dropout,
+            "base_dtype": args.base_dtype, "qlora_quant": args.qlora_quant}
 
 
 def run(args) -> int:
@@ -92,7 +128,7 @@ def run(args) -> int:
                        checkpointing=args.checkpointing, target=args.target, gpu=args.gpu,
                        margin_pct=DEFAULT_MARGIN_PCT if args.margin is None else args.margin,
                        search_max_batch=not args.no_max_batch, nproc=args.nproc, strategy=args.strategy,
-                       on_progress=progress, **mode_kwargs(args))
+                       on_progress=progress, **mode_kwargs(args), **version_kwargs(args))
     if args.plot:
         try:
             plot_estimate(est, args.plot)

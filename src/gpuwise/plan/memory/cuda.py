@@ -25,6 +25,7 @@ class CudaMemory:
         return self.result.max_reserved_bytes + self.overheads.outside_allocator_bytes
 
 
-def cuda_memory(trace: MemoryTrace, arch: str) -> CudaMemory:
-    with_ws, overheads = add_workspaces(trace, arch)
+def cuda_memory(trace: MemoryTrace, arch: str, loading: str | None = None) -> CudaMemory:
+    """`loading`: how the CUDA context loads modules (overheads.py `add_workspaces`)."""
+    with_ws, overheads = add_workspaces(trace, arch, loading=loading)
     return CudaMemory(with_ws, overheads, replay(with_ws, steady_repeats=STEADY_REPEATS))
