@@ -34,7 +34,13 @@ from .fallback import trace_with_fallback
 from .kernels import FRESH_ZEROS_OPS, INPLACE_WITHOUT_MODE, output_bytes, promotion_copies_bytes, workspace
 from .probe import PROBED_OPS, probe
 from .scope import ModuleScope
-from .sdpa import _TARGET, attention_note, attention_target, sdpa_as_gpu_runs_it, set_attn_implementation
+from .sdpa import (
+    active_target,
+    attention_note,
+    attention_target,
+    sdpa_as_gpu_runs_it,
+    set_attn_implementation,
+)
 from .setup import WARMUPS, build_model_for_trace, fake_train_step, foreach_by_default
 from .stochastic import every_layer_runs
 
@@ -328,7 +334,7 @@ def _trace_once(workload, batch_size: int, config: StepConfig, target: str, fake
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True) if fake else contextlib.nullcontext()
     cuda_like = target == "cuda"
     with fake_mode, tracker, mode, contextlib.ExitStack() as stack:
-        attn = _TARGET.get() or stack.enter_context(attention_target())  # the estimate's GPU, else sm80
+        attn = active_target() or stack.enter_context(attention_target())  # the estimate's GPU, else sm80
         if cuda_like:
             stack.enter_context(sdpa_as_gpu_runs_it())
             stack.enter_context(foreach_by_default())
