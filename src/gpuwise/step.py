@@ -121,6 +121,15 @@ PRECISIONS = {
 }
 
 
+# what optimizer.zero_grad() does between steps. "zeros" is torch < 2.0's default (set_to_none=False) and
+# what transformers' Trainer did then (`model.zero_grad()`): the gradients stay allocated through the next
+# forward (torch/optim/optimizer.py `zero_grad`; torch 2.0 release notes: set_to_none=True by default)
+ZERO_GRAD = {
+    "none": "zero_grad(set_to_none=True): gradients freed between steps (torch >= 2.0 default)",
+    "zeros": "zero_grad(set_to_none=False): gradients kept, zeroed in place (torch < 2.0 default)",
+}
+
+
 def check_precision(precision: str) -> str:
     p = precision.lower()
     if p not in PRECISIONS:
@@ -226,10 +235,13 @@ class StepConfig:
     precision: str = "fp32"
     checkpointing: bool | str = False  # False / True (= "full") / "selective"
     optimizer_impl: str = "default"
+    zero_grad: str = "none"  # "none": zero_grad(set_to_none=True); "zeros": gradients kept, zeroed in place
 
     def __post_init__(self):
         self.precision = check_precision(self.precision)
         self.checkpointing = checkpointing_mode(self.checkpointing)
+        if self.zero_grad not in ZERO_GRAD:
+            raise GpuwiseError(f"unknown zero_grad {self.zero_grad!r}; choose from: {', '.join(ZERO_GRAD)}")
         if self.optimizer is not None:
             self.optimizer = optimizer_name(self.optimizer)
 
@@ -286,7 +298,7 @@ class TrainStep:
             else:
                 loss.backward()
                 self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=True)
+            self.optimizer.zero_grad(set_to_none=self.config.zero_grad == "none")
         return loss.detach()
 
 

@@ -42,7 +42,32 @@ def add_arguments(p) -> None:
     p.add_argument("--no-max-batch", action="store_true", help="with --gpu: skip the largest-batch search")
     p.add_argument("--plot", metavar="FILE", help="write a chart (memory breakdown, memory vs batch size) to FILE")
     add_mode_arguments(p)
+    add_version_arguments(p)
     add_split_arguments(p)
+
+
+def add_version_arguments(p) -> None:
+    """What differs between torch / transformers versions: --attn, optimizer implementation, zero_grad,
+    CUDA module loading (a published table of 2022 ran eager attention, for-loop AdamW, kept gradients
+    and an eagerly loaded context)."""
+    p.add_argument("--attn", choices=["eager", "sdpa", "flash"],
+                   help="transformers attn_implementation: eager (the (L, L) scores kept; transformers < 4.36), "
+                        "sdpa (the kernel torch picks for the GPU; default of transformers >= 4.36), "
+                        "flash (sdpa with the flash kernel forced)")
+    p.add_argument("--optimizer-impl", choices=["default", "for-loop", "foreach", "fused"], default="default",
+                   help="torch optimizer implementation (default: torch's choice on CUDA, foreach; "
+                        "for-loop: torch < 2.0 and transformers' adamw_hf)")
+    p.add_argument("--zero-grad", choices=["none", "zeros"], default="none",
+                   help="none: zero_grad(set_to_none=True), torch >= 2.0; zeros: gradients kept between steps, "
+                        "zeroed in place (torch < 2.0, transformers' Trainer of then)")
+    p.add_argument("--module-loading", choices=["lazy", "eager"], default=None,
+                   help="CUDA module loading the context size assumes (default: $CUDA_MODULE_LOADING, else lazy; "
+                        "eager: every kernel image loaded at start, torch < 1.13 / CUDA < 11.7)")
+
+
+def version_kwargs(args) -> dict:
+    return {"attn": args.attn, "optimizer_impl": args.optimizer_impl, "zero_grad": args.zero_grad,
+            "module_loading": args.module_loading}
 
 
 def add_split_arguments(p) -> None:
@@ -103,7 +128,7 @@ def run(args) -> int:
                        checkpointing=args.checkpointing, target=args.target, gpu=args.gpu,
                        margin_pct=DEFAULT_MARGIN_PCT if args.margin is None else args.margin,
                        search_max_batch=not args.no_max_batch, nproc=args.nproc, strategy=args.strategy,
-                       on_progress=progress, **mode_kwargs(args))
+                       on_progress=progress, **mode_kwargs(args), **version_kwargs(args))
     if args.plot:
         try:
             plot_estimate(est, args.plot)

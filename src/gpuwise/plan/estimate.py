@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,21 +21,21 @@ from ..step import OPTIMIZERS, StepConfig, checkpointing_mode
 from ..truth import record_workload
 from ..workload import Workload, check_batch_size, load_workload
 from .capacity import Capacity, find_capacity
-from .catalog import GpuSpec, lookup
+from .catalog import GpuSpec, lookup, tensor_core_capability
 from .curve import DEFAULT_MARGIN_PCT, CurvePoint
-from .deep.repeat import repeated_trace
 from .flops import Roofline, count_flops, roofline, traffic_bytes
 from .inputs import resolve_inputs
-from .memory.allocator import AllocatorResult, replay
+from .memory.allocator import AllocatorResult
+from .memory.cuda import CudaMemory, cuda_memory
 from .memory.events import CATEGORIES, MemoryTrace, check_target, live_peak
-from .memory.overheads import DEFAULT_ARCH, Overheads, add_workspaces
+from .memory.overheads import DEFAULT_ARCH, Overheads
 from .memory.sharding import block_param_bytes, make_split, rank_trace
 from .memory.synth import interpolate, pairing
 from .speed.model import Speed, predict
-from .tracing.modes import apply_modes, make_modes, offload_optimizer_state
+from .tracer import Progress, trace_workload
+from .tracing.modes import apply_modes, make_modes
 
 TOP_MODULES = 8
-Progress = Callable[[str], None]  # told each stage as it starts
 
 
 @dataclass
@@ -77,6 +76,7 @@ class Estimate:
     nproc: int = 1                    # GPUs the job runs on; the memory numbers are one rank's
     strategy: str = "single"          # how the job is split over them (plan/memory/sharding.py)
     trace: MemoryTrace | None = field(default=None, repr=False)
+    attention: dict[str, Any] | None = None  # cuda: attention implementation, kernels chosen and why
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {k: getattr(self, k) for k in (
@@ -88,7 +88,8 @@ class Estimate:
         d["by_category"] = {c: int(self.by_category.get(c, 0)) for c in CATEGORIES}
         if self.overheads is not None:
             o = self.overheads
-            d["overheads"] = {"arch": o.arch, "context_bytes": o.context_bytes, "cudnn_bytes": o.cudnn_bytes,
+            d["overheads"] = {"arch": o.arch, "context_bytes": o.context_bytes, "module_loading": o.module_loading,
+                              "cudnn_bytes": o.cudnn_bytes,
                               "workspace_bytes": o.workspace_bytes,
                               "workspaces": [{"name": n, "bytes": b} for n, b in o.workspaces]}
         if self.allocator is not None:
@@ -101,59 +102,27 @@ class Estimate:
             d["curve"] = self.capacity.to_dict()
         if self.speed is not None:
             d["speed"] = self.speed.to_dict()
+        if self.attention is not None:
+            d["attention"] = self.attention
         return d
 
 
-@dataclass(frozen=True)
-class _Cuda:
-    trace: MemoryTrace
-    overheads: Overheads
-    result: AllocatorResult
-
-    @property
-    def device_used_bytes(self) -> int:
-        # nvidia-smi sees the most ever reserved (cached segments are not returned without empty_cache)
-        return self.result.max_reserved_bytes + self.overheads.outside_allocator_bytes
-
-
-def _curve_point(batch_size: int, c: _Cuda) -> CurvePoint:
+def _curve_point(batch_size: int, c: CudaMemory) -> CurvePoint:
     """One traced batch for the largest-batch search (plan/capacity.py): totals and each phase's peak."""
     r = c.result
     return CurvePoint(batch_size, r.peak_allocated_bytes, r.peak_reserved_bytes, c.device_used_bytes,
                       dict(r.phase_peak_allocated_bytes), c.overheads.outside_allocator_bytes)
 
 
-STEADY_REPEATS = 3  # steady steps replayed in a row: a measurement runs several; layouts can drift for a few
-
-
-def _cuda_memory(trace: MemoryTrace, arch: str) -> _Cuda:
-    with_ws, overheads = add_workspaces(trace, arch)
-    return _Cuda(with_ws, overheads, replay(with_ws, steady_repeats=STEADY_REPEATS))
-
-
-def _trace(wl: Workload, batch_size: int, config: StepConfig, target: str, repeat: bool = False,
-           progress: Progress | None = None) -> MemoryTrace:
-    """The step's events. `repeat`: `wl` is a model config as loaded (no modes): its repeated blocks may be
-    rebuilt from a 3-block trace where that is exact (plan/deep/repeat.py); the notes say which way was used."""
-    from .tracing.trace import trace_step  # deferred: trace.py imports torch, `import gpuwise.plan` must not
-
-    why = ""
-    if repeat:
-        rebuilt, why = repeated_trace(wl, batch_size, config, target, progress)
-        if rebuilt is not None:
-            return rebuilt
-    if progress is not None:
-        progress(f"tracing the step at batch {batch_size}")
+def _capability(spec: GpuSpec | None) -> tuple[int, int] | None:
+    """The GPU's compute capability (catalog), which decides the attention kernels; None without a GPU."""
+    if spec is None:
+        return None
     try:
-        trace = trace_step(wl, batch_size, config, target=target)
-        if why:
-            trace.notes.append(f"traced whole: repeated blocks not reused ({why})")
-        return trace
-    except GpuwiseError:
-        raise
-    except Exception as exc:  # the user's model failed in its step: one line, the cause chained for --debug
-        first = (str(exc).strip().splitlines() or [""])[0]
-        raise GpuwiseError(f"{wl.spec}: the training step raised {type(exc).__name__}: {first}") from exc
+        major, minor = (spec.compute_capability or "").split(".")[:2]
+        return int(major), int(minor)
+    except ValueError:
+        return tensor_core_capability(spec.name)
 
 
 def resolve_gpu(gpu: str | GpuSpec | None) -> GpuSpec | None:
@@ -185,6 +154,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
              freeze: Any = None, offload_optimizer: bool = False, nproc: int = 1, strategy: str | None = None,
              lora_targets: Any = None, lora_alpha: float | None = None, lora_dropout: float | None = None,
              base_dtype: str | None = None, qlora_quant: str | None = None,
+             attn: str | None = None, zero_grad: str = "none", module_loading: str | None = None,
              on_progress: Progress | None = None) -> Estimate:
     """Predict the memory and compute of one steady-state training step of `workload` at `batch_size`.
 
@@ -197,6 +167,12 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     frozen base's storage) and `qlora_quant` (nf4-dq, nf4, fp4). `nproc` GPUs split by `strategy`
     (ddp, zero1, zero2, fsdp, fsdp-grad-op, hsdp; ddp by default over nproc > 1): one rank's memory, the
     single-GPU trace transformed (plan/memory/sharding.py), `batch_size` per rank.
+
+    The setting of a torch / transformers version: `attn` ("eager" / "sdpa" / "flash": transformers'
+    attn_implementation; the SDPA kernel follows the GPU, plan/tracing/sdpa.py), `optimizer_impl`
+    ("for-loop" / "foreach" / "fused"; default: torch's choice for CUDA, foreach), `zero_grad` ("none" /
+    "zeros": gradients kept between steps, torch < 2.0), `module_loading` ("lazy" / "eager": the CUDA
+    context with every kernel image loaded, torch < 1.13; default CUDA_MODULE_LOADING, else lazy).
 
     `target="cuda"` replays the trace through the caching-allocator model and adds library workspaces
     and the CUDA context (for `gpu`'s architecture; Hopper when no GPU is named). With `gpu`, also a
@@ -225,20 +201,22 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     if not 0 <= margin_pct < 100:
         raise GpuwiseError(f"margin must be a percentage in [0, 100), got {margin_pct!r}")
     config = StepConfig(optimizer=optimizer, precision=precision, checkpointing=checkpointing,
-                        optimizer_impl=optimizer_impl)
+                        optimizer_impl=optimizer_impl, zero_grad=zero_grad)
     base = load_workload(workload)
     wl = apply_modes(base, modes, config.precision)
 
+    from .tracing.sdpa import AttentionTarget, attention_summary, attention_target, using_target
+
+    with attention_target(attn=attn):  # validates attn
+        pass
+    capability = _capability(spec)
+    attention = AttentionTarget(capability or (9, 0), spec.name if spec is not None else "", attn)
     cfg = getattr(base, "hf_config", None)
     layers = num_layers_of(cfg) if cfg is not None else None
 
     def one_gpu(b: int) -> MemoryTrace:
-        t = _trace(wl, b, config, target, repeat=wl is base, progress=on_progress)
-        if not modes.offload_optimizer:
-            return t
-        off = offload_optimizer_state(t)
-        off.op_costs = t.op_costs
-        return off
+        with using_target(attention):
+            return trace_workload(base, b, config, target, repeat=True, progress=on_progress, modes=modes)
 
     def per_rank(t: MemoryTrace) -> MemoryTrace:
         return rank_trace(t, split, block_param_bytes(t, layers)) if split.nproc > 1 else t
@@ -267,7 +245,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     else:
         if on_progress is not None:
             on_progress("replaying the caching allocator")
-        cuda = _cuda_memory(trace, arch)
+        cuda = cuda_memory(trace, arch, module_loading)
         peak = live_peak(cuda.trace, round_to=512)  # breakdown in allocator-rounded sizes, workspaces included
         if spec is None:
             notes.append(f"no GPU named: context and workspaces of a {arch} GPU assumed")
@@ -301,14 +279,15 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
                 if on_progress is not None:
                     on_progress(f"largest batch: batch {b}")
                 traces[b] = traced(b)
-                return _curve_point(b, _cuda_memory(traces[b], arch))
+                return _curve_point(b, cuda_memory(traces[b], arch, module_loading))
 
             def replayed(b: int, a: int, c: int) -> CurvePoint | None:
                 if (a, c) not in pairs:
                     pairs[(a, c)] = pairing(traces[a], traces[c])
                 if pairs[(a, c)] is None:
                     return None
-                return _curve_point(b, _cuda_memory(interpolate(traces[a], a, traces[c], c, b, pairs[(a, c)]), arch))
+                return _curve_point(b, cuda_memory(interpolate(traces[a], a, traces[c], c, b, pairs[(a, c)]), arch,
+                                                   module_loading))
 
             est.capacity = find_capacity(point, batch_size, spec.memory_bytes, margin_pct, first=first,
                                          replayed=replayed)
@@ -317,6 +296,8 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
                 notes.append("largest-batch search stopped at its trace budget: max_batch_size is a lower bound")
         limit = spec.memory_bytes * (1 - margin_pct / 100)
         est.fits = est.device_used_bytes <= limit
+    if target == "cuda":
+        est.attention = attention_summary(attention)
     est.notes = notes
     est.seconds = round(time.perf_counter() - started, 3)
     return est

@@ -10,6 +10,7 @@ CPU tensors that stand for CUDA ones get CUDA's foreach optimizer default.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 from ...step import StepConfig, TrainStep, enable_checkpointing
 from .fallback import is_fake_limit
@@ -52,7 +53,7 @@ def warm_up_optimizer(step: TrainStep) -> None:
     if step.scaler is not None:
         step.scaler.scale(torch.zeros((), device=step.device))
     step.optimizer.step()
-    step.optimizer.zero_grad(set_to_none=True)
+    step.optimizer.zero_grad(set_to_none=step.config.zero_grad == "none")
 
 
 @contextlib.contextmanager
@@ -91,7 +92,7 @@ def fake_train_step(workload, config: StepConfig, model) -> TrainStep:
 
     if config.checkpointing:  # wrap blocks before moving, as TrainStep does
         enable_checkpointing(model, "selective" if config.checkpointing == "selective" else "full")
-        config = StepConfig(config.optimizer, config.precision, False, config.optimizer_impl)
+        config = dataclasses.replace(config, checkpointing=False)
     dtype = torch.bfloat16 if config.precision == "bf16-pure" else None
     memo: dict[int, torch.Tensor] = {}
 
