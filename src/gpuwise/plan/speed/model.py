@@ -81,6 +81,14 @@ def predict(costs: OpCosts, gpu: GpuSpec, precision: str, *, samples_per_rank: i
     for phase, kernels in costs.kernels.items():
         add(phase, "launch_overhead", launch.gpu_gaps_s(kernels))
 
+    # ZeRO / FSDP shard the optimizer state: each rank updates 1/N of the parameters (same kernel count)
+    shards = {"zero1": nproc, "zero2": nproc, "fsdp": nproc, "zero3": nproc, "fsdp-grad-op": nproc,
+              "hsdp": min(nproc, 8)}.get(strategy, 1)
+    if shards > 1:
+        opt = phases.get("optimizer", {})
+        for part in opt:
+            if part != "launch_overhead":
+                opt[part] /= shards
     fwd_s = sum(phases.get("forward", {}).values())
     bwd_s = sum(phases.get("backward", {}).values())
     opt_s = sum(phases.get("optimizer", {}).values())
