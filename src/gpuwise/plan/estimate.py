@@ -179,7 +179,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
              model: Any = None, batch: Any = None, loss: Any = None, seq_len: int | None = None,
              task: str | None = None, grad_accum: int = 1, lora: int | bool | None = None, qlora: bool = False,
              freeze: Any = None, offload_optimizer: bool = False, nproc: int = 1, strategy: str | None = None,
-             on_progress: Progress | None = None) -> Estimate:
+             selective_checkpointing: str | None = None, on_progress: Progress | None = None) -> Estimate:
     """Predict the memory and compute of one steady-state training step of `workload` at `batch_size`.
 
     `workload`: a workload file / module / `examples:NAME`, `hf:ORG/NAME` or a config.json (built with
@@ -193,6 +193,8 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     roofline bound and the largest batch that fits with `margin_pct` percent of its memory kept free.
     `nproc` ranks under `strategy` (ddp, zero1, zero2, fsdp, fsdp-grad-op, hsdp; default ddp when
     nproc > 1) set the predicted speed's communication (plan/speed/overlap.py).
+    `selective_checkpointing` ("op", or N: every N-th block) adds torchtitan-style selective recomputation
+    to the predicted speed only; the memory is modelled as without checkpointing (an upper bound).
     `on_progress(stage)` is called as each stage starts (the CLI shows it on stderr for long estimates).
     """
     started = time.perf_counter()
@@ -264,7 +266,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
         if spec.bandwidth_bytes_per_s > 0:
             est.roofline = roofline(flops, traffic_bytes(est.by_category), batch_size * modes.grad_accum, spec,
                                     config.precision)
-            est.speed = _speed(trace, est, spec, wl, modes, config.precision, nproc, strategy)
+            est.speed = _speed(trace, est, spec, wl, modes, config.precision, nproc, strategy, selective_checkpointing)
         else:
             notes.append(f"{spec.name}: memory only (no FLOP/s or bandwidth given): no roofline")
         if search_max_batch:
@@ -298,7 +300,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
 
 
 def _speed(trace: MemoryTrace, est: Estimate, spec: GpuSpec, wl: Workload, modes, precision: str, nproc: int,
-           strategy: str) -> Speed | None:
+           strategy: str, selective: str | None = None) -> Speed | None:
     """The step-time model over the traced ops (plan/speed/); None when the trace recorded none."""
     costs = trace.op_costs
     if costs is None:
@@ -313,10 +315,13 @@ def _speed(trace: MemoryTrace, est: Estimate, spec: GpuSpec, wl: Workload, modes
     cfg = getattr(wl, "hf_config", None)
     blocks = int(getattr(cfg, "num_hidden_layers", 0) or getattr(cfg, "n_layer", 0) or 1)
     seq_len = getattr(wl, "seq_len", None)
+    if selective:
+        est.notes.append(f"selective checkpointing {selective!r}: recomputation in the predicted speed only; "
+                         "memory modelled without checkpointing (an upper bound)")
     return predict(costs, spec, precision, samples_per_rank=est.batch_size * modes.grad_accum,
                    flops_per_step=est.flops_per_step, tokens_per_sample=seq_len, nproc=nproc, strategy=strategy,
                    grad_bytes=grad_bytes, param_bytes=gathered, blocks=blocks,
-                   roofline_step_s=est.roofline.time_s if est.roofline else None)
+                   roofline_step_s=est.roofline.time_s if est.roofline else None, selective=selective)
 
 
 # -- GPU truth records (DESIGN.md contract; read by gpuwise/truth.py): the estimate recomputed on the CPU
