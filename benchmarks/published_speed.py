@@ -43,7 +43,8 @@ def parse_args(argv: list[str]) -> dict:
     p.add_argument("--gpu")
     p.add_argument("-n", "--nproc", type=int, default=1)
     p.add_argument("--strategy")
-    p.add_argument("--checkpointing", action="store_true")
+    p.add_argument("--checkpointing", nargs="?", const="full", default="none")
+    p.add_argument("--layer-checkpointing", type=int)
     p.add_argument("--lora", type=int, nargs="?", const=16)
     p.add_argument("--qlora", action="store_true")
     p.add_argument("--grad-accum", type=int, default=1)
@@ -51,6 +52,7 @@ def parse_args(argv: list[str]) -> dict:
     a = p.parse_args(argv)
     return {"batch_size": a.batch_size, "seq_len": a.seq_len, "precision": a.precision, "gpu": a.gpu,
             "nproc": a.nproc, "strategy": a.strategy, "checkpointing": a.checkpointing, "lora": a.lora,
+            "layer_checkpointing": a.layer_checkpointing,
             "qlora": a.qlora, "grad_accum": a.grad_accum, "optimizer": a.optimizer}
 
 

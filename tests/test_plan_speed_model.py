@@ -133,3 +133,13 @@ def test_sharded_optimizer_runs_on_one_shard():
     one = predict(c, gpu, "bf16", samples_per_rank=1, flops_per_step=0)
     eight = predict(c, gpu, "bf16", samples_per_rank=1, flops_per_step=0, nproc=8, strategy="fsdp")
     assert eight.breakdown["optimizer"] == pytest.approx(one.breakdown["optimizer"] / 8)
+
+
+def test_selective_recompute_parts():
+    from gpuwise.plan.speed.model import recompute_parts
+    fwd = {"matmul": 4.0, "attention": 2.0, "memory_bound": 1.0, "launch_overhead": 0.5}
+    # per-op SAC: every second mm recomputed (half the matmuls), all non-saved ops; attention saved
+    assert recompute_parts(fwd, "op") == {"matmul": 2.0, "memory_bound": 1.0, "launch_overhead": 0.5}
+    # every 2nd block checkpointed: half the forward again
+    assert recompute_parts(fwd, "2") == {"matmul": 2.0, "attention": 1.0, "memory_bound": 0.5, "launch_overhead": 0.25}
+    assert recompute_parts(fwd, None) == {}

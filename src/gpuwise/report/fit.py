@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from ..plan.speed.cost import ELECTRICITY_USD_PER_KWH, LIFE_YEARS, PRICES_DATE
 from ..units import GIB, fmt_bytes
 from . import console
 
@@ -75,8 +76,6 @@ def gpus_table(results) -> Table:
                     f"{c.own_usd:,.0f}" if c and c.own_usd is not None else "-"]
         t.add_row(*row)
     if costs:
-        from ..plan.speed.cost import ELECTRICITY_USD_PER_KWH, LIFE_YEARS, PRICES_DATE
-
         t.caption = (f"time at the predicted speed; rent: on-demand $/GPU-hour (defaults dated {PRICES_DATE}, "
                      f"--price GPU=USD); own: purchase over {LIFE_YEARS:g} years + board power at "
                      f"${ELECTRICITY_USD_PER_KWH}/kWh (--buy GPU=USD); '-': no price known")
