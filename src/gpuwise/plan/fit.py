@@ -17,6 +17,7 @@ host-memory-bound CPU optimizer step are added. With a number of tokens or sampl
 
 from __future__ import annotations
 
+import shlex
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -109,11 +110,13 @@ class FitOption:
     micro_batch_size: int = 1
     grad_accum: int = 1
     step_time_s: float = 0.0
+    estimate_cmd: str | None = None  # `gpuwise estimate ...` of this option: one rank's step as estimate sees it
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "changes": self.changes, "fits": self.fits,
                 "device_used_bytes": self.device_used_bytes, "samples_per_s": round(self.samples_per_s, 3),
-                "effective_batch_size": self.effective_batch_size, "notes": self.notes}
+                "effective_batch_size": self.effective_batch_size, "notes": self.notes,
+                "estimate_cmd": self.estimate_cmd}
 
 
 @dataclass
@@ -249,15 +252,51 @@ def point_micro(point: Point, samples: int) -> int:
     return getattr(point, "micro_batch", samples)
 
 
+def estimate_args(source: str, gpu: str, v: Variant, micro: int, accum: int, margin_pct: float) -> list[str] | None:
+    """The `gpuwise estimate` arguments of one option (None for pipeline: estimate does not split layers)."""
+    if v.split.strategy == "pipeline":
+        return None
+    args = ["gpuwise", "estimate", source, "-b", str(micro), "--precision", v.config.precision]
+    if v.config.optimizer:
+        args += ["--optimizer", v.config.optimizer]
+    if v.config.checkpointing:
+        args.append("--checkpointing")
+    if v.modes.qlora:
+        args.append("--qlora")
+    elif v.modes.lora_rank:
+        args += ["--lora", str(v.modes.lora_rank)]
+    if v.modes.offload_optimizer:
+        args.append("--offload-optimizer")
+    if accum > 1:
+        args += ["--grad-accum", str(accum)]
+    if v.split.nproc > 1:
+        args += ["-n", str(v.split.nproc), "--strategy", v.split.strategy]
+    args += ["--gpu", gpu]
+    if margin_pct != DEFAULT_MARGIN_PCT:
+        args += ["--margin", f"{margin_pct:g}"]
+    return args + ["--no-max-batch"]
+
+
+def _source_args(workload: Any, wl: Any) -> list[str] | None:
+    """The workload as estimate's command line names it: a model config with its sequence length and
+    head; a workload file or examples:NAME as given; None for a model object."""
+    if getattr(wl, "hf_config", None) is not None:
+        return [str(wl.source), "--seq-len", str(wl.seq_len), "--task", str(wl.task)]
+    return [workload] if isinstance(workload, str) else None
+
+
 def _divisors(n: int) -> list[int]:
     return sorted({d for d in range(1, n + 1) if n % d == 0}, reverse=True)
 
 
 def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, *, precision: str = "fp32",
         optimizer: str | None = None, checkpointing: bool = False, seq_len: int | None = None,
-        task: str | None = None, margin_pct: float = DEFAULT_MARGIN_PCT, evaluator: Evaluator | None = None) -> FitResult:
+        task: str | None = None, margin_pct: float = DEFAULT_MARGIN_PCT, evaluator: Evaluator | None = None,
+        source: str | None = None) -> FitResult:
     """Rank the ways to run `workload` at `batch_size` samples per optimizer step (per rank) on `nproc`
-    x `gpu`: options that fit first, fastest first."""
+    x `gpu`: options that fit first, fastest first. Each option carries `estimate_cmd`, the `gpuwise
+    estimate` command of its step (`source`: the workload as the command line names it, when `workload`
+    is already loaded)."""
     started = time.perf_counter()
     if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
         raise GpuwiseError(f"-n must be a positive integer, got {nproc!r}")
@@ -269,9 +308,16 @@ def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, 
     ev.arch = spec.arch
     limit = spec.memory_bytes * (1 - margin_pct / 100)
     adapters = getattr(ev.wl, "hf_config", None) is not None
+    named = _source_args(source if source is not None else workload, ev.wl)
+    gpu_arg = gpu if isinstance(gpu, str) else spec.id
     options = []
     for v in variants(spec, nproc, precision, optimizer, checkpointing, adapters):
-        options.append(_best_micro_batch(ev, v, spec, batch_size, limit))
+        option = _best_micro_batch(ev, v, spec, batch_size, limit)
+        args = estimate_args("SOURCE", gpu_arg, v, option.micro_batch_size, option.grad_accum, margin_pct)
+        if args is not None and named is not None:
+            i = args.index("SOURCE")
+            option.estimate_cmd = shlex.join(args[:i] + named + args[i + 1:])
+        options.append(option)
     options.sort(key=lambda o: (not o.fits, -o.samples_per_s if o.fits else o.device_used_bytes))
     name = ev.wl.spec if hasattr(ev.wl, "spec") else str(workload)
     return FitResult(name, spec.name, nproc, spec.memory_bytes, batch_size, options,
@@ -333,4 +379,5 @@ def fit_all_gpus(workload: Any, nproc: int = 1, batch_size: int = 8, **kw) -> li
     """`--gpu all`: every catalog GPU (x nproc); the traces are shared, only the replay differs."""
     wl, batch_size = resolve_inputs(workload, batch_size, seq_len=kw.pop("seq_len", None), task=kw.pop("task", None))
     ev = Evaluator(wl, "hopper")
-    return [fit(wl, spec, nproc, batch_size, evaluator=ev, **kw) for spec in CATALOG.values()]
+    source = workload if isinstance(workload, str) else None
+    return [fit(wl, spec, nproc, batch_size, evaluator=ev, source=source, **kw) for spec in CATALOG.values()]

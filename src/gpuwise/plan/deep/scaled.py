@@ -17,13 +17,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...hf import hf_workload, num_layers_of
+from ...hf import num_layers_of
 from ...step import StepConfig
 from ...workload import load_workload
-from ..estimate import _cuda_memory, _trace
+from ..memory.cuda import cuda_memory
 from ..memory.events import CATEGORIES, MemoryTrace, live_peak
 from ..memory.sharding import Split, block_param_bytes, rank_trace, trainable_bytes
-from ..tracing.modes import TrainingModes, apply_modes, offload_optimizer_state
+from ..tracer import trace_workload
+from ..tracing.modes import TrainingModes, offload_optimizer_state
 
 
 @dataclass
@@ -105,19 +106,13 @@ class Evaluator:
         self.traces_run = 0
 
     # -- traces -----------------------------------------------------------------------------------
-    def _workload_at(self, layers: int | None):
-        if layers is None:
-            return self.wl
-        return hf_workload(self.wl.source, self.wl.seq_len, self.wl.task, num_layers=layers)
-
     def trace(self, layers: int | None, micro_batch: int, config: StepConfig, modes: TrainingModes) -> MemoryTrace:
         from dataclasses import replace
 
         traced_modes = replace(modes, offload_optimizer=False)  # offload is a transform of the trace
         key = (layers, micro_batch, config.optimizer, config.precision, config.checkpointing, traced_modes)
         if key not in self._traces:
-            wl = apply_modes(self._workload_at(layers), traced_modes, config.precision)
-            self._traces[key] = _trace(wl, micro_batch, config, "cuda")
+            self._traces[key] = trace_workload(self.wl, micro_batch, config, "cuda", modes=traced_modes, layers=layers)
             self.traces_run += 1
         return self._traces[key]
 
@@ -128,7 +123,7 @@ class Evaluator:
             trace = offload_optimizer_state(trace)
         trainable = trainable_bytes(trace)
         ranked = rank_trace(trace, split, block_param_bytes)
-        cuda = _cuda_memory(ranked, self.arch)
+        cuda = cuda_memory(ranked, self.arch)
         peak = live_peak(ranked)
         phases, acts = phase_peaks(ranked)
         top = max((b for b, _ in phases.values()), default=0)
