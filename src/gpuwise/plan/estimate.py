@@ -155,7 +155,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
              lora_targets: Any = None, lora_alpha: float | None = None, lora_dropout: float | None = None,
              base_dtype: str | None = None, qlora_quant: str | None = None,
              attn: str | None = None, zero_grad: str = "none", module_loading: str | None = None,
-             on_progress: Progress | None = None) -> Estimate:
+             layer_checkpointing: int | None = None, on_progress: Progress | None = None) -> Estimate:
     """Predict the memory and compute of one steady-state training step of `workload` at `batch_size`.
 
     `workload`: a workload file / module / `examples:NAME`, `hf:ORG/NAME` or a config.json (built with
@@ -177,8 +177,10 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     `target="cuda"` replays the trace through the caching-allocator model and adds library workspaces
     and the CUDA context (for `gpu`'s architecture; Hopper when no GPU is named). With `gpu`, also a
     roofline bound and the largest batch that fits with `margin_pct` percent of its memory kept free.
-    `nproc` ranks under `strategy` (ddp, zero1, zero2, fsdp, fsdp-grad-op, hsdp; default ddp when
-    nproc > 1) set the predicted speed's communication (plan/speed/overlap.py).
+    With `gpu`, `speed` is the predicted step (plan/speed/model.py); `nproc` and `strategy` set its
+    communication (plan/speed/overlap.py). `layer_checkpointing` N (torchtitan's layer-level selective
+    checkpointing: every N-th block checkpointed) adds that recomputation to the predicted speed only;
+    the memory is modelled as without it (an upper bound).
     `on_progress(stage)` is called as each stage starts (the CLI shows it on stderr for long estimates).
     """
     started = time.perf_counter()
@@ -267,7 +269,8 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
         if spec.bandwidth_bytes_per_s > 0:
             est.roofline = roofline(flops, traffic_bytes(est.by_category), batch_size * modes.grad_accum, spec,
                                     config.precision)
-            est.speed = _speed(whole, est, spec, wl, modes, config.precision, split.nproc, split.strategy)
+            est.speed = _speed(whole, est, spec, wl, modes, config.precision, split.nproc, split.strategy,
+                               str(layer_checkpointing) if layer_checkpointing else None)
         else:
             notes.append(f"{spec.name}: memory only (no FLOP/s or bandwidth given): no roofline")
         if search_max_batch:
@@ -304,7 +307,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
 
 
 def _speed(trace: MemoryTrace, est: Estimate, spec: GpuSpec, wl: Workload, modes, precision: str, nproc: int,
-           strategy: str) -> Speed | None:
+           strategy: str, selective: str | None = None) -> Speed | None:
     """The step-time model over the traced ops (plan/speed/); None when the trace recorded none."""
     costs = trace.op_costs
     if costs is None:
@@ -319,10 +322,13 @@ def _speed(trace: MemoryTrace, est: Estimate, spec: GpuSpec, wl: Workload, modes
     cfg = getattr(wl, "hf_config", None)
     blocks = int(getattr(cfg, "num_hidden_layers", 0) or getattr(cfg, "n_layer", 0) or 1)
     seq_len = getattr(wl, "seq_len", None)
+    if selective:
+        est.notes.append(f"layer checkpointing every {selective} blocks: recomputation in the predicted speed only; "
+                         "memory modelled without it (an upper bound)")
     return predict(costs, spec, precision, samples_per_rank=est.batch_size * modes.grad_accum,
                    flops_per_step=est.flops_per_step, tokens_per_sample=seq_len, nproc=nproc, strategy=strategy,
                    grad_bytes=grad_bytes, param_bytes=gathered, blocks=blocks,
-                   roofline_step_s=est.roofline.time_s if est.roofline else None)
+                   roofline_step_s=est.roofline.time_s if est.roofline else None, selective=selective)
 
 
 # -- GPU truth records (DESIGN.md contract; read by gpuwise/truth.py): the estimate recomputed on the CPU
