@@ -204,10 +204,13 @@ def _mark_trace_phase(phase: str) -> None:
 def _with_adapters(model, modes: TrainingModes, precision: str):
     import torch
 
-    try:
-        from peft import LoraConfig, get_peft_model
-    except ImportError as exc:
-        raise GpuwiseError("LoRA / QLoRA need peft (pip install peft)") from exc
+    from ...optional_libs import available, lora_layout
+
+    if not available("peft") and (modes.qlora or _peft_task(model) == "SEQ_CLS"
+                                  or any(type(m).__name__ == "Conv1D" for m in model.modules())):
+        raise GpuwiseError("QLoRA, and LoRA of a classifier or of GPT-2's Conv1D layers, need peft (pip install peft)")
+    if not available("peft") and not all_fake_model(model):
+        raise GpuwiseError("LoRA needs peft (pip install peft)")
     base_dtype = {"bf16": torch.bfloat16, "bf16-pure": torch.bfloat16, "fp16": torch.float16}.get(precision)
     if modes.qlora:
         base_dtype = base_dtype or torch.bfloat16
@@ -218,9 +221,20 @@ def _with_adapters(model, modes: TrainingModes, precision: str):
     if modes.qlora:
         quantize_linear_4bit(model, compute_dtype=base_dtype)
     rank = modes.lora_rank or DEFAULT_LORA_RANK
+    if not available("peft"):  # a trace: the same adapters and forward (optional_libs.py)
+        return lora_layout(model, rank, LORA_ALPHA_PER_RANK * rank)
+    from peft import LoraConfig, get_peft_model
+
     config = LoraConfig(r=rank, lora_alpha=LORA_ALPHA_PER_RANK * rank, lora_dropout=0.0,
                         target_modules="all-linear", task_type=_peft_task(model))
     return get_peft_model(model, config)
+
+
+def all_fake_model(model) -> bool:
+    """True when the model's parameters are fake tensors (a trace)."""
+    from ...optional_libs import all_fake
+
+    return all_fake(model.parameters())
 
 
 def _peft_task(model) -> str | None:
