@@ -115,21 +115,23 @@ def sized_without_notes(optimizer: str | None, lora: bool = False) -> list[str]:
 # peft's LoRA on nn.Linear, as `get_peft_model(model, LoraConfig(r, lora_alpha, lora_dropout=0.0,
 # target_modules="all-linear"))` builds it (peft 0.13-0.21, peft/tuners/lora/layer.py `Linear.forward`):
 # every nn.Linear but the output embedding gets lora_A (in -> r) and lora_B (r -> out), no bias, kept in
-# fp32 (`autocast_adapter_dtype=True`); dropout 0 is nn.Identity; forward is
+# fp32 (`autocast_adapter_dtype=True`; gpuwise keeps them bf16 for bf16-pure, `adapter_dtype`); dropout 0 is nn.Identity; forward is
 # `result = base(x); x = x.to(lora_A.weight.dtype); result = result + lora_B(lora_A(x)) * scaling;
 # result.to(base result dtype)`. The base is frozen by the caller.
-def lora_layout(model, rank: int, alpha: float):
+def lora_layout(model, rank: int, alpha: float, adapter_dtype=None):
     """Wrap the model's nn.Linear layers (but the output head) as peft's LoRA would, without peft: for
     sizing a LoRA option in a fake trace. Returns the model (changed in place)."""
     import torch
+
+    adapter_dtype = adapter_dtype or torch.float32
 
     class LoraLinearLayout(torch.nn.Module):
         def __init__(self, base: torch.nn.Linear):
             super().__init__()
             self.base_layer = base
             device = base.weight.device
-            self.lora_A = torch.nn.Linear(base.in_features, rank, bias=False, device=device, dtype=torch.float32)
-            self.lora_B = torch.nn.Linear(rank, base.out_features, bias=False, device=device, dtype=torch.float32)
+            self.lora_A = torch.nn.Linear(base.in_features, rank, bias=False, device=device, dtype=adapter_dtype)
+            self.lora_B = torch.nn.Linear(rank, base.out_features, bias=False, device=device, dtype=adapter_dtype)
             self.scaling = alpha / rank
 
         def forward(self, x, *args, **kwargs):

@@ -21,7 +21,7 @@ from ...step import StepConfig
 from ...workload import load_workload
 from ..estimate import _cuda_memory, _trace
 from ..memory.events import CATEGORIES, MemoryTrace, live_peak
-from ..memory.sharding import Split, shard_trace
+from ..memory.sharding import Split, block_param_bytes, rank_trace, trainable_bytes
 from ..tracing.modes import TrainingModes, apply_modes, offload_optimizer_state
 
 
@@ -121,9 +121,8 @@ class Evaluator:
     def _point(self, trace: MemoryTrace, modes: TrainingModes, split: Split, block_param_bytes: int) -> Point:
         if modes.offload_optimizer:
             trace = offload_optimizer_state(trace)
-        steady = trace.events[trace.steady_start:]
-        trainable = sum(e.nbytes for e in steady if e.action == "alloc" and e.category == "gradients")
-        ranked = shard_trace(trace, split, block_param_bytes, trainable)
+        trainable = trainable_bytes(trace)
+        ranked = rank_trace(trace, split, block_param_bytes)
         cuda = _cuda_memory(ranked, self.arch)
         peak = live_peak(ranked)
         phases, acts = phase_peaks(ranked)
@@ -137,7 +136,7 @@ class Evaluator:
         """One rank's numbers at `micro_batch` (FLOPs per optimizer step include the accumulation)."""
         if self.layers is None:
             point = self._point(self.trace(None, micro_batch, config, modes), modes, split,
-                                _block_bytes_guess(self.trace(None, micro_batch, config, modes)))
+                                block_param_bytes(self.trace(None, micro_batch, config, modes)))
         else:
             layers = self.layers
             if split.strategy == "pipeline":
@@ -160,9 +159,3 @@ class Evaluator:
 
 def _param_bytes(trace: MemoryTrace) -> int:
     return live_peak(trace).by_category.get("parameters", 0)
-
-
-def _block_bytes_guess(trace: MemoryTrace) -> int:
-    """The FSDP unit of a model that is not a config: the largest module's parameters at the peak."""
-    peak = live_peak(trace)
-    return max(peak.by_category.get("parameters", 0) // 8, 0)

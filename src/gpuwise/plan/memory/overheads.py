@@ -38,6 +38,32 @@ CONTEXT_BYTES: dict[str, int] = {
 }
 DEFAULT_ARCH = "hopper"
 
+# The same with every kernel image of torch's CUDA libraries loaded when the context is created
+# (CUDA_MODULE_LOADING=EAGER): the only way before CUDA 11.7, and torch's default before 1.13, which sets
+# CUDA_MODULE_LOADING=LAZY when the user has not (NVIDIA CUDA C++ Programming Guide, "Lazy Loading").
+# Measured: Hugging Face transformers docs perf_train_gpu_one (Jan 2022; Tesla V100-SXM2-16GB, driver
+# 460.91.03, torch of that time): `torch.ones((1, 1)).to("cuda")` then "GPU memory occupied: 1343 MB"
+# (NVML used // 1024**2, so MiB), less the caching allocator's 2 MiB segment holding that tensor.
+EAGER_CONTEXT_BYTES: dict[str, int] = {
+    "volta": 1341 * MIB,   # measured (above)
+}
+EAGER_CONTEXT_DEFAULT = 1341 * MIB  # ESTIMATE for other architectures: one torch build's images, same size
+MODULE_LOADING = ("lazy", "eager")
+
+
+def module_loading(value: str | None = None, env: dict[str, str] | None = None) -> str:
+    """"lazy" or "eager": `value` when given, else CUDA_MODULE_LOADING from the environment (lazy when unset)."""
+    if value is None:
+        value = (os.environ if env is None else env).get("CUDA_MODULE_LOADING", "lazy")
+    value = value.lower()
+    return value if value in MODULE_LOADING else "lazy"
+
+
+def context_bytes(arch: str, loading: str = "lazy") -> int:
+    if loading == "eager":
+        return EAGER_CONTEXT_BYTES.get(arch, EAGER_CONTEXT_DEFAULT)
+    return CONTEXT_BYTES.get(arch, CONTEXT_BYTES[DEFAULT_ARCH])
+
 # cuDNN handle and its kernel images, loaded the first time a convolution runs (outside the allocator).
 CUDNN_CONTEXT_BYTES = 80 * MIB  # ESTIMATE: cuDNN 9 with lazy loading; check on GPU
 
@@ -90,6 +116,7 @@ class Overheads:
     workspace_bytes: int         # cuBLAS/cuBLASLt workspaces inserted into the allocator replay
     workspaces: tuple[tuple[str, int], ...]
     arch: str
+    module_loading: str = "lazy"  # CUDA module loading the context size assumes (lazy / eager)
 
     @property
     def outside_allocator_bytes(self) -> int:
@@ -107,9 +134,11 @@ WORKSPACE_RULES: list[tuple[str, Callable[[str, dict | None], int], tuple[str, .
 ]
 
 
-def add_workspaces(trace: MemoryTrace, arch: str = DEFAULT_ARCH, env: dict | None = None) -> tuple[MemoryTrace, Overheads]:
+def add_workspaces(trace: MemoryTrace, arch: str = DEFAULT_ARCH, env: dict | None = None,
+                   loading: str | None = None) -> tuple[MemoryTrace, Overheads]:
     """A copy of `trace` with the persistent library workspaces allocated where the first matmul of each
-    thread runs (never freed: torch caches them until the process ends), and the overheads for nvidia-smi."""
+    thread runs (never freed: torch caches them until the process ends), and the overheads for nvidia-smi.
+    `loading`: CUDA module loading, "lazy" / "eager" (default: CUDA_MODULE_LOADING, else lazy)."""
     events = list(trace.events)
     next_block = max((ev.block for ev in events), default=0) + 1
     inserts: list[tuple[int, MemEvent]] = []
@@ -134,9 +163,10 @@ def add_workspaces(trace: MemoryTrace, arch: str = DEFAULT_ARCH, env: dict | Non
             steady += 1
     has_conv = any(op_matches(ev.op, CONV_OPS) for ev in trace.events)
     overheads = Overheads(
-        context_bytes=CONTEXT_BYTES.get(arch, CONTEXT_BYTES[DEFAULT_ARCH]),
+        context_bytes=context_bytes(arch, module_loading(loading, env)),
         cudnn_bytes=CUDNN_CONTEXT_BYTES if has_conv else 0,
         workspace_bytes=sum(n for _, n in added), workspaces=tuple(added), arch=arch,
+        module_loading=module_loading(loading, env),
     )
     new = MemoryTrace(events, steady, trace.device_type, trace.method, list(trace.notes))
     for attr in ("flops_per_step",):

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .events import MemEvent, MemoryTrace
+from ...errors import GpuwiseError
+from .events import MemEvent, MemoryTrace, live_peak
 
 STRATEGIES = ("single", "ddp", "zero1", "zero2", "fsdp", "fsdp-grad-op", "hsdp", "pipeline")
 DEFAULT_NODE_SIZE = 8
@@ -62,6 +63,38 @@ SHARDED = {
     "fsdp-grad-op": ("optimizer_state", "gradients"),
     "hsdp": ("optimizer_state", "gradients", "parameters"),
 }
+
+
+def make_split(nproc: int = 1, strategy: str | None = None, node_size: int = DEFAULT_NODE_SIZE) -> Split:
+    """The split that `-n/--nproc N --strategy S` names (S defaults to ddp over N > 1 GPUs)."""
+    if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
+        raise GpuwiseError(f"-n must be a positive integer, got {nproc!r}")
+    if strategy is None:
+        strategy = "ddp" if nproc > 1 else "single"
+    strategy = {"zero3": "fsdp"}.get(strategy, strategy)  # ZeRO-3 is FSDP's sharding (both names are used)
+    if strategy not in STRATEGIES:
+        raise GpuwiseError(f"--strategy {strategy!r}: expected one of {', '.join(STRATEGIES)}")
+    if strategy == "single" and nproc > 1:
+        raise GpuwiseError(f"--strategy single runs on one GPU: use -n 1 or a strategy for {nproc} GPUs")
+    return Split(strategy, nproc, node_size)
+
+
+def trainable_bytes(trace: MemoryTrace) -> int:
+    """Gradient bytes the steady step produces (one per trainable parameter and micro-step)."""
+    return sum(e.nbytes for e in trace.events[trace.steady_start:] if e.action == "alloc" and e.category == "gradients")
+
+
+def block_param_bytes(trace: MemoryTrace, layers: int | None = None) -> int:
+    """The FSDP unit: a model config's parameters at the peak over its `layers` blocks; a model that is
+    not a config: an eighth of them (the largest module's, guessed)."""
+    params = live_peak(trace).by_category.get("parameters", 0)
+    return max(params // (layers or 8), 0)
+
+
+def rank_trace(trace: MemoryTrace, split: Split, block_param_bytes: int = 0) -> MemoryTrace:
+    """One rank's events under `split`: the single-GPU trace transformed (the one data-parallel memory
+    model; `fit` and `estimate -n N --strategy S` both call it)."""
+    return shard_trace(trace, split, block_param_bytes, trainable_bytes(trace))
 
 
 def shard_trace(trace: MemoryTrace, split: Split, block_param_bytes: int = 0,
@@ -101,7 +134,8 @@ def shard_trace(trace: MemoryTrace, split: Split, block_param_bytes: int = 0,
             notes.append(f"{s}: {' and '.join(c.replace('_', ' ') for c in cats)} / {n}")
         if gathered:
             events, steady = _hold_during_forward_backward(events, steady, gathered)
-    return MemoryTrace(events, steady, trace.device_type, trace.method, notes, trace.flops_per_step)
+    return MemoryTrace(events, steady, trace.device_type, trace.method, notes, trace.flops_per_step,
+                       op_costs=trace.op_costs)
 
 
 def _new_block(events: list[MemEvent]) -> int:

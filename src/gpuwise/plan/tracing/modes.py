@@ -5,11 +5,17 @@
   backward, so micro-steps 2..N have the same peak: the trace runs `min(N, 2)` of them.
 - frozen parts (`freeze=[regex, ...]`): matching parameters get `requires_grad=False`: no gradient, no
   optimizer state.
-- LoRA (`lora_rank=r`): `peft.get_peft_model(model, LoraConfig(r, lora_alpha=2r, target_modules=
-  "all-linear"))`; the frozen base is stored in the training's 16-bit dtype (as people load it with
-  `torch_dtype=torch.bfloat16`) unless the precision is fp32; peft keeps the adapters in fp32.
+- LoRA (`lora_rank=r`): `peft.get_peft_model(model, LoraConfig(r, lora_alpha, lora_dropout,
+  target_modules))`: targets "all-linear" unless named (`lora_targets=("q_proj", "v_proj")`, litgpt's and
+  torchtune's defaults), alpha 2r unless given, dropout 0 unless given (a dropout > 0 keeps its mask and
+  its output for the adapter's backward). The frozen base is stored in `base_dtype` when given, else in the
+  training's 16-bit dtype (as people load it with `torch_dtype=torch.bfloat16`) unless the precision is
+  fp32: `base_dtype="fp32"` with bf16 precision is Lightning's bf16-mixed (fp32 weights + autocast). peft
+  keeps the adapters in fp32 (`autocast_adapter_dtype=True`), except under `bf16-pure` (litgpt's
+  bf16-true: every parameter in bf16).
 - QLoRA (`qlora=True`): every `nn.Linear` of the base but the output head becomes bitsandbytes'
-  `Linear4bit` (NF4, double quantization, bf16 compute), quantized by bitsandbytes itself
+  `Linear4bit` (`qlora_quant`: "nf4-dq" NF4 with double quantization, the default and the QLoRA paper's
+  recipe; "nf4" without; "fp4"; bf16 compute), quantized by bitsandbytes itself
   (`Params4bit._quantize` -> `quantize_4bit`): 0.5 byte per weight plus one absmax per 64 weights, kept
   as uint8 with one fp32 absmax per 256 of those and an offset (bitsandbytes/functional.py `quantize_4bit`,
   `compress_statistics=True`; QLoRA paper, Dettmers et al. 2023, sec. 3 "Double Quantization"). Then LoRA
@@ -46,12 +52,29 @@ class TrainingModes:
     qlora: bool = False
     freeze: tuple[str, ...] = field(default_factory=tuple)
     offload_optimizer: bool = False
+    lora_targets: tuple[str, ...] | None = None   # None: "all-linear"
+    lora_alpha: float | None = None               # None: LORA_ALPHA_PER_RANK x rank
+    lora_dropout: float = 0.0
+    base_dtype: str | None = None                 # fp32 / bf16 / fp16; None: from the precision
+    qlora_quant: str = "nf4-dq"
 
     def __post_init__(self):
         if isinstance(self.grad_accum, bool) or not isinstance(self.grad_accum, int) or self.grad_accum < 1:
             raise GpuwiseError(f"--grad-accum must be a positive integer, got {self.grad_accum!r}")
         if self.lora_rank is not None and (not isinstance(self.lora_rank, int) or self.lora_rank < 1):
             raise GpuwiseError(f"--lora rank must be a positive integer, got {self.lora_rank!r}")
+        if not 0.0 <= self.lora_dropout < 1.0:
+            raise GpuwiseError(f"--lora-dropout must be in [0, 1), got {self.lora_dropout!r}")
+        if self.base_dtype is not None and self.base_dtype not in BASE_DTYPES:
+            raise GpuwiseError(f"--base-dtype must be one of {', '.join(BASE_DTYPES)}, got {self.base_dtype!r}")
+        if self.qlora_quant not in QLORA_QUANTS:
+            raise GpuwiseError(f"--qlora-quant must be one of {', '.join(QLORA_QUANTS)}, got {self.qlora_quant!r}")
+        if self.qlora and self.base_dtype == "fp32":
+            raise GpuwiseError("--qlora stores the base in 4 bits: --base-dtype sets only a 16-bit compute dtype")
+        if not self.adapters and (self.lora_targets or self.lora_alpha is not None or self.lora_dropout
+                                  or self.base_dtype is not None):
+            raise GpuwiseError("--lora-targets / --lora-alpha / --lora-dropout / --base-dtype apply to --lora or "
+                               "--qlora (for full training in bf16 weights use --precision bf16-pure)")
         for pattern in self.freeze:
             try:
                 re.compile(pattern)
@@ -74,10 +97,14 @@ class TrainingModes:
         out = []
         if self.grad_accum > 1:
             out.append(f"gradient accumulation x{self.grad_accum}")
+        detail = "".join([f", {'+'.join(self.lora_targets)}" if self.lora_targets else "",
+                          f", alpha {self.lora_alpha:g}" if self.lora_alpha is not None else "",
+                          f", dropout {self.lora_dropout:g}" if self.lora_dropout else "",
+                          f", base {self.base_dtype}" if self.base_dtype else ""])
         if self.qlora:
-            out.append(f"QLoRA (NF4 base, LoRA r={self.lora_rank or DEFAULT_LORA_RANK})")
+            out.append(f"QLoRA ({self.qlora_quant.upper()} base, LoRA r={self.lora_rank or DEFAULT_LORA_RANK}{detail})")
         elif self.lora_rank:
-            out.append(f"LoRA r={self.lora_rank}")
+            out.append(f"LoRA r={self.lora_rank}{detail}")
         if self.freeze:
             out.append("frozen: " + ", ".join(self.freeze))
         if self.offload_optimizer:
@@ -86,17 +113,31 @@ class TrainingModes:
 
 
 DEFAULT_LORA_RANK = 16
+BASE_DTYPES = ("fp32", "bf16", "fp16")
+# bitsandbytes' 4-bit formats as litgpt names them (`--quantize bnb.nf4 / bnb.nf4-dq / bnb.fp4`):
+# (quant_type, compress_statistics), bitsandbytes/nn/modules.py Linear4bit.
+QLORA_QUANTS = {"nf4-dq": ("nf4", True), "nf4": ("nf4", False), "fp4": ("fp4", False), "fp4-dq": ("fp4", True)}
 
 
 def make_modes(grad_accum: int = 1, lora: int | bool | None = None, qlora: bool = False,
-               freeze: Sequence[str] | str | None = None, offload_optimizer: bool = False) -> TrainingModes:
+               freeze: Sequence[str] | str | None = None, offload_optimizer: bool = False, *,
+               lora_targets: Sequence[str] | str | None = None, lora_alpha: float | None = None,
+               lora_dropout: float | None = None, base_dtype: str | None = None,
+               qlora_quant: str | None = None) -> TrainingModes:
+    if qlora_quant is not None and not qlora:
+        raise GpuwiseError("--qlora-quant applies to --qlora")
+    if isinstance(lora_targets, str):
+        lora_targets = [t.strip() for t in lora_targets.split(",") if t.strip()]
     if lora is True:
         lora = DEFAULT_LORA_RANK
     if lora is False:
         lora = None
     if isinstance(freeze, str):
         freeze = [freeze]
-    return TrainingModes(grad_accum, lora, bool(qlora), tuple(freeze or ()), bool(offload_optimizer))
+    return TrainingModes(grad_accum, lora, bool(qlora), tuple(freeze or ()), bool(offload_optimizer),
+                         tuple(lora_targets) if lora_targets else None,
+                         None if lora_alpha is None else float(lora_alpha), float(lora_dropout or 0.0),
+                         base_dtype, qlora_quant or "nf4-dq")
 
 
 def apply_modes(wl: Workload, modes: TrainingModes, precision: str = "fp32") -> Workload:
@@ -206,12 +247,15 @@ def _with_adapters(model, modes: TrainingModes, precision: str):
 
     from ...optional_libs import available, lora_layout
 
-    if not available("peft") and (modes.qlora or _peft_task(model) == "SEQ_CLS"
-                                  or any(type(m).__name__ == "Conv1D" for m in model.modules())):
-        raise GpuwiseError("QLoRA, and LoRA of a classifier or of GPT-2's Conv1D layers, need peft (pip install peft)")
-    if not available("peft") and not all_fake_model(model):
+    stand_in = not available("peft")
+    if stand_in and (modes.qlora or modes.lora_targets or modes.lora_dropout or _peft_task(model) == "SEQ_CLS"
+                     or any(type(m).__name__ == "Conv1D" for m in model.modules())):
+        raise GpuwiseError("QLoRA, and LoRA with named targets, dropout, a classifier head or GPT-2's Conv1D "
+                           "layers, need peft (pip install peft)")
+    if stand_in and not all_fake_model(model):
         raise GpuwiseError("LoRA needs peft (pip install peft)")
-    base_dtype = {"bf16": torch.bfloat16, "bf16-pure": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    dtypes = {"bf16": torch.bfloat16, "bf16-pure": torch.bfloat16, "fp16": torch.float16, "fp32": None}
+    base_dtype = dtypes.get(modes.base_dtype or precision)
     if modes.qlora:
         base_dtype = base_dtype or torch.bfloat16
     if base_dtype is not None:
@@ -219,15 +263,27 @@ def _with_adapters(model, modes: TrainingModes, precision: str):
     for p in model.parameters():
         p.requires_grad_(False)
     if modes.qlora:
-        quantize_linear_4bit(model, compute_dtype=base_dtype)
+        quant_type, double_quant = QLORA_QUANTS[modes.qlora_quant]
+        quantize_linear_4bit(model, compute_dtype=base_dtype, quant_type=quant_type, double_quant=double_quant)
     rank = modes.lora_rank or DEFAULT_LORA_RANK
-    if not available("peft"):  # a trace: the same adapters and forward (optional_libs.py)
-        return lora_layout(model, rank, LORA_ALPHA_PER_RANK * rank)
+    alpha = modes.lora_alpha if modes.lora_alpha is not None else LORA_ALPHA_PER_RANK * rank
+    if stand_in:  # a trace: the same adapters and forward (optional_libs.py)
+        return lora_layout(model, rank, alpha, torch.bfloat16 if precision == "bf16-pure" else torch.float32)
     from peft import LoraConfig, get_peft_model
 
-    config = LoraConfig(r=rank, lora_alpha=LORA_ALPHA_PER_RANK * rank, lora_dropout=0.0,
-                        target_modules="all-linear", task_type=_peft_task(model))
-    return get_peft_model(model, config)
+    targets = list(modes.lora_targets) if modes.lora_targets else "all-linear"
+    config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=modes.lora_dropout,
+                        target_modules=targets, task_type=_peft_task(model))
+    try:
+        # bf16-pure (litgpt's bf16-true): the adapters are bf16 too; else peft's fp32 adapters
+        peft_model = get_peft_model(model, config, autocast_adapter_dtype=precision != "bf16-pure")
+    except ValueError as exc:  # peft: "Target modules {...} not found in the base model"
+        raise GpuwiseError(f"--lora-targets {','.join(modes.lora_targets or ())}: {exc}") from None
+    if precision == "bf16-pure":
+        for p in peft_model.parameters():
+            if p.requires_grad and p.is_floating_point() and p.dtype != torch.bfloat16:
+                p.data = p.data.to(torch.bfloat16)
+    return peft_model
 
 
 def all_fake_model(model) -> bool:

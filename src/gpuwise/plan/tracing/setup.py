@@ -10,6 +10,7 @@ CPU tensors that stand for CUDA ones get CUDA's foreach optimizer default.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 from ...step import StepConfig, TrainStep, enable_checkpointing
 from .fallback import is_fake_limit
@@ -52,7 +53,7 @@ def warm_up_optimizer(step: TrainStep) -> None:
     if step.scaler is not None:
         step.scaler.scale(torch.zeros((), device=step.device))
     step.optimizer.step()
-    step.optimizer.zero_grad(set_to_none=True)
+    step.optimizer.zero_grad(set_to_none=step.config.zero_grad == "none")
 
 
 @contextlib.contextmanager
@@ -90,8 +91,8 @@ def fake_train_step(workload, config: StepConfig, model) -> TrainStep:
     import torch
 
     if config.checkpointing:  # wrap blocks before moving, as TrainStep does
-        enable_checkpointing(model)
-        config = StepConfig(config.optimizer, config.precision, False, config.optimizer_impl)
+        enable_checkpointing(model, "selective" if config.checkpointing == "selective" else "full")
+        config = dataclasses.replace(config, checkpointing=False)
     dtype = torch.bfloat16 if config.precision == "bf16-pure" else None
     memo: dict[int, torch.Tensor] = {}
 
@@ -99,7 +100,10 @@ def fake_train_step(workload, config: StepConfig, model) -> TrainStep:
         if id(t) not in memo:
             with torch.no_grad():
                 new = t.to(dtype) if dtype is not None and t.is_floating_point() else t
-            memo[id(t)] = torch.nn.Parameter(new, requires_grad=t.requires_grad) if is_param else new
+            if is_param:  # a new Parameter keeps the old one's attributes (bitsandbytes' quant_state, ...)
+                new = torch.nn.Parameter(new, requires_grad=t.requires_grad)
+                new.__dict__.update(t.__dict__)
+            memo[id(t)] = new
         return memo[id(t)]
 
     for m in model.modules() if dtype is not None else ():

@@ -34,7 +34,7 @@ from .fallback import trace_with_fallback
 from .kernels import FRESH_ZEROS_OPS, INPLACE_WITHOUT_MODE, output_bytes, promotion_copies_bytes, workspace
 from .probe import PROBED_OPS, probe
 from .scope import ModuleScope
-from .sdpa import sdpa_as_gpu_runs_it
+from .sdpa import _TARGET, attention_note, attention_target, sdpa_as_gpu_runs_it, set_attn_implementation
 from .setup import WARMUPS, build_model_for_trace, fake_train_step, foreach_by_default
 from .stochastic import every_layer_runs
 
@@ -302,6 +302,8 @@ def run_real(workload, batch_size: int, config: StepConfig, target: str, warmup:
 def _run(workload, batch_size: int, config: StepConfig, target: str, fake: bool,
          warmup: str = "optimizer", layers: int | None = None) -> MemoryTrace:
     """`_trace_once`; a warm-up step that cannot be copied from the steady one (plan/memory/warmup.py) is traced."""
+    if config.zero_grad == "zeros" and warmup in ("copy", "optimizer"):
+        warmup = "step"  # the first step leaves every gradient allocated: trace it whole
     if warmup == "copy":
         try:
             return _trace_once(workload, batch_size, config, target, fake, "copy", layers)
@@ -326,6 +328,7 @@ def _trace_once(workload, batch_size: int, config: StepConfig, target: str, fake
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True) if fake else contextlib.nullcontext()
     cuda_like = target == "cuda"
     with fake_mode, tracker, mode, contextlib.ExitStack() as stack:
+        attn = _TARGET.get() or stack.enter_context(attention_target())  # the estimate's GPU, else sm80
         if cuda_like:
             stack.enter_context(sdpa_as_gpu_runs_it())
             stack.enter_context(foreach_by_default())
@@ -333,6 +336,9 @@ def _trace_once(workload, batch_size: int, config: StepConfig, target: str, fake
                 stack.enter_context(cuda_autocast_policy())
         stack.enter_context(node_prehooks(mode.sums, lambda: len(mode.rec.blocks)))
         model = build_model_for_trace(workload, fake_mode if fake else None, mode)
+        attn_note = set_attn_implementation(model, attn)
+        if attn_note:
+            mode.notes.append(attn_note)
         mode.notes.extend(stack.enter_context(every_layer_runs(model)) + compiled_notes(model))
         if layers is not None:
             mode.layers = LayerTags.follow(mode, model, layers)
@@ -375,6 +381,7 @@ def _trace_once(workload, batch_size: int, config: StepConfig, target: str, fake
     trace.layers = tags
     trace.op_costs = mode.costs
     if cuda_like:
+        trace.notes.append(attention_note(attn))
         trace.notes.append("cuda: traced on CPU tensors with CUDA's attention kernels and optimizer defaults"
                            + ("; autocast applies CUDA's cast policy (plan/tracing/cuda_autocast.py)"
                               if config.precision in ("fp16", "bf16") else ""))
