@@ -20,27 +20,28 @@ from gpuwise.tuning import goodput
 SCRIPT = Path(__file__).parent / "scripts" / "linreg_noise.py"
 
 
-def _rows(pairs):
-    return [{"step": 2 * i, "batch": b, "dot": dot, "diff2": diff2, "sq": 0.0} for i, (b, dot, diff2) in enumerate(pairs)]
+def _rows(points, estimator="per-example"):
+    return [{"step": i, "batch": b, "g2": g2, "tr_b": tr_b, "estimator": estimator}
+            for i, (b, g2, tr_b) in enumerate(points)]
 
 
 def test_estimate_is_the_ratio_of_means_of_the_two_unbiased_estimators():
-    # pairs at B = 10: tr(Sigma)_i = 10 * diff2 / 2 = 5 * diff2; |G|^2_i = dot
-    # diff2 = 2, 4 (x5: 10, 20; mean 15); dot = 1, 2 (mean 1.5) -> B_simple = 15 / 1.5 = 10
-    rows = _rows([(10, 1.0, 2.0), (10, 2.0, 4.0)] * 4)
+    # B = 10: tr(Sigma)_i = 10 * tr_b = 10, 20 (mean 15); |G|^2_i = 1, 2 (mean 1.5) -> B_simple = 15 / 1.5 = 10
+    rows = _rows([(10, 1.0, 1.0), (10, 2.0, 2.0)] * 4)
     g = noise_scale(rows)
     assert g["b_simple"] == pytest.approx(10.0)
-    assert g["steps_used"] == 16 and g["pairs"] == 8 and g["batch_size"] == 10
+    assert g["steps_used"] == 8 and g["batch_size"] == 10 and g["estimator"] == "per-example"
+    assert noise_scale(_rows([(10, 1.0, 1.0), (10, 2.0, 2.0)] * 4, "consecutive-steps"))["steps_used"] == 16
     assert g["b_simple_over_batch"] == pytest.approx(1.0)
     assert g["ci_low"] <= 10.0 <= g["ci_high"]
 
 
 def test_too_few_pairs_give_no_estimate_and_unknown_batch_gives_it_in_batches():
-    assert noise_scale(_rows([(10, 1.0, 2.0)] * 7)) is None
-    g = noise_scale(_rows([(0, 1.0, 2.0), (0, 2.0, 4.0)] * 4))
-    # no batch: tr(Sigma)/B = diff2 / 2 -> mean 1.5, over |G|^2 1.5 = 1 batch
+    assert noise_scale(_rows([(10, 1.0, 1.0)] * 7)) is None
+    g = noise_scale(_rows([(0, 1.0, 1.0), (0, 2.0, 2.0)] * 4))
+    # no batch: tr(Sigma)/B mean 1.5 over |G|^2 1.5 = 1 batch
     assert g["b_simple"] is None and g["b_simple_over_batch"] == pytest.approx(1.0)
-    assert noise_scale(_rows([(0, 1.0, 2.0), (0, 2.0, 4.0)] * 4), batch_size=32)["b_simple"] == pytest.approx(32.0)
+    assert noise_scale(_rows([(0, 1.0, 1.0), (0, 2.0, 2.0)] * 4), batch_size=32)["b_simple"] == pytest.approx(32.0)
 
 
 def test_fieller_interval_opens_upwards_when_the_signal_is_not_above_noise():
@@ -50,18 +51,48 @@ def test_fieller_interval_opens_upwards_when_the_signal_is_not_above_noise():
     assert low < 2.0 < high
 
 
-def test_probe_pairs_consecutive_steps_on_the_same_gradients():
-    model = torch.nn.Linear(3, 1, bias=False)
+def test_per_example_norms_match_torch_func_per_sample_gradients():
+    """The probe's |G|^2 and tr(Sigma) from one step equal Appendix A's with B_small = 1 computed from
+    per-sample gradients (torch.func.vmap(grad)) of a model with 2-D and 3-D Linear inputs and biases."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
+    x, y = torch.randn(6, 5, 3), torch.randn(6, 5, 2)  # (B, T, in): a per-example gradient sums over T
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
     probe = NoiseProbe(torch, budget_fraction=1.0)
-    grads = [torch.tensor([[1.0, 0.0, 0.0]]), torch.tensor([[1.0, 1.0, 0.0]])]
-    for g in grads:
-        model.weight.grad = g.clone()
+    try:
+        loss = torch.nn.functional.mse_loss(model(x), y)  # mean: c_i = g_i / B, the scale cancels in the ratio
+        loss.backward()
+        probe.on_step(opt, 6)
+    finally:
+        probe.examples.disarm()
+    (step, batch, g2, tr_b, estimator), = probe.rows()
+    params = dict(model.named_parameters())
+
+    def one(p, xi, yi):
+        return torch.nn.functional.mse_loss(torch.func.functional_call(model, p, (xi[None],)), yi[None])
+
+    per = torch.func.vmap(torch.func.grad(one), in_dims=(None, 0, 0))(params, x, y)
+    flat = torch.cat([v.reshape(6, -1) for v in per.values()], 1)
+    n = 6
+    g1 = flat.square().sum(1).mean()
+    gn = flat.mean(0).square().sum()
+    # Appendix A, B_small = 1, B_big = n; the probe's norms are those of g_i / B (mean loss): x 1/B^2
+    assert g2 * n * n == pytest.approx(float((n * gn - g1).detach() / (n - 1)), rel=1e-4)
+    assert tr_b * n * n * n == pytest.approx(float((g1 - gn).detach() * n / (n - 1)), rel=1e-4)
+    assert (step, batch, estimator) == (0, 6, "per-example") and probe.opt_name == "SGD"
+
+
+def test_consecutive_steps_estimator_when_no_linear_layer_trains():
+    model = torch.nn.Conv1d(1, 1, 1, bias=False)
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    probe = NoiseProbe(torch, budget_fraction=1.0)
+    for g in ([[[1.0]]], [[[2.0]]], [[[1.0]]], [[[3.0]]]):
+        model(torch.ones(1, 1, 1)).sum().backward()  # the first forward: no Linear -> pairs from then on
+        model.weight.grad = torch.tensor(g)
         probe.on_step(opt, 4)
-    (step, batch, dot, diff2, sq), = probe.rows()
-    # dot = 1; |g0 - g1|^2 = 1; (|g0|^2 + |g1|^2)/2 = (1 + 2)/2
-    assert (step, batch, dot, diff2, sq) == (0, 4, 1.0, 1.0, 1.5)
-    assert probe.opt_name == "SGD"
+    # the first step finds no Linear; pairs (1, 2): g = 2, 1 -> dot 2, |diff|^2 / 2 = 0.5; (3, ...) unfinished
+    rows = probe.rows()
+    assert rows == [(1, 4, 2.0, 0.5, "consecutive-steps")]
 
 
 @pytest.mark.parametrize(("sigma", "batch"), [(0.5, 16), (3.0, 64)])
@@ -133,6 +164,19 @@ def test_gpuwise_monitor_measures_it_in_process():
             torch.nn.functional.mse_loss(model(xb).squeeze(1), yb).backward()
             opt.step()
     g = mon.summary()["gradient_noise_scale"]
-    assert g["batch_size"] == batch and g["pairs"] >= 64
+    assert g["batch_size"] == batch and g["steps_used"] >= 128 and g["estimator"] == "per-example"
     assert abs(g["b_simple"] / (d * (1 + sigma ** 2) + 1) - 1) < 0.25, g  # 17
     assert mon.summary()["optimizer"] == "SGD"
+
+
+def test_a_trials_band_is_the_t_interval_of_its_block_rates():
+    from gpuwise.tuning.noise_band import Band, band, beats
+
+    # 10 steps of 1 s, 10 samples each except two: blocks of 2 steps -> rates 10, 10, 15, 10, 10
+    samples = [10, 10, 10, 10, 20, 10, 10, 10, 10, 10]
+    b = band(samples, [1.0] * 10)
+    assert b.blocks == 5 and b.mean == pytest.approx(11.0)
+    # sd of (10, 10, 15, 10, 10) = sqrt(20 / 4) = 2.236; t(4) = 2.776: half = 2.776 * 2.236 / sqrt(5) = 2.776
+    assert b.high - b.mean == pytest.approx(2.776, rel=1e-3) and b.mean - b.low == pytest.approx(2.776, rel=1e-3)
+    assert beats(Band(20.0, 15.0, 25.0, 5), b) and not beats(Band(14.0, 13.0, 15.0, 5), b)
+    assert not beats(Band(11.2, 11.15, 11.25, 5), Band(11.0, 10.95, 11.05, 5))  # outside the band but < 5%

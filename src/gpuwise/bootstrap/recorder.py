@@ -33,7 +33,7 @@ _STEP_LINE = ('{"type": "step", "step": %d, "start_s": %.9f, "total_s": %.9f, "d
 
 _WAIT = operator.itemgetter(3)  # a row's data_s
 # One pair of consecutive steps' gradients (noise.py): `Timeline.noise` records.
-_NOISE_LINE = '{"type": "noise", "step": %d, "batch": %d, "dot": %r, "diff2": %r, "sq": %r}\n'
+_NOISE_LINE = '{"type": "noise", "step": %d, "batch": %d, "g2": %r, "tr_b": %r, "estimator": "%s"}\n'
 
 
 def _clamped(row: tuple) -> tuple:

@@ -117,7 +117,7 @@ class Monitor:
         if self._noise_hook is not None:
             self._noise_hook.remove()
             self._noise_hook = None
-            self.timeline.noise.extend(dict(zip(("step", "batch", "dot", "diff2", "sq"), r)) for r in self._noise.rows())
+            self.timeline.noise.extend(dict(zip(noise.ROW_KEYS, r)) for r in self._noise.rows())
             if self._noise.opt_name:
                 self.timeline.meta.setdefault("optimizer", self._noise.opt_name)
         meta = self.timeline.meta

@@ -1,12 +1,12 @@
-"""The gradient noise scale B_simple (McCandlish et al. 2018) from pairs of consecutive optimizer steps'
-gradients (gpuwise/bootstrap/noise.py explains the estimator and its bias), with a confidence interval,
+"""The gradient noise scale B_simple (McCandlish et al. 2018) from per-example gradient norms or pairs of
+consecutive steps' gradients (gpuwise/bootstrap/noise.py explains both estimators and their biases), with a confidence interval,
 its evolution over training, and the `batch_vs_noise_scale` finding.
 
-Each pair i (steps t, t+1 at batch B_i) gives a_i = B_i |g_t - g_{t+1}|^2 / 2, an estimate of tr(Sigma), and
-b_i = g_t . g_{t+1}, an estimate of |G|^2. B_simple = mean(a) / mean(b): a ratio of means (the paper takes
-the ratio of the two EMAs, not the mean of ratios, which is biased by the noisy denominator). The interval is
-Fieller's 95% interval for a ratio of means (pairs are independent: they do not overlap); its upper end is
-open (null) when mean(b) is not clearly above zero (gradient noise swamps the signal: B_simple is large).
+Each probed step (or pair of steps) i gives a_i, an unbiased estimate of tr(Sigma), and b_i, one of |G|^2
+(the paper's Appendix A estimators). B_simple = mean(a) / mean(b): a ratio of means (the paper takes the
+ratio of the two EMAs, not the mean of ratios, which the noisy denominator biases). The interval is
+Fieller's 95% interval for a ratio of means (probed steps use different batches); its upper end is open
+(null) when mean(b) is not clearly above zero (gradient noise swamps the signal: B_simple is large).
 The evolution is the paper's EMA of a and of b, their ratio every few pairs.
 """
 
@@ -20,7 +20,7 @@ from .result import Summary
 from .rules import Finding, rule
 
 Z95 = 1.959964          # two-sided 95% normal quantile
-MIN_PAIRS = 8           # fewer pairs: no estimate
+MIN_STEPS = 8           # fewer estimates: no answer
 EMA_DECAY = 0.95        # per pair (an effective window of ~20 pairs)
 EVOLUTION_POINTS = 20
 FAR = 4.0               # a batch >= 4x away from B_simple: steps(B) = S_min(1 + B_noise/B) costs >= 2.5x the
@@ -58,45 +58,47 @@ def fieller(a: list[float], b: list[float], z: float = Z95) -> tuple[float | Non
 
 
 def noise_scale(rows: list[dict[str, Any]], batch_size: int | None = None) -> dict[str, Any] | None:
-    """The `gradient_noise_scale` summary key from `Timeline.noise` rows; None when there are too few pairs.
+    """The `gradient_noise_scale` summary key from `Timeline.noise` rows; None when there are too few.
 
     A row's batch of 0 (no DataLoader seen) falls back to `batch_size`; with no batch at all the estimate is
-    given in batches (`b_simple_over_batch`) and `b_simple` is null."""
-    pairs = []
-    for r in rows:
-        bsz = int(r.get("batch") or 0) or int(batch_size or 0)
-        pairs.append((int(r.get("step", 0)), bsz, float(r["dot"]), float(r["diff2"])))
-    if len(pairs) < MIN_PAIRS:
+    given in batches (`b_simple_over_batch`) and `b_simple` is null. Rows of the per-example estimator are
+    used when there are enough of them (it is not biased by the step between two gradients)."""
+    usable = [r for r in rows if r.get("estimator") == "per-example"]
+    if len(usable) < MIN_STEPS:
+        usable = [r for r in rows if r.get("estimator") != "per-example"]
+    est_name = (usable[0].get("estimator") or "consecutive-steps") if usable else None
+    per_row = 1 if est_name == "per-example" else 2  # optimizer steps each row took
+    points = [(int(r.get("step", 0)), int(r.get("batch") or 0) or int(batch_size or 0), float(r["g2"]),
+               float(r["tr_b"])) for r in usable]
+    if len(points) < MIN_STEPS:
         return None
-    known = all(p[1] > 0 for p in pairs)
-    scale = [p[1] if known else 1 for p in pairs]
-    a = [s * p[3] / 2 for s, p in zip(scale, pairs)]
-    b = [p[2] for p in pairs]
+    known = all(p[1] > 0 for p in points)
+    a = [(p[1] if known else 1) * p[3] for p in points]   # tr(Sigma) (per batch when the batch is unknown)
+    b = [p[2] for p in points]                           # |G|^2
     ma, mb = _mean(a), _mean(b)
     est = ma / mb if mb > 0 else None
     low, high = fieller(a, b)
-    batches = sorted(p[1] for p in pairs)
+    batches = sorted(p[1] for p in points)
     batch = batches[len(batches) // 2] if known else None
     out = {"b_simple": est if known else None, "ci_low": low if known else None, "ci_high": high if known else None,
-           "steps_used": 2 * len(pairs), "pairs": len(pairs), "batch_size": batch,
+           "steps_used": per_row * len(points), "batch_size": batch,
            "b_simple_over_batch": (est / batch if known else est) if est is not None else None,
-           "ci_level": 0.95, "estimator": "consecutive-steps",
-           "evolution": _evolution(pairs, a, b, known),
-           "grad_norm_sq": mb, "trace_cov": ma}
+           "ci_level": 0.95, "estimator": est_name,
+           "evolution": _evolution(points, a, b, known), "grad_norm_sq": mb, "trace_cov": ma}
     if not known:
         out["ci_low_over_batch"], out["ci_high_over_batch"] = low, high
     return out
 
 
-def _evolution(pairs: list[tuple], a: list[float], b: list[float], known: bool) -> list[dict[str, Any]]:
+def _evolution(points: list[tuple], a: list[float], b: list[float], known: bool) -> list[dict[str, Any]]:
     """The paper's EMAs of tr(Sigma) and |G|^2, their ratio at up to EVOLUTION_POINTS steps."""
-    every = max(1, math.ceil(len(pairs) / EVOLUTION_POINTS))
+    every = max(1, math.ceil(len(points) / EVOLUTION_POINTS))
     ea = eb = 0.0
     w = 0.0
     out = []
-    for i, (p, x, y) in enumerate(zip(pairs, a, b)):
+    for i, (p, x, y) in enumerate(zip(points, a, b)):
         ea, eb, w = EMA_DECAY * ea + x, EMA_DECAY * eb + y, EMA_DECAY * w + 1
-        if (i + 1) % every == 0 or i == len(pairs) - 1:
+        if (i + 1) % every == 0 or i == len(points) - 1:
             value = ea / eb if eb > 0 else None
             out.append({"step": p[0], ("b_simple" if known else "b_simple_over_batch"): value})
     return out

@@ -56,8 +56,8 @@ class Timeline:
     samples: list[Sample] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-    # pairs of consecutive steps' gradients for the gradient noise scale (gpuwise/bootstrap/noise.py):
-    # {"step", "batch", "dot", "diff2", "sq"}; read by monitoring/noise_scale.py
+    # per-step estimates of |G|^2 and tr(Sigma)/batch for the gradient noise scale (gpuwise/bootstrap/noise.py):
+    # {"step", "batch", "g2", "tr_b", "estimator"}; read by monitoring/noise_scale.py
     noise: list[dict[str, Any]] = field(default_factory=list)
 
     @property
