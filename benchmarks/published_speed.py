@@ -72,7 +72,7 @@ def predict_row(row: dict) -> dict:
         predicted = sp.samples_per_s
         bound = rl.samples_per_s * max(sp.nproc, 1) if rl else None
     measured = float(row["value"])
-    return {"id": row["id"], "source": row["source"]["name"], "gpu": row["setting"]["gpu"],
+    return {"id": row["id"], "source": row["source"]["name"], "document": row["source"].get("url"), "gpu": row["setting"]["gpu"],
             "gpus": row["setting"]["gpus"], "model": row["setting"]["model"], "metric": row["metric"],
             "measured": measured, "predicted": predicted, "error_pct": 100 * (predicted - measured) / measured,
             "roofline": bound, "roofline_ratio": measured / bound if bound else None,
@@ -82,7 +82,8 @@ def predict_row(row: dict) -> dict:
 
 def summary(results: list[dict]) -> dict:
     errs = [abs(r["error_pct"]) for r in results]
-    return {"rows": len(results), "sources": len({r["source"] + ":" + r["id"].split("-")[1] for r in results}),
+    return {"rows": len(results), "projects": sorted({r["source"] for r in results}),
+            "documents": len({r["document"] for r in results}),
             "gpu_types": sorted({r["gpu"] for r in results}), "gpus_min": min((r["gpus"] for r in results), default=0),
             "gpus_max": max((r["gpus"] for r in results), default=0),
             "median_abs_error_pct": statistics.median(errs) if errs else None,
@@ -97,7 +98,7 @@ def table(results: list[dict], skipped: list[dict], summ: dict) -> str:
     for r in results:
         lines.append(f"| {r['id']} | {r['gpus']} x {r['gpu']} | {r['measured']:,.0f} | {r['predicted']:,.0f} | "
                      f"{r['error_pct']:+.1f} % | {r['roofline']:,.0f} | {r['roofline_ratio']:.2f} | {r['bound_by']} |")
-    lines += ["", f"{summ['rows']} rows, GPU types {', '.join(summ['gpu_types'])}, {summ['gpus_min']} to "
+    lines += ["", f"{summ['rows']} rows from {summ['documents']} documents of {', '.join(summ['projects'])}, GPU types {', '.join(summ['gpu_types'])}, {summ['gpus_min']} to "
               f"{summ['gpus_max']} GPUs: median |error| {summ['median_abs_error_pct']:.1f} %, max "
               f"{summ['max_abs_error_pct']:.1f} %.", "", "Not expressible (recorded, not predicted):", ""]
     lines += [f"- {r['id']}: {r['why_not']}" for r in skipped]
