@@ -28,7 +28,7 @@ ROOT = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "results", "published_speed.json")
 README = os.path.join(HERE, "published", "README.md")
 BEGIN, END = "<!-- published_speed:begin -->", "<!-- published_speed:end -->"
-SPEED_METRICS = {"tokens_per_s_per_gpu", "samples_per_s"}
+SPEED_METRICS = {"tokens_per_s_per_gpu", "tokens_per_s", "samples_per_s"}
 
 sys.path.insert(0, os.path.join(HERE, "published"))
 sys.path.insert(0, os.path.join(ROOT, "src"))
@@ -65,9 +65,10 @@ def predict_row(row: dict) -> dict:
     est = estimate(workload, kw.pop("batch_size"), target="cuda", search_max_batch=False, **kw)
     sp, rl = est.speed, est.roofline
     tokens = (kw["seq_len"] or 0) * est.batch_size * est.grad_accum
-    if row["metric"] == "tokens_per_s_per_gpu":
-        predicted = sp.tokens_per_s_per_gpu
-        bound = tokens / rl.time_s if rl and rl.time_s else None
+    if row["metric"] in ("tokens_per_s_per_gpu", "tokens_per_s"):  # tokens_per_s: all GPUs together
+        ranks = 1 if row["metric"] == "tokens_per_s_per_gpu" else max(sp.nproc, 1)
+        predicted = sp.tokens_per_s_per_gpu * ranks
+        bound = tokens * ranks / rl.time_s if rl and rl.time_s else None
     else:
         predicted = sp.samples_per_s
         bound = rl.samples_per_s * max(sp.nproc, 1) if rl else None
@@ -105,6 +106,16 @@ def table(results: list[dict], skipped: list[dict], summ: dict) -> str:
     return "\n".join(lines)
 
 
+def write_readme(body: str) -> None:
+    text = open(README).read()
+    block = f"{BEGIN}\n{body}\n{END}"
+    if BEGIN in text:
+        text = text[:text.index(BEGIN)] + block + text[text.index(END) + len(END):]
+    else:
+        text = text.rstrip("\n") + "\n\n## Throughput results\n\n" + block + "\n"
+    write_atomic(README, text)
+
+
 def write_atomic(path: str, text: str) -> None:
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
@@ -115,8 +126,21 @@ def write_atomic(path: str, text: str) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ids", help="comma-separated row ids (default: all throughput rows)")
+    ap.add_argument("--render", action="store_true", help="only rewrite the README table from the results file")
     args = ap.parse_args()
     from corpus import load_rows
+
+    if args.render:
+        saved = json.load(open(RESULTS))
+        for r in saved["rows"]:  # results written before the document key existed
+            r.setdefault("document", next((x["source"].get("url") for x in load_rows() if x["id"] == r["id"]), None))
+        summ = summary(saved["rows"])
+        skipped = [{"id": r["id"], "why_not": r["why_not"]} for r in load_rows()
+                   if r["metric"] in SPEED_METRICS and r["gpuwise_args"] is None]
+        write_readme(table(saved["rows"], skipped, summ))
+        write_atomic(RESULTS, json.dumps({**saved, "summary": summ}, indent=1) + "\n")
+        print(json.dumps(summ, indent=1))
+        return 0
 
     rows = [r for r in load_rows() if r["metric"] in SPEED_METRICS]
     if args.ids:
@@ -138,13 +162,7 @@ def main() -> int:
                                       "not_expressible": [{"id": r["id"], "why_not": r["why_not"]} for r in skipped]},
                                      indent=1) + "\n")
     if not args.ids:
-        text = open(README).read()
-        block = f"{BEGIN}\n{table(results, skipped, summ)}\n{END}"
-        if BEGIN in text:
-            text = text[:text.index(BEGIN)] + block + text[text.index(END) + len(END):]
-        else:
-            text = text.rstrip("\n") + "\n\n## Throughput results\n\n" + block + "\n"
-        write_atomic(README, text)
+        write_readme(table(results, [{"id": r["id"], "why_not": r["why_not"]} for r in skipped], summ))
     print(json.dumps(summ, indent=1))
     return 0
 
