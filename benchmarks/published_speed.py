@@ -49,10 +49,12 @@ def parse_args(argv: list[str]) -> dict:
     p.add_argument("--qlora", action="store_true")
     p.add_argument("--grad-accum", type=int, default=1)
     p.add_argument("--optimizer")
+    p.add_argument("--task")
+    p.add_argument("--attn")
     a = p.parse_args(argv)
     return {"batch_size": a.batch_size, "seq_len": a.seq_len, "precision": a.precision, "gpu": a.gpu,
             "nproc": a.nproc, "strategy": a.strategy, "checkpointing": a.checkpointing, "lora": a.lora,
-            "layer_checkpointing": a.layer_checkpointing,
+            "layer_checkpointing": a.layer_checkpointing, "task": a.task, "attn": a.attn,
             "qlora": a.qlora, "grad_accum": a.grad_accum, "optimizer": a.optimizer}
 
 
@@ -156,13 +158,17 @@ def main() -> int:
         print(f"  measured {res['measured']:,.0f} predicted {res['predicted']:,.0f} ({res['error_pct']:+.1f} %)",
               file=sys.stderr, flush=True)
         results.append(res)
+    if args.ids and os.path.exists(RESULTS):  # merge into the saved results: the other rows keep theirs
+        saved = {r["id"]: r for r in json.load(open(RESULTS))["rows"]}
+        saved.update({r["id"]: r for r in results})
+        results = list(saved.values())
     summ = summary(results)
     os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
     write_atomic(RESULTS, json.dumps({"summary": summ, "rows": results,
                                       "not_expressible": [{"id": r["id"], "why_not": r["why_not"]} for r in skipped]},
                                      indent=1) + "\n")
-    if not args.ids:
-        write_readme(table(results, [{"id": r["id"], "why_not": r["why_not"]} for r in skipped], summ))
+    skipped = [r for r in load_rows() if r["metric"] in SPEED_METRICS and r["gpuwise_args"] is None]
+    write_readme(table(results, [{"id": r["id"], "why_not": r["why_not"]} for r in skipped], summ))
     print(json.dumps(summ, indent=1))
     return 0
 
