@@ -52,8 +52,12 @@ def command(row: dict) -> list[str]:
 def gpu_memory_bytes(name: str | None) -> int | None:
     if not name:
         return None
+    from gpuwise.errors import GpuwiseError
     from gpuwise.plan import lookup_gpu
-    return int(lookup_gpu(name).memory_bytes)
+    try:
+        return int(lookup_gpu(name).memory_bytes)
+    except GpuwiseError:  # a GPU the catalog does not have (e.g. H100 96GB): no OOM verdict
+        return None
 
 
 def compare(row: dict, est: dict) -> dict:
@@ -203,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         write_atomic(RESULTS, results)
         shown = rec.get("error") or (f"{rec['err_pct']:+.1f} %" if "err_pct" in rec
                                      else f"predicted OOM: {rec.get('predicted_oom')}")
-        print(f"[{n}/{len(todo)}] {row['id']}: {shown} ({rec['seconds']} s)", flush=True)
+        print(f"[{n}/{len(todo)}] {row['id']}: {shown} ({rec.get('seconds')} s)", flush=True)
     text = table(rows, results)
     update_readme(text)
     print(text.split("\n\n| id")[0])

@@ -45,3 +45,26 @@ def test_cli_nproc_and_strategy(capsys):
     assert (d["nproc"], d["strategy"]) == (2, "fsdp")
     assert main(["estimate", WL, "-b", str(BATCH), "--nproc", "2", "--no-max-batch", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["strategy"] == "ddp"
+
+
+def test_every_fit_option_carries_the_estimate_that_reproduces_it(capsys):
+    import shlex
+
+    from gpuwise.plan.fit import fit
+
+    wl = "examples:gpt-mini"  # has blocks to checkpoint
+    result = fit(wl, "L4", 2, 8)
+    checked = 0
+    for option in result.options:
+        if option.changes["strategy"] == "pipeline":
+            assert option.estimate_cmd is None  # estimate does not split the layers into stages
+            continue
+        args = shlex.split(option.estimate_cmd)
+        assert args[:3] == ["gpuwise", "estimate", wl]
+        assert main([*args[1:], "--json"]) == 0
+        d = json.loads(capsys.readouterr().out)
+        assert d["device_used_bytes"] == option.device_used_bytes, option.name
+        assert (d["nproc"], d["batch_size"], d["grad_accum"]) == (
+            option.changes["nproc"], option.micro_batch_size, option.grad_accum)
+        checked += 1
+    assert checked >= 8

@@ -9,8 +9,8 @@ from gpuwise.hf import hf_workload
 from gpuwise.plan import estimate
 from gpuwise.plan.deep import repeat
 from gpuwise.plan.deep.repeat import canonical, rebuild, repeated_trace
-from gpuwise.plan.estimate import _trace
 from gpuwise.plan.memory.events import live_peak
+from gpuwise.plan.tracer import trace_workload
 from gpuwise.plan.tracing.trace import _run
 from gpuwise.step import StepConfig
 
@@ -32,7 +32,7 @@ def test_rebuilt_events_equal_the_full_depth_trace(tmp_path, target, config):
     wl = hf_workload(_config(tmp_path, 6), 16)
     rebuilt, why = repeated_trace(wl, 2, config, target)
     assert rebuilt is not None, why
-    full = _trace(wl, 2, config, target, repeat=False)
+    full = trace_workload(wl, 2, config, target, repeat=False)
     assert canonical(rebuilt) == canonical(full)  # every event: size, category, phase, module, op, pairing
     assert live_peak(rebuilt) == live_peak(full)  # so the peak is byte-exact, breakdown and place included
     assert rebuilt.flops_per_step == full.flops_per_step

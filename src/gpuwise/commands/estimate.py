@@ -41,6 +41,9 @@ def add_arguments(p) -> None:
                    help="percent of GPU memory kept free when finding the largest batch (default 5)")
     p.add_argument("--no-max-batch", action="store_true", help="with --gpu: skip the largest-batch search")
     p.add_argument("--plot", metavar="FILE", help="write a chart (memory breakdown, memory vs batch size) to FILE")
+    p.add_argument("--layer-checkpointing", type=positive_int, metavar="N",
+                   help="torchtitan's layer-level selective checkpointing (every N-th block): its recomputation in "
+                        "the predicted speed only; memory as without it")
     add_mode_arguments(p)
     add_version_arguments(p)
     add_split_arguments(p)
@@ -128,7 +131,7 @@ def run(args) -> int:
                        checkpointing=args.checkpointing, target=args.target, gpu=args.gpu,
                        margin_pct=DEFAULT_MARGIN_PCT if args.margin is None else args.margin,
                        search_max_batch=not args.no_max_batch, nproc=args.nproc, strategy=args.strategy,
-                       on_progress=progress, **mode_kwargs(args), **version_kwargs(args))
+                       layer_checkpointing=args.layer_checkpointing, on_progress=progress, **mode_kwargs(args), **version_kwargs(args))
     if args.plot:
         try:
             plot_estimate(est, args.plot)

@@ -11,32 +11,32 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..devices import discover
 from ..errors import GpuwiseError
 from ..hf import num_layers_of
+from ..optional_libs import sized_without_notes
 from ..step import OPTIMIZERS, StepConfig, checkpointing_mode
 from ..truth import record_workload
 from ..workload import Workload, check_batch_size, load_workload
 from .capacity import Capacity, find_capacity
 from .catalog import GpuSpec, lookup, tensor_core_capability
 from .curve import DEFAULT_MARGIN_PCT, CurvePoint
-from .deep.repeat import repeated_trace
 from .flops import Roofline, count_flops, roofline, traffic_bytes
 from .inputs import resolve_inputs
-from .memory.allocator import AllocatorResult, replay
+from .memory.allocator import AllocatorResult
+from .memory.cuda import CudaMemory, cuda_memory
 from .memory.events import CATEGORIES, MemoryTrace, check_target, live_peak
-from .memory.overheads import DEFAULT_ARCH, Overheads, add_workspaces
+from .memory.overheads import DEFAULT_ARCH, Overheads
 from .memory.sharding import block_param_bytes, make_split, rank_trace
 from .memory.synth import interpolate, pairing
 from .speed.model import Speed, predict
-from .tracing.modes import apply_modes, make_modes, offload_optimizer_state
+from .tracer import Progress, trace_workload
+from .tracing.modes import apply_modes, make_modes
 
 TOP_MODULES = 8
-Progress = Callable[[str], None]  # told each stage as it starts
 
 
 @dataclass
@@ -108,26 +108,11 @@ class Estimate:
         return d
 
 
-@dataclass(frozen=True)
-class _Cuda:
-    trace: MemoryTrace
-    overheads: Overheads
-    result: AllocatorResult
-
-    @property
-    def device_used_bytes(self) -> int:
-        # nvidia-smi sees the most ever reserved (cached segments are not returned without empty_cache)
-        return self.result.max_reserved_bytes + self.overheads.outside_allocator_bytes
-
-
-def _curve_point(batch_size: int, c: _Cuda) -> CurvePoint:
+def _curve_point(batch_size: int, c: CudaMemory) -> CurvePoint:
     """One traced batch for the largest-batch search (plan/capacity.py): totals and each phase's peak."""
     r = c.result
     return CurvePoint(batch_size, r.peak_allocated_bytes, r.peak_reserved_bytes, c.device_used_bytes,
                       dict(r.phase_peak_allocated_bytes), c.overheads.outside_allocator_bytes)
-
-
-STEADY_REPEATS = 3  # steady steps replayed in a row: a measurement runs several; layouts can drift for a few
 
 
 def _capability(spec: GpuSpec | None) -> tuple[int, int] | None:
@@ -139,36 +124,6 @@ def _capability(spec: GpuSpec | None) -> tuple[int, int] | None:
         return int(major), int(minor)
     except ValueError:
         return tensor_core_capability(spec.name)
-
-
-def _cuda_memory(trace: MemoryTrace, arch: str, loading: str | None = None) -> _Cuda:
-    with_ws, overheads = add_workspaces(trace, arch, loading=loading)
-    return _Cuda(with_ws, overheads, replay(with_ws, steady_repeats=STEADY_REPEATS))
-
-
-def _trace(wl: Workload, batch_size: int, config: StepConfig, target: str, repeat: bool = False,
-           progress: Progress | None = None) -> MemoryTrace:
-    """The step's events. `repeat`: `wl` is a model config as loaded (no modes): its repeated blocks may be
-    rebuilt from a 3-block trace where that is exact (plan/deep/repeat.py); the notes say which way was used."""
-    from .tracing.trace import trace_step  # deferred: trace.py imports torch, `import gpuwise.plan` must not
-
-    why = ""
-    if repeat:
-        rebuilt, why = repeated_trace(wl, batch_size, config, target, progress)
-        if rebuilt is not None:
-            return rebuilt
-    if progress is not None:
-        progress(f"tracing the step at batch {batch_size}")
-    try:
-        trace = trace_step(wl, batch_size, config, target=target)
-        if why:
-            trace.notes.append(f"traced whole: repeated blocks not reused ({why})")
-        return trace
-    except GpuwiseError:
-        raise
-    except Exception as exc:  # the user's model failed in its step: one line, the cause chained for --debug
-        first = (str(exc).strip().splitlines() or [""])[0]
-        raise GpuwiseError(f"{wl.spec}: the training step raised {type(exc).__name__}: {first}") from exc
 
 
 def resolve_gpu(gpu: str | GpuSpec | None) -> GpuSpec | None:
@@ -201,7 +156,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
              lora_targets: Any = None, lora_alpha: float | None = None, lora_dropout: float | None = None,
              base_dtype: str | None = None, qlora_quant: str | None = None,
              attn: str | None = None, zero_grad: str = "none", module_loading: str | None = None,
-             on_progress: Progress | None = None) -> Estimate:
+             layer_checkpointing: int | None = None, on_progress: Progress | None = None) -> Estimate:
     """Predict the memory and compute of one steady-state training step of `workload` at `batch_size`.
 
     `workload`: a workload file / module / `examples:NAME`, `hf:ORG/NAME` or a config.json (built with
@@ -223,8 +178,10 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     `target="cuda"` replays the trace through the caching-allocator model and adds library workspaces
     and the CUDA context (for `gpu`'s architecture; Hopper when no GPU is named). With `gpu`, also a
     roofline bound and the largest batch that fits with `margin_pct` percent of its memory kept free.
-    `nproc` ranks under `strategy` (ddp, zero1, zero2, fsdp, fsdp-grad-op, hsdp; default ddp when
-    nproc > 1) set the predicted speed's communication (plan/speed/overlap.py).
+    With `gpu`, `speed` is the predicted step (plan/speed/model.py); `nproc` and `strategy` set its
+    communication (plan/speed/overlap.py). `layer_checkpointing` N (torchtitan's layer-level selective
+    checkpointing: every N-th block checkpointed) adds that recomputation to the predicted speed only;
+    the memory is modelled as without it (an upper bound).
     `on_progress(stage)` is called as each stage starts (the CLI shows it on stderr for long estimates).
     """
     started = time.perf_counter()
@@ -262,12 +219,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
 
     def one_gpu(b: int) -> MemoryTrace:
         with using_target(attention):
-            t = _trace(wl, b, config, target, repeat=wl is base, progress=on_progress)
-        if not modes.offload_optimizer:
-            return t
-        off = offload_optimizer_state(t)
-        off.op_costs = t.op_costs
-        return off
+            return trace_workload(base, b, config, target, repeat=True, progress=on_progress, modes=modes)
 
     def per_rank(t: MemoryTrace) -> MemoryTrace:
         return rank_trace(t, split, block_param_bytes(t, layers)) if split.nproc > 1 else t
@@ -277,7 +229,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
 
     whole = one_gpu(batch_size)  # the job on one GPU: the speed model's communicated bytes are its
     trace = per_rank(whole)
-    notes = list(trace.notes)
+    notes = list(trace.notes) + sized_without_notes(config.optimizer, modes.adapters)
     arch = spec.arch if spec is not None else DEFAULT_ARCH
     opt_name = config.optimizer or ("workload optimizer()" if wl.optimizer_fn is not None else "adamw")
 
@@ -296,7 +248,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     else:
         if on_progress is not None:
             on_progress("replaying the caching allocator")
-        cuda = _cuda_memory(trace, arch, module_loading)
+        cuda = cuda_memory(trace, arch, module_loading)
         peak = live_peak(cuda.trace, round_to=512)  # breakdown in allocator-rounded sizes, workspaces included
         if spec is None:
             notes.append(f"no GPU named: context and workspaces of a {arch} GPU assumed")
@@ -318,7 +270,8 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
         if spec.bandwidth_bytes_per_s > 0:
             est.roofline = roofline(flops, traffic_bytes(est.by_category), batch_size * modes.grad_accum, spec,
                                     config.precision)
-            est.speed = _speed(whole, est, spec, wl, modes, config.precision, split.nproc, split.strategy)
+            est.speed = _speed(whole, est, spec, wl, modes, config.precision, split.nproc, split.strategy,
+                               str(layer_checkpointing) if layer_checkpointing else None)
         else:
             notes.append(f"{spec.name}: memory only (no FLOP/s or bandwidth given): no roofline")
         if search_max_batch:
@@ -330,15 +283,15 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
                 if on_progress is not None:
                     on_progress(f"largest batch: batch {b}")
                 traces[b] = traced(b)
-                return _curve_point(b, _cuda_memory(traces[b], arch, module_loading))
+                return _curve_point(b, cuda_memory(traces[b], arch, module_loading))
 
             def replayed(b: int, a: int, c: int) -> CurvePoint | None:
                 if (a, c) not in pairs:
                     pairs[(a, c)] = pairing(traces[a], traces[c])
                 if pairs[(a, c)] is None:
                     return None
-                return _curve_point(b, _cuda_memory(interpolate(traces[a], a, traces[c], c, b, pairs[(a, c)]), arch,
-                                                    module_loading))
+                return _curve_point(b, cuda_memory(interpolate(traces[a], a, traces[c], c, b, pairs[(a, c)]), arch,
+                                                   module_loading))
 
             est.capacity = find_capacity(point, batch_size, spec.memory_bytes, margin_pct, first=first,
                                          replayed=replayed)
@@ -355,7 +308,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
 
 
 def _speed(trace: MemoryTrace, est: Estimate, spec: GpuSpec, wl: Workload, modes, precision: str, nproc: int,
-           strategy: str) -> Speed | None:
+           strategy: str, selective: str | None = None) -> Speed | None:
     """The step-time model over the traced ops (plan/speed/); None when the trace recorded none."""
     costs = trace.op_costs
     if costs is None:
@@ -370,10 +323,13 @@ def _speed(trace: MemoryTrace, est: Estimate, spec: GpuSpec, wl: Workload, modes
     cfg = getattr(wl, "hf_config", None)
     blocks = int(getattr(cfg, "num_hidden_layers", 0) or getattr(cfg, "n_layer", 0) or 1)
     seq_len = getattr(wl, "seq_len", None)
+    if selective:
+        est.notes.append(f"layer checkpointing every {selective} blocks: recomputation in the predicted speed only; "
+                         "memory modelled without it (an upper bound)")
     return predict(costs, spec, precision, samples_per_rank=est.batch_size * modes.grad_accum,
                    flops_per_step=est.flops_per_step, tokens_per_sample=seq_len, nproc=nproc, strategy=strategy,
                    grad_bytes=grad_bytes, param_bytes=gathered, blocks=blocks,
-                   roofline_step_s=est.roofline.time_s if est.roofline else None)
+                   roofline_step_s=est.roofline.time_s if est.roofline else None, selective=selective)
 
 
 # -- GPU truth records (DESIGN.md contract; read by gpuwise/truth.py): the estimate recomputed on the CPU

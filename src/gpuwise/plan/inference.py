@@ -28,7 +28,7 @@ from .estimate import resolve_gpu
 from .memory.allocator import replay
 from .memory.events import MemoryTrace, live_peak
 from .memory.overheads import DEFAULT_ARCH, add_workspaces
-from .tracing.cpu_truth import _peak_from_profile
+from .tracing.cpu_truth import peak_from_profile
 from .tracing.modes import fake_params_set_in_place
 from .tracing.scope import ModuleScope
 from .tracing.setup import build_model_for_trace
@@ -142,7 +142,7 @@ def estimate_inference(workload, batch_size: int = 1, context_len: int | None = 
     """Peak memory of a no-grad forward, or for a causal LM of prefill + decoding with a KV cache."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from .tracing.trace import _label, _settle, _TraceMode
+    from .tracing.trace import TraceMode, label, settle
 
     if dtype not in DTYPES:
         raise GpuwiseError(f"unknown dtype {dtype!r}; choose from: {', '.join(DTYPES)}")
@@ -155,7 +155,7 @@ def estimate_inference(workload, batch_size: int = 1, context_len: int | None = 
     wl = load_workload(workload)
     spec = resolve_gpu(gpu)
     tracker = ModuleScope()
-    mode = _TraceMode(target if target in ("cpu", "cuda") else "cuda", tracker, count_flops=False)
+    mode = TraceMode(target if target in ("cpu", "cuda") else "cuda", tracker, count_flops=False)
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
     from .tracing.sdpa import sdpa_as_gpu_runs_it
 
@@ -164,9 +164,9 @@ def estimate_inference(workload, batch_size: int = 1, context_len: int | None = 
             model = _cast(build_model_for_trace(wl, fake_mode, mode), dtype)
             model.eval()
             batch = wl.build_batch(batch_size)
-        _label(mode, list(model.parameters()), "parameters", create=True)
-        _label(mode, list(model.buffers()), "buffers", create=True)
-        _label(mode, batch, "inputs", create=True)
+        label(mode, list(model.parameters()), "parameters", create=True)
+        label(mode, list(model.buffers()), "buffers", create=True)
+        label(mode, batch, "inputs", create=True)
 
         def mark(phase):
             mode.phase = "forward"
@@ -175,8 +175,8 @@ def estimate_inference(workload, batch_size: int = 1, context_len: int | None = 
         marks: list[tuple[int, str]] = []
         cache, kv_bytes = run_generation(model, batch, new_tokens, mark)
         if cache is not None:
-            _label(mode, cache_tensors(cache), "activations")
-        events = _settle(mode)
+            label(mode, cache_tensors(cache), "activations")
+        events = settle(mode)
         del cache, model, batch
     start = marks[0][0] if marks else 0  # what is alive before generation (weights, inputs) is setup
     trace = MemoryTrace(events, start, target, "fake-trace", notes=[])
@@ -209,4 +209,4 @@ def measure_inference_cpu(workload, batch_size: int = 1, new_tokens: int = 1, dt
         with record_function("gpuwise::steady_step"), contextlib.nullcontext():
             cache, _ = run_generation(model, batch, new_tokens)
         del cache, model, batch
-    return _peak_from_profile(prof).peak_bytes
+    return peak_from_profile(prof).peak_bytes

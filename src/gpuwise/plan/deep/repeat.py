@@ -233,7 +233,7 @@ def _without_numbering(column: list[tuple]) -> list[tuple]:
 def repeated_trace(wl, batch_size: int, config: StepConfig, target: str,
                    progress=None) -> tuple[MemoryTrace | None, str]:
     """The step of `wl` (a model config with L blocks) rebuilt from 3- and 4-block traces, or (None, why)."""
-    from ..tracing.trace import _run
+    from ..tracing.trace import trace_step
 
     cfg = getattr(wl, "hf_config", None)
     layers = num_layers_of(cfg) if cfg is not None else None
@@ -251,7 +251,7 @@ def repeated_trace(wl, batch_size: int, config: StepConfig, target: str,
             progress(f"tracing {n} of {layers} blocks at batch {batch_size}")
         small = hf_workload(wl.source, wl.seq_len, wl.task, num_layers=n)
         try:
-            traces[n] = _run(small, batch_size, config, target, fake=True, warmup=warmup, layers=n)
+            traces[n] = trace_step(small, batch_size, config, target, fallback=False, warmup=warmup, layers=n)
         except Exception as exc:  # noqa: BLE001 - whatever the fake trace cannot do, the whole trace handles
             return None, f"the {n}-block trace failed ({type(exc).__name__})"
     try:

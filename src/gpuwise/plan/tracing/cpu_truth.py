@@ -79,3 +79,6 @@ def _peak_from_profile(prof) -> CpuPeak:
     if start is None:
         start = peak = live
     return CpuPeak(peak, start, count)
+
+
+peak_from_profile = _peak_from_profile  # the profile's steady-step peak, for another profiled run (inference)

@@ -73,6 +73,11 @@ def current_target() -> AttentionTarget:
     return _TARGET.get() or AttentionTarget()
 
 
+def active_target() -> AttentionTarget | None:
+    """The target set by `attention_target` / `using_target` around this trace, if any."""
+    return _TARGET.get()
+
+
 def _sm(cap: tuple[int, int]) -> str:
     return f"sm{cap[0]}{cap[1]}"
 

@@ -34,7 +34,13 @@ from .fallback import trace_with_fallback
 from .kernels import FRESH_ZEROS_OPS, INPLACE_WITHOUT_MODE, output_bytes, promotion_copies_bytes, workspace
 from .probe import PROBED_OPS, probe
 from .scope import ModuleScope
-from .sdpa import _TARGET, attention_note, attention_target, sdpa_as_gpu_runs_it, set_attn_implementation
+from .sdpa import (
+    active_target,
+    attention_note,
+    attention_target,
+    sdpa_as_gpu_runs_it,
+    set_attn_implementation,
+)
 from .setup import WARMUPS, build_model_for_trace, fake_train_step, foreach_by_default
 from .stochastic import every_layer_runs
 
@@ -186,7 +192,7 @@ class _TraceMode(_dispatch_mode_base()):
             formula = self._flop_registry.get(func.overloadpacket)
             op_flops = int(formula(*args, **kwargs, out_val=out)) if formula is not None else 0
             self.flops += op_flops
-            self.costs.record(name, self.phase, args, kwargs, out, op_flops)
+            self.costs.record(name, self.phase, args, kwargs, out, op_flops, func)
         if isinstance(out, torch.Tensor):
             if self.phase == "backward" and name in INPLACE_WITHOUT_MODE:
                 self._as_in_place(args[INPLACE_WITHOUT_MODE[name]], out, name)
@@ -328,7 +334,7 @@ def _trace_once(workload, batch_size: int, config: StepConfig, target: str, fake
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True) if fake else contextlib.nullcontext()
     cuda_like = target == "cuda"
     with fake_mode, tracker, mode, contextlib.ExitStack() as stack:
-        attn = _TARGET.get() or stack.enter_context(attention_target())  # the estimate's GPU, else sm80
+        attn = active_target() or stack.enter_context(attention_target())  # the estimate's GPU, else sm80
         if cuda_like:
             stack.enter_context(sdpa_as_gpu_runs_it())
             stack.enter_context(foreach_by_default())
@@ -389,7 +395,7 @@ def _trace_once(workload, batch_size: int, config: StepConfig, target: str, fake
 
 
 def trace_step(workload, batch_size: int, config: StepConfig | None = None, target: str = "cpu",
-               *, fallback: bool = True, warmup: str | None = None) -> MemoryTrace:
+               *, fallback: bool = True, warmup: str | None = None, layers: int | None = None) -> MemoryTrace:
     """Trace setup, a warm-up step and the steady-state step of `workload` at `batch_size` on `target`.
 
     Returns the events (`events[steady_start:]` is the steady step) and `flops_per_step`. Falls back to
@@ -399,7 +405,9 @@ def trace_step(workload, batch_size: int, config: StepConfig | None = None, targ
     backward copied from the steady step's instead of traced (plan/memory/warmup.py; the default for "cuda",
     traced as "step" where a copy would differ); `"optimizer"` only creates the optimizer state, without
     the first forward/backward (the default for "cpu", whose live-bytes peak does not depend on
-    history). "copy" and "optimizer" trace one forward/backward instead of two.
+    history). "copy" and "optimizer" trace one forward/backward instead of two. `layers` (with
+    `fallback=False`): the model has that many repeated blocks; each event is tagged with its block
+    (plan/deep/repeat.py's rebuild).
     """
     check_target(target)
     check_batch_size(batch_size)
@@ -410,6 +418,15 @@ def trace_step(workload, batch_size: int, config: StepConfig | None = None, targ
     if warmup not in WARMUPS:
         raise GpuwiseError(f"unknown warm-up {warmup!r}; choose from: {', '.join(WARMUPS)}")
     if not fallback:
-        return _run(workload, batch_size, config, target, fake=True, warmup=warmup)
+        return _run(workload, batch_size, config, target, fake=True, warmup=warmup, layers=layers)
+    if layers is not None:
+        raise ValueError("layers= tags a fake trace's events: pass fallback=False")
     return trace_with_fallback(lambda b: run_fake(workload, b, config, target, warmup),
                                lambda b: run_real(workload, b, config, target, warmup), batch_size, workload)
+
+
+# -- what a trace of another kind (plan/inference.py's generation) uses of the tracer: its dispatch mode,
+# the labelling of storages built outside it, and the settled events --
+TraceMode = _TraceMode
+label = _label
+settle = _settle
