@@ -17,6 +17,7 @@ from typing import Any
 from ..devices import discover
 from ..errors import GpuwiseError
 from ..hf import num_layers_of
+from ..optional_libs import sized_without_notes
 from ..step import OPTIMIZERS, StepConfig, checkpointing_mode
 from ..truth import record_workload
 from ..workload import Workload, check_batch_size, load_workload
@@ -228,7 +229,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
 
     whole = one_gpu(batch_size)  # the job on one GPU: the speed model's communicated bytes are its
     trace = per_rank(whole)
-    notes = list(trace.notes)
+    notes = list(trace.notes) + sized_without_notes(config.optimizer, modes.adapters)
     arch = spec.arch if spec is not None else DEFAULT_ARCH
     opt_name = config.optimizer or ("workload optimizer()" if wl.optimizer_fn is not None else "adamw")
 

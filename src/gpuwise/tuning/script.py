@@ -61,6 +61,8 @@ class ScriptTrial:
     resumed: bool = False
     advice: list[dict] = field(default_factory=list)  # the monitor's findings on this trial (batch, precision, ...)
     repeat: int = 0                        # 0: the search's trial; 1, 2...: a back-to-back re-measurement
+    noise_scale: dict | None = None        # the trial's gradient_noise_scale (monitoring/noise_scale.py)
+    optimizer: str | None = None           # the optimizer class the hooks saw
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -169,8 +171,11 @@ def _describe(trial: ScriptTrial, merged) -> None:
     trial.framework = meta.get("framework")
     sizes = [s.samples for s in merged.steps if s.samples]
     trial.batch_size = int(statistics.median(sizes)) if sizes else None
+    trial.optimizer = meta.get("optimizer")
     try:
-        found = summarize(merged).get("findings") or []
+        summary = summarize(merged)
+        found = summary.get("findings") or []
+        trial.noise_scale = summary.get("gradient_noise_scale")
     except Exception as exc:  # advice is extra: a summary that cannot be made must not lose the trial
         found = [{"kind": "note", "evidence": f"no advice: {type(exc).__name__}: {exc}", "fix": ""}]
     trial.advice = [f for f in found if f.get("kind") not in ("data_starvation", "compute_bound")]

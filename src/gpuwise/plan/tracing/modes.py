@@ -245,10 +245,15 @@ def _mark_trace_phase(phase: str) -> None:
 def _with_adapters(model, modes: TrainingModes, precision: str):
     import torch
 
-    try:
-        from peft import LoraConfig, get_peft_model
-    except ImportError as exc:
-        raise GpuwiseError("LoRA / QLoRA need peft (pip install peft)") from exc
+    from ...optional_libs import available, lora_layout
+
+    stand_in = not available("peft")
+    if stand_in and (modes.qlora or modes.lora_targets or modes.lora_dropout or _peft_task(model) == "SEQ_CLS"
+                     or any(type(m).__name__ == "Conv1D" for m in model.modules())):
+        raise GpuwiseError("QLoRA, and LoRA with named targets, dropout, a classifier head or GPT-2's Conv1D "
+                           "layers, need peft (pip install peft)")
+    if stand_in and not all_fake_model(model):
+        raise GpuwiseError("LoRA needs peft (pip install peft)")
     dtypes = {"bf16": torch.bfloat16, "bf16-pure": torch.bfloat16, "fp16": torch.float16, "fp32": None}
     base_dtype = dtypes.get(modes.base_dtype or precision)
     if modes.qlora:
@@ -262,6 +267,10 @@ def _with_adapters(model, modes: TrainingModes, precision: str):
         quantize_linear_4bit(model, compute_dtype=base_dtype, quant_type=quant_type, double_quant=double_quant)
     rank = modes.lora_rank or DEFAULT_LORA_RANK
     alpha = modes.lora_alpha if modes.lora_alpha is not None else LORA_ALPHA_PER_RANK * rank
+    if stand_in:  # a trace: the same adapters and forward (optional_libs.py)
+        return lora_layout(model, rank, alpha, torch.bfloat16 if precision == "bf16-pure" else torch.float32)
+    from peft import LoraConfig, get_peft_model
+
     targets = list(modes.lora_targets) if modes.lora_targets else "all-linear"
     config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=modes.lora_dropout,
                         target_modules=targets, task_type=_peft_task(model))
@@ -275,6 +284,13 @@ def _with_adapters(model, modes: TrainingModes, precision: str):
             if p.requires_grad and p.is_floating_point() and p.dtype != torch.bfloat16:
                 p.data = p.data.to(torch.bfloat16)
     return peft_model
+
+
+def all_fake_model(model) -> bool:
+    """True when the model's parameters are fake tensors (a trace)."""
+    from ...optional_libs import all_fake
+
+    return all_fake(model.parameters())
 
 
 def _peft_task(model) -> str | None:
