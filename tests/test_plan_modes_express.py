@@ -111,3 +111,16 @@ def test_checkpointing_words():
     assert StepConfig(checkpointing="selective").checkpointing == "selective"
     with pytest.raises(GpuwiseError):
         StepConfig(checkpointing="some")
+
+
+def test_qlora_quantizes_linear_subclasses():
+    # Falcon's layers are FalconLinear (an nn.Linear subclass); transformers quantizes them (isinstance)
+    pytest.importorskip("bitsandbytes")
+    from transformers import FalconConfig, FalconForCausalLM
+
+    from gpuwise.plan.tracing.modes import quantize_linear_4bit
+
+    model = FalconForCausalLM(FalconConfig(hidden_size=64, num_attention_heads=4, num_hidden_layers=2, vocab_size=128,
+                                           new_decoder_architecture=False, multi_query=True)).to(torch.bfloat16)
+    assert quantize_linear_4bit(model) == 2 * 4          # per layer: query_key_value, dense, h_to_4h, 4h_to_h
+    assert type(model.lm_head).__name__ == "Linear"      # the output head stays 16-bit

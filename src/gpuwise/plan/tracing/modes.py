@@ -334,7 +334,8 @@ def quantize_linear_4bit(model, compute_dtype=None, quant_type: str = "nf4", dou
     for name, module in list(model.named_modules()):
         for child_name, child in list(module.named_children()):
             full = f"{name}.{child_name}" if name else child_name
-            if type(child) is not torch.nn.Linear or full in skip:
+            # subclasses count (Falcon's FalconLinear): transformers' replace_with_bnb_linear tests isinstance
+            if not isinstance(child, torch.nn.Linear) or isinstance(child, bnb.nn.Linear4bit) or full in skip:
                 continue
             with unset_fake_temporarily():  # an empty shell on meta (Params4bit cannot wrap a fake tensor)
                 q = bnb.nn.Linear4bit(child.in_features, child.out_features, bias=child.bias is not None,
