@@ -28,7 +28,7 @@ ROOT = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "results", "published_speed.json")
 README = os.path.join(HERE, "published", "README.md")
 BEGIN, END = "<!-- published_speed:begin -->", "<!-- published_speed:end -->"
-SPEED_METRICS = {"tokens_per_s_per_gpu", "samples_per_s"}
+SPEED_METRICS = {"tokens_per_s_per_gpu", "tokens_per_s", "samples_per_s"}
 
 sys.path.insert(0, os.path.join(HERE, "published"))
 sys.path.insert(0, os.path.join(ROOT, "src"))
@@ -49,10 +49,12 @@ def parse_args(argv: list[str]) -> dict:
     p.add_argument("--qlora", action="store_true")
     p.add_argument("--grad-accum", type=int, default=1)
     p.add_argument("--optimizer")
+    p.add_argument("--task")
+    p.add_argument("--attn")
     a = p.parse_args(argv)
     return {"batch_size": a.batch_size, "seq_len": a.seq_len, "precision": a.precision, "gpu": a.gpu,
             "nproc": a.nproc, "strategy": a.strategy, "checkpointing": a.checkpointing, "lora": a.lora,
-            "layer_checkpointing": a.layer_checkpointing,
+            "layer_checkpointing": a.layer_checkpointing, "task": a.task, "attn": a.attn,
             "qlora": a.qlora, "grad_accum": a.grad_accum, "optimizer": a.optimizer}
 
 
@@ -65,14 +67,15 @@ def predict_row(row: dict) -> dict:
     est = estimate(workload, kw.pop("batch_size"), target="cuda", search_max_batch=False, **kw)
     sp, rl = est.speed, est.roofline
     tokens = (kw["seq_len"] or 0) * est.batch_size * est.grad_accum
-    if row["metric"] == "tokens_per_s_per_gpu":
-        predicted = sp.tokens_per_s_per_gpu
-        bound = tokens / rl.time_s if rl and rl.time_s else None
+    if row["metric"] in ("tokens_per_s_per_gpu", "tokens_per_s"):  # tokens_per_s: all GPUs together
+        ranks = 1 if row["metric"] == "tokens_per_s_per_gpu" else max(sp.nproc, 1)
+        predicted = sp.tokens_per_s_per_gpu * ranks
+        bound = tokens * ranks / rl.time_s if rl and rl.time_s else None
     else:
         predicted = sp.samples_per_s
         bound = rl.samples_per_s * max(sp.nproc, 1) if rl else None
     measured = float(row["value"])
-    return {"id": row["id"], "source": row["source"]["name"], "gpu": row["setting"]["gpu"],
+    return {"id": row["id"], "source": row["source"]["name"], "document": row["source"].get("url"), "gpu": row["setting"]["gpu"],
             "gpus": row["setting"]["gpus"], "model": row["setting"]["model"], "metric": row["metric"],
             "measured": measured, "predicted": predicted, "error_pct": 100 * (predicted - measured) / measured,
             "roofline": bound, "roofline_ratio": measured / bound if bound else None,
@@ -82,7 +85,8 @@ def predict_row(row: dict) -> dict:
 
 def summary(results: list[dict]) -> dict:
     errs = [abs(r["error_pct"]) for r in results]
-    return {"rows": len(results), "sources": len({r["source"] + ":" + r["id"].split("-")[1] for r in results}),
+    return {"rows": len(results), "projects": sorted({r["source"] for r in results}),
+            "documents": len({r["document"] for r in results}),
             "gpu_types": sorted({r["gpu"] for r in results}), "gpus_min": min((r["gpus"] for r in results), default=0),
             "gpus_max": max((r["gpus"] for r in results), default=0),
             "median_abs_error_pct": statistics.median(errs) if errs else None,
@@ -97,11 +101,21 @@ def table(results: list[dict], skipped: list[dict], summ: dict) -> str:
     for r in results:
         lines.append(f"| {r['id']} | {r['gpus']} x {r['gpu']} | {r['measured']:,.0f} | {r['predicted']:,.0f} | "
                      f"{r['error_pct']:+.1f} % | {r['roofline']:,.0f} | {r['roofline_ratio']:.2f} | {r['bound_by']} |")
-    lines += ["", f"{summ['rows']} rows, GPU types {', '.join(summ['gpu_types'])}, {summ['gpus_min']} to "
+    lines += ["", f"{summ['rows']} rows from {summ['documents']} documents of {', '.join(summ['projects'])}, GPU types {', '.join(summ['gpu_types'])}, {summ['gpus_min']} to "
               f"{summ['gpus_max']} GPUs: median |error| {summ['median_abs_error_pct']:.1f} %, max "
               f"{summ['max_abs_error_pct']:.1f} %.", "", "Not expressible (recorded, not predicted):", ""]
     lines += [f"- {r['id']}: {r['why_not']}" for r in skipped]
     return "\n".join(lines)
+
+
+def write_readme(body: str) -> None:
+    text = open(README).read()
+    block = f"{BEGIN}\n{body}\n{END}"
+    if BEGIN in text:
+        text = text[:text.index(BEGIN)] + block + text[text.index(END) + len(END):]
+    else:
+        text = text.rstrip("\n") + "\n\n## Throughput results\n\n" + block + "\n"
+    write_atomic(README, text)
 
 
 def write_atomic(path: str, text: str) -> None:
@@ -114,8 +128,21 @@ def write_atomic(path: str, text: str) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ids", help="comma-separated row ids (default: all throughput rows)")
+    ap.add_argument("--render", action="store_true", help="only rewrite the README table from the results file")
     args = ap.parse_args()
     from corpus import load_rows
+
+    if args.render:
+        saved = json.load(open(RESULTS))
+        for r in saved["rows"]:  # results written before the document key existed
+            r.setdefault("document", next((x["source"].get("url") for x in load_rows() if x["id"] == r["id"]), None))
+        summ = summary(saved["rows"])
+        skipped = [{"id": r["id"], "why_not": r["why_not"]} for r in load_rows()
+                   if r["metric"] in SPEED_METRICS and r["gpuwise_args"] is None]
+        write_readme(table(saved["rows"], skipped, summ))
+        write_atomic(RESULTS, json.dumps({**saved, "summary": summ}, indent=1) + "\n")
+        print(json.dumps(summ, indent=1))
+        return 0
 
     rows = [r for r in load_rows() if r["metric"] in SPEED_METRICS]
     if args.ids:
@@ -131,19 +158,17 @@ def main() -> int:
         print(f"  measured {res['measured']:,.0f} predicted {res['predicted']:,.0f} ({res['error_pct']:+.1f} %)",
               file=sys.stderr, flush=True)
         results.append(res)
+    if args.ids and os.path.exists(RESULTS):  # merge into the saved results: the other rows keep theirs
+        saved = {r["id"]: r for r in json.load(open(RESULTS))["rows"]}
+        saved.update({r["id"]: r for r in results})
+        results = list(saved.values())
     summ = summary(results)
     os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
     write_atomic(RESULTS, json.dumps({"summary": summ, "rows": results,
                                       "not_expressible": [{"id": r["id"], "why_not": r["why_not"]} for r in skipped]},
                                      indent=1) + "\n")
-    if not args.ids:
-        text = open(README).read()
-        block = f"{BEGIN}\n{table(results, skipped, summ)}\n{END}"
-        if BEGIN in text:
-            text = text[:text.index(BEGIN)] + block + text[text.index(END) + len(END):]
-        else:
-            text = text.rstrip("\n") + "\n\n## Throughput results\n\n" + block + "\n"
-        write_atomic(README, text)
+    skipped = [r for r in load_rows() if r["metric"] in SPEED_METRICS and r["gpuwise_args"] is None]
+    write_readme(table(results, [{"id": r["id"], "why_not": r["why_not"]} for r in skipped], summ))
     print(json.dumps(summ, indent=1))
     return 0
 

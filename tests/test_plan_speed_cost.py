@@ -28,3 +28,17 @@ def test_parse_prices_uses_catalog_names():
         parse_prices(["H100"])
     with pytest.raises(GpuwiseError):
         parse_prices(["H100=cheap"])
+
+
+def test_fit_results_get_time_and_cost_of_their_fastest_fitting_option():
+    from gpuwise.plan.fit import FitOption, FitResult, attach_costs
+
+    fast = FitOption("ddp", {"nproc": 2}, True, 1, 10.0, 8, [])
+    r = FitResult("w", "NVIDIA H100 SXM5 80GB", 2, 80 * 2**30, 8, [fast], tokens_per_sample=1000)
+    attach_costs([r], tokens=1e7, rent={"h100-sxm": 2.0})
+    # 1e7 tokens / 1000 per sample = 1e4 samples at 10 samples/s = 1000 s on 2 GPUs = 0.556 GPU-h x 2 $/h
+    assert r.cost.seconds == pytest.approx(1000.0)
+    assert r.cost.rent_usd == pytest.approx(1000 / 3600 * 2 * 2.0)
+    assert r.to_dict()["cost"]["gpu_hours"] == pytest.approx(1000 / 3600 * 2)
+    with pytest.raises(GpuwiseError):
+        attach_costs([r], tokens=1e7, samples=5.0)
