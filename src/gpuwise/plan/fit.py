@@ -27,7 +27,7 @@ from ..step import StepConfig
 from .catalog import CATALOG, GpuSpec, lookup
 from .curve import DEFAULT_MARGIN_PCT
 from .deep.scaled import Evaluator, Point
-from .estimate import gpu_capability, resolve_gpu
+from .estimate import resolve_gpu
 from .flops import roofline, traffic_bytes
 from .inputs import resolve_inputs
 from .memory.sharding import DEFAULT_NODE_SIZE, Split, comm_bytes_per_step
@@ -287,11 +287,6 @@ def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, 
     wl, batch_size = resolve_inputs(workload, batch_size, seq_len=seq_len, task=task)
     ev = evaluator or Evaluator(wl, spec.arch)
     ev.arch = spec.arch
-    if evaluator is None:  # one GPU: its traces run its attention kernels, as `estimate --gpu` does
-        from .tracing.sdpa import AttentionTarget  # deferred: sdpa.py imports torch
-
-        capability = gpu_capability(spec) or (9, 0)
-        ev.attention, ev.attention_key = AttentionTarget(capability, spec.name, None), capability
     limit = spec.memory_bytes * (1 - margin_pct / 100)
     adapters = getattr(ev.wl, "hf_config", None) is not None
     named = _source_args(source if source is not None else workload, ev.wl)

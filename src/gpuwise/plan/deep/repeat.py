@@ -28,7 +28,6 @@ import functools
 from ...hf import TASKS, hf_workload, num_layers_of
 from ...step import StepConfig
 from ..memory.events import MemEvent, MemoryTrace
-from ..tracing.modes import apply_modes
 
 TRACED = 3        # blocks in the trace the events are rebuilt from: first, middle, last
 CHECKED = 4       # blocks in the trace the rebuild is checked against
@@ -232,33 +231,25 @@ def _without_numbering(column: list[tuple]) -> list[tuple]:
 
 
 def repeated_trace(wl, batch_size: int, config: StepConfig, target: str,
-                   progress=None, *, modes=None, layers: int | None = None) -> tuple[MemoryTrace | None, str]:
-    """The step of `wl` (a model config with L blocks) rebuilt from 3- and 4-block traces, or (None, why).
-    `modes` (plan/tracing/modes.py: LoRA, QLoRA, accumulation...) are applied to the 3- and 4-block models
-    alike; the 4-block check proves the rebuild with them too. `layers`: rebuild that many blocks instead
-    of the config's L (a pipeline stage's)."""
+                   progress=None) -> tuple[MemoryTrace | None, str]:
+    """The step of `wl` (a model config with L blocks) rebuilt from 3- and 4-block traces, or (None, why)."""
     from ..tracing.trace import trace_step
 
     cfg = getattr(wl, "hf_config", None)
-    depth = num_layers_of(cfg) if cfg is not None else None
-    if depth is None or depth < MIN_LAYERS:
+    layers = num_layers_of(cfg) if cfg is not None else None
+    if layers is None or layers < MIN_LAYERS:
         return None, ""  # not a model config, or too shallow to gain: nothing to say
-    if layers is not None and layers < TRACED:
-        return None, f"{layers} blocks: fewer than the traced {TRACED}"
     if progress is not None:
-        progress(f"comparing the {depth} blocks (built on the meta device)")
-    why = blocks_alike(cfg, wl.task, depth)
+        progress(f"comparing the {layers} blocks (built on the meta device)")
+    why = blocks_alike(cfg, wl.task, layers)
     if why is not None:
         return None, why
-    layers = depth if layers is None else layers
     warmup = "copy" if target == "cuda" else "optimizer"
     traces = {}
     for n in (TRACED, CHECKED):
         if progress is not None:
             progress(f"tracing {n} of {layers} blocks at batch {batch_size}")
         small = hf_workload(wl.source, wl.seq_len, wl.task, num_layers=n)
-        if modes is not None:
-            small = apply_modes(small, modes, config.precision)
         try:
             traces[n] = trace_step(small, batch_size, config, target, fallback=False, warmup=warmup, layers=n)
         except Exception as exc:  # noqa: BLE001 - whatever the fake trace cannot do, the whole trace handles

@@ -13,10 +13,8 @@ transforms of a trace (plan/memory/sharding.py, plan/tracing/modes.py) and cost 
 
 from __future__ import annotations
 
-import contextlib
 import math
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field
 
 from ...hf import num_layers_of
 from ...step import StepConfig
@@ -24,7 +22,7 @@ from ...workload import load_workload
 from ..memory.cuda import cuda_memory
 from ..memory.events import CATEGORIES, MemoryTrace, live_peak
 from ..memory.sharding import Split, block_param_bytes, rank_trace, trainable_bytes
-from ..tracer import rebuilt_trace, trace_workload
+from ..tracer import trace_workload
 from ..tracing.modes import TrainingModes, offload_optimizer_state
 
 
@@ -100,43 +98,18 @@ class Evaluator:
         self.layers = num_layers_of(cfg) if cfg is not None else None
         if self.layers is not None and self.layers <= 2:
             self.layers = None  # nothing to gain
-        self._traces: dict[tuple, Any] = {}
+        self._traces: dict[tuple, MemoryTrace] = {}
         self.traces_run = 0
-        self.attention = None      # plan/tracing/sdpa.py's AttentionTarget the traces run under (the GPU's)
-        self.attention_key: tuple | None = None
 
     # -- traces -----------------------------------------------------------------------------------
-    def _key(self, kind: str, layers: int | None, micro_batch: int, config: StepConfig, modes: TrainingModes):
-        traced_modes = replace(modes, offload_optimizer=False)  # offload is a transform of the trace
-        return (kind, layers, micro_batch, repr(config), traced_modes, self.attention_key), traced_modes
-
-    def _attention(self):
-        if self.attention is None:
-            return contextlib.nullcontext()
-        from ..tracing.sdpa import using_target  # deferred: sdpa.py imports torch
-
-        return using_target(self.attention)
-
     def trace(self, layers: int | None, micro_batch: int, config: StepConfig, modes: TrainingModes) -> MemoryTrace:
-        """The step traced whole, at `layers` blocks (a model config) or as it is."""
-        key, traced_modes = self._key("whole", layers, micro_batch, config, modes)
-        if key not in self._traces:
-            with self._attention():
-                self._traces[key] = trace_workload(self.wl, micro_batch, config, "cuda", modes=traced_modes,
-                                                   layers=layers)
-            self.traces_run += 1
-        return self._traces[key]
+        from dataclasses import replace
 
-    def rebuilt(self, layers: int | None, micro_batch: int, config: StepConfig,
-                modes: TrainingModes) -> tuple[MemoryTrace | None, str]:
-        """A model config's step at `layers` blocks (default all) rebuilt exactly from its 3- and 4-block
-        traces, as `estimate` rebuilds it; (None, why) where the rebuild is not exact."""
-        key, traced_modes = self._key("rebuilt", layers, micro_batch, config, modes)
+        traced_modes = replace(modes, offload_optimizer=False)  # offload is a transform of the trace
+        key = (layers, micro_batch, config.optimizer, config.precision, config.checkpointing, traced_modes)
         if key not in self._traces:
-            with self._attention():
-                self._traces[key] = rebuilt_trace(self.wl, micro_batch, config, "cuda", modes=traced_modes,
-                                                  layers=layers)
-            self.traces_run += 2
+            self._traces[key] = trace_workload(self.wl, micro_batch, config, "cuda", modes=traced_modes, layers=layers)
+            self.traces_run += 1
         return self._traces[key]
 
     # -- numbers ----------------------------------------------------------------------------------
@@ -163,18 +136,11 @@ class Evaluator:
             layers = self.layers
             if split.strategy == "pipeline":
                 layers = math.ceil(self.layers / split.nproc)
-            full, why = self.rebuilt(layers if layers != self.layers else None, micro_batch, config, modes)
-            if full is not None:  # the one mechanism: estimate's exact rebuild
-                point = self._point(full, modes, split, block_param_bytes(full, self.layers))
-                point.notes.append(f"numbers from traces with 3 and 4 of {self.layers} layers, rebuilt exactly "
-                                   f"to {layers}")
-            else:  # the labelled fallback: linear in the layers
-                t1 = self.trace(1, micro_batch, config, modes)
-                t2 = self.trace(2, micro_batch, config, modes)
-                block = max(_param_bytes(t2) - _param_bytes(t1), 0)
-                point = self._point(t1, modes, split, block).extrapolate(self._point(t2, modes, split, block), layers)
-                point.notes.append(f"numbers from traces with 1 and 2 of {self.layers} layers, extrapolated to "
-                                   f"{layers} (fallback: {why or 'no exact rebuild'})")
+            t1 = self.trace(1, micro_batch, config, modes)
+            t2 = self.trace(2, micro_batch, config, modes)
+            block = max(_param_bytes(t2) - _param_bytes(t1), 0)
+            point = self._point(t1, modes, split, block).extrapolate(self._point(t2, modes, split, block), layers)
+            point.notes.append(f"numbers from traces with 1 and 2 of {self.layers} layers, extrapolated to {layers}")
             if split.strategy == "pipeline" and split.nproc > 1:
                 extra = (split.nproc - 1) * point.activations_bytes
                 point.device_used_bytes += extra
