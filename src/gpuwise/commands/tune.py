@@ -10,7 +10,7 @@ from ..report import tune as report
 from ..report.tune_script import print_progress, render
 from ..step import OPTIMIZERS, check_precision
 from ..tuning import goodput, tune
-from ..tuning.script import code_change, tune_script
+from ..tuning.script import code_change, run_script_trial, tune_script
 from ..units import parse_duration
 from ..workload import load_workload
 from .common import positive_int
@@ -46,7 +46,7 @@ def add_arguments(p) -> None:
                         "steps(B) x step_time(B) with steps(B) = S_min (1 + B_noise / B)")
     p.add_argument("--noise-scale", type=float, metavar="B",
                    help="the gradient noise scale B_simple (`gpuwise watch --json` reports it); default for a script: "
-                        "measured in its baseline trial")
+                        "measured in one more run of the script as written")
     p.add_argument("--gpus", type=positive_int, default=1, metavar="N",
                    help="GPUs (data-parallel ranks) the recommended batch is split over (goodput; default 1)")
 
@@ -161,7 +161,11 @@ def _goodput_of_workload(args, result):
 
 def _goodput_of_script(args, result):
     base = result.baseline
-    measured = base.noise_scale or {}
+    measured = {}
+    if not args.noise_scale:  # one more run of the script as written, with the noise-scale probe on
+        probed = run_script_trial(args.cmd, {}, measure_s=max(parse_duration(args.measure or "3s"), 10.0), noise=True)
+        measured = probed.noise_scale or {}
+        base.optimizer = base.optimizer or probed.optimizer
     b_noise = args.noise_scale or measured.get("b_simple")
     if not b_noise or b_noise <= 0:
         raise GpuwiseError("--objective goodput: the script's gradient noise scale could not be measured in its trial "
@@ -170,7 +174,7 @@ def _goodput_of_script(args, result):
         raise GpuwiseError("--objective goodput: the script's batch size was not seen (no DataLoader)")
     advice = goodput.from_one_batch(b_noise, base.batch_size, args.gpus, base.optimizer)
     if not args.noise_scale:
-        advice.notes.append(f"B_noise measured in the script's baseline trial: {b_noise:,.0f} (95% CI "
+        advice.notes.append(f"B_noise measured in one more run of the script as written: {b_noise:,.0f} (95% CI "
                             f"{measured.get('ci_low') or 0:,.0f} to {measured.get('ci_high') or float('inf'):,.0f}, "
                             f"{measured.get('steps_used')} steps, {measured.get('estimator')}); early in training "
                             "the noise scale is smaller than later: re-measure with `gpuwise watch` on a longer run")

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import shlex
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import GpuwiseError
+from ..optional_libs import install_hint, missing, sized_without_notes
 from ..step import StepConfig
 from .catalog import CATALOG, GpuSpec, lookup
 from .curve import DEFAULT_MARGIN_PCT
@@ -111,12 +112,18 @@ class FitOption:
     grad_accum: int = 1
     step_time_s: float = 0.0
     estimate_cmd: str | None = None  # `gpuwise estimate ...` of this option: one rank's step as estimate sees it
+    needs: list[str] = field(default_factory=list)  # packages to install to run it (base install)
+    sized: bool = True                                # False: not traced, a needed package is missing
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "changes": self.changes, "fits": self.fits,
-                "device_used_bytes": self.device_used_bytes, "samples_per_s": round(self.samples_per_s, 3),
-                "effective_batch_size": self.effective_batch_size, "notes": self.notes,
-                "estimate_cmd": self.estimate_cmd}
+        d = {"name": self.name, "changes": self.changes, "fits": self.fits,
+             "device_used_bytes": self.device_used_bytes, "samples_per_s": round(self.samples_per_s, 3),
+             "effective_batch_size": self.effective_batch_size, "notes": self.notes,
+             "estimate_cmd": self.estimate_cmd}
+        if self.needs:  # only on an install without peft / bitsandbytes
+            d["needs"] = install_hint(self.needs)
+            d["sized"] = self.sized
+        return d
 
 
 @dataclass
@@ -212,6 +219,7 @@ def _changes(v: Variant, micro: int, accum: int, nproc: int) -> dict[str, Any]:
 
 def _notes(v: Variant, micro: int, accum: int, point: Point) -> list[str]:
     notes = [NOTES[k] for k in v.keys if k in NOTES and k != "accum"]
+    notes += sized_without_notes(v.config.optimizer, v.modes.adapters)
     if v.split.strategy in ("zero1", "zero2", "fsdp", "fsdp-grad-op", "hsdp"):
         notes.append(NOTES["sharded"])
     if accum > 1:
@@ -312,16 +320,47 @@ def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, 
     gpu_arg = gpu if isinstance(gpu, str) else spec.id
     options = []
     for v in variants(spec, nproc, precision, optimizer, checkpointing, adapters):
-        option = _best_micro_batch(ev, v, spec, batch_size, limit)
+        lacking = missing(_untraceable_without(v))
+        if lacking:  # listed, not sized: the trace needs the library itself
+            options.append(_unsized(v, batch_size, lacking))
+            continue
+        needs = missing(_needed(v))
+        try:
+            option = _best_micro_batch(ev, v, spec, batch_size, limit)
+        except GpuwiseError:
+            if not needs:
+                raise
+            options.append(_unsized(v, batch_size, needs))  # a stand-in does not cover this model
+            continue
+        option.needs = needs
         args = estimate_args("SOURCE", gpu_arg, v, option.micro_batch_size, option.grad_accum, margin_pct)
         if args is not None and named is not None:
             i = args.index("SOURCE")
             option.estimate_cmd = shlex.join(args[:i] + named + args[i + 1:])
         options.append(option)
-    options.sort(key=lambda o: (not o.fits, -o.samples_per_s if o.fits else o.device_used_bytes))
+    options.sort(key=lambda o: (not o.fits, not o.sized, -o.samples_per_s if o.fits else o.device_used_bytes))
     name = ev.wl.spec if hasattr(ev.wl, "spec") else str(workload)
     return FitResult(name, spec.name, nproc, spec.memory_bytes, batch_size, options,
                      round(time.perf_counter() - started, 3), ev.traces_run, getattr(ev.wl, "seq_len", None))
+
+
+def _needed(v: Variant) -> list[str]:
+    """The optional packages running `v` takes."""
+    out = ["bitsandbytes"] if v.config.optimizer == "adamw8bit" or v.modes.qlora else []
+    return out + (["peft"] if v.modes.adapters else [])
+
+
+def _untraceable_without(v: Variant) -> list[str]:
+    """The packages a trace of `v` cannot stand in for: QLoRA's (peft over bitsandbytes' 4-bit layers).
+    8-bit AdamW's state and LoRA's adapters on nn.Linear are sized without them (optional_libs.py)."""
+    return ["peft", "bitsandbytes"] if v.modes.qlora else []
+
+
+def _unsized(v: Variant, batch: int, lacking: list[str]) -> FitOption:
+    needs = missing(_needed(v))
+    note = f"not sized: tracing it needs {' and '.join(lacking)} ({install_hint(needs)})"
+    return FitOption(v.name, _changes(v, batch, 1, v.split.nproc), False, 0, 0.0, batch * v.split.data_parallel,
+                     [note] + [NOTES[k] for k in v.keys if k in NOTES], batch, 1, needs=needs, sized=False)
 
 
 def _option(ev: Evaluator, v: Variant, spec: GpuSpec, micro: int, accum: int, limit: float) -> FitOption:
