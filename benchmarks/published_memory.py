@@ -2,7 +2,7 @@
 
     python benchmarks/published_memory.py                 # every expressible memory row not yet computed
     python benchmarks/published_memory.py --rerun         # recompute all of them
-    python benchmarks/published_memory.py --only 'phi'    # rows whose id matches a regex (recomputed)
+    python benchmarks/published_memory.py --only 'phi'    # rows whose id matches a regex (add --rerun to recompute)
     python benchmarks/published_memory.py --table         # only rewrite the README table from the results
 
 Each row's setting is expressed as `gpuwise estimate <setting.workload> <gpuwise_args> --json
@@ -11,7 +11,8 @@ metric picks the number compared (corpus.MEMORY_METRICS): max allocated and acti
 peak_allocated_bytes, max reserved against peak_reserved_bytes, nvidia-smi against device_used_bytes;
 GB is 1e9 bytes, GiB 2**30. A published OOM is predicted when device_used_bytes exceeds the GPU's memory
 (the catalog's total). Results are written atomically after every row to
-benchmarks/results/published_memory.json, so an interrupted run resumes where it stopped; the summary
+benchmarks/results/published_memory.json (merged under a lock, so two runs on disjoint `--only` sets can
+share it), so an interrupted run resumes where it stopped; the summary
 (median and max |error| per metric and per source, every row listed) replaces the table between the
 markers in benchmarks/published/README.md.
 """
@@ -52,8 +53,12 @@ def command(row: dict) -> list[str]:
 def gpu_memory_bytes(name: str | None) -> int | None:
     if not name:
         return None
+    from gpuwise.errors import GpuwiseError
     from gpuwise.plan import lookup_gpu
-    return int(lookup_gpu(name).memory_bytes)
+    try:
+        return int(lookup_gpu(name).memory_bytes)
+    except GpuwiseError:  # a GPU the catalog does not have (e.g. H100 96GB): no OOM verdict
+        return None
 
 
 def compare(row: dict, est: dict) -> dict:
@@ -97,9 +102,24 @@ def run_row(row: dict, timeout_s: float = TIMEOUT_S) -> dict:
 
 
 def write_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     os.replace(tmp, path)
+
+
+def store(rec: dict) -> dict:
+    """Add one row's result to the results file (read, update, write under a lock); the whole results."""
+    import fcntl
+    import hashlib
+    import tempfile
+
+    name = hashlib.sha1(str(RESULTS.resolve()).encode()).hexdigest()[:12]
+    with open(Path(tempfile.gettempdir()) / f"gpuwise-published-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        results = load_results()
+        results[rec["id"]] = rec
+        write_atomic(RESULTS, results)
+    return results
 
 
 def load_results() -> dict:
@@ -115,6 +135,7 @@ def _stats(errs: list[float]) -> str:
 def summary(rows: list[dict], results: dict) -> dict:
     """Counts, per-metric and per-source median/max |error| and OOM hits, as data."""
     mem = [r for r in rows if corpus.is_memory(r)]
+    results = current(rows, results)
     done = [results[r["id"]] for r in mem if r["id"] in results]
     ok = [d for d in done if "err_pct" in d]
     out = {"memory_rows": len(mem), "expressible": sum(map(corpus.expressible, mem)),
@@ -136,7 +157,14 @@ def summary(rows: list[dict], results: dict) -> dict:
     return out
 
 
+def current(rows: list[dict], results: dict) -> dict:
+    """The results computed with each row's present arguments (a row whose arguments changed is not run)."""
+    args = {r["id"]: r["gpuwise_args"] for r in rows}
+    return {k: v for k, v in results.items() if k in args and v.get("args") == args[k]}
+
+
 def table(rows: list[dict], results: dict) -> str:
+    results = current(rows, results)
     s = summary(rows, results)
     lines = [f"{s['memory_rows']} published memory rows from {s['sources']} sources, {s['expressible']} expressible "
              f"({100 * s['expressible'] / max(1, s['memory_rows']):.0f} %); {s['computed']} computed, "
@@ -182,7 +210,7 @@ def update_readme(text: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rerun", action="store_true", help="recompute rows that already have a result")
-    ap.add_argument("--only", metavar="REGEX", help="rows whose id matches (always recomputed)")
+    ap.add_argument("--only", metavar="REGEX", help="only rows whose id matches")
     ap.add_argument("--table", action="store_true", help="only rewrite the README table from stored results")
     ap.add_argument("--failed", action="store_true", help="recompute rows whose last run failed")
     args = ap.parse_args(argv)
@@ -191,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     todo = [r for r in rows if corpus.is_memory(r) and corpus.expressible(r)]
     if args.only:
         todo = [r for r in todo if re.search(args.only, r["id"])]
-    elif args.failed:
+    if args.failed:
         todo = [r for r in todo if "error" in results.get(r["id"], {})]
     elif not args.rerun:  # resume: rows with a result for the same arguments are kept
         todo = [r for r in todo if results.get(r["id"], {}).get("args") != r["gpuwise_args"]]
@@ -199,11 +227,10 @@ def main(argv: list[str] | None = None) -> int:
         todo = []
     for n, row in enumerate(todo, 1):
         rec = run_row(row)
-        results[row["id"]] = rec
-        write_atomic(RESULTS, results)
+        results = store(rec)
         shown = rec.get("error") or (f"{rec['err_pct']:+.1f} %" if "err_pct" in rec
                                      else f"predicted OOM: {rec.get('predicted_oom')}")
-        print(f"[{n}/{len(todo)}] {row['id']}: {shown} ({rec['seconds']} s)", flush=True)
+        print(f"[{n}/{len(todo)}] {row['id']}: {shown} ({rec.get('seconds')} s)", flush=True)
     text = table(rows, results)
     update_readme(text)
     print(text.split("\n\n| id")[0])

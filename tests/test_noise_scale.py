@@ -100,7 +100,7 @@ def test_watch_json_on_an_unmodified_linear_regression_is_within_25_percent(sigm
     d = 8
     expected = d * (1 + sigma ** 2) + 1  # the script's docstring derives it: 11 and 81
     out = subprocess.run([sys.executable, "-m", "gpuwise", "watch", "--json", "--", sys.executable, str(SCRIPT),
-                          str(d), str(sigma), str(batch), "3000"], capture_output=True, text=True, timeout=300)
+                          str(d), str(sigma), str(batch), "10000"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     g = json.loads(out.stdout)["gradient_noise_scale"]
     assert set(g) >= {"b_simple", "ci_low", "ci_high", "steps_used"}
@@ -144,9 +144,10 @@ def test_fit_step_time_is_least_squares_and_non_negative():
     assert a == pytest.approx(1.0) and b == pytest.approx(0.1)
 
 
-def test_gpuwise_monitor_measures_it_in_process():
+def test_gpuwise_monitor_measures_it_in_process(monkeypatch):
     import gpuwise
 
+    monkeypatch.setenv("GPUWISE_NOISE_BUDGET", "1")  # probe every step: this test is about the estimate, not the cost
     torch.manual_seed(0)
     d, sigma, batch = 8, 1.0, 32
     w_star = torch.randn(d)
@@ -180,3 +181,18 @@ def test_a_trials_band_is_the_t_interval_of_its_block_rates():
     assert b.high - b.mean == pytest.approx(2.776, rel=1e-3) and b.mean - b.low == pytest.approx(2.776, rel=1e-3)
     assert beats(Band(20.0, 15.0, 25.0, 5), b) and not beats(Band(14.0, 13.0, 15.0, 5), b)
     assert not beats(Band(11.2, 11.15, 11.25, 5), Band(11.0, 10.95, 11.05, 5))  # outside the band but < 5%
+
+
+def test_goodput_from_tune_trials_and_from_one_batch():
+    from gpuwise.tuning.records import Trial
+
+    # samples/s at B = 32, 64, 128, 256: step times 0.1, 0.12, 0.16, 0.32 s; B_noise = 64
+    # time / S_min: (1 + 2) 0.1 = 0.3; (1 + 1) 0.12 = 0.24; (1 + 0.5) 0.16 = 0.24 (tie: the smaller wins); 1.25 x 0.32 = 0.4
+    trials = [Trial(workload="w", device="cpu", kind="compute", batch_size=b, status="ok", samples_per_s=b / t) for b, t in
+              ((32, 0.1), (64, 0.12), (128, 0.16), (256, 0.32))]
+    adv = goodput.from_trials(trials, 64.0, 32, n_gpus=2, optimizer="AdamW")
+    assert adv.batch_size == 64 and adv.per_gpu_batch_size == 32 and adv.speedup == pytest.approx(0.3 / 0.24)
+    one = goodput.from_one_batch(300.0, 32, n_gpus=4, optimizer="SGD")
+    assert one.batch_size == 256 and one.per_gpu_batch_size == 64 and one.lr_rule == "linear"
+    # lr x (1 + 300/32) / (1 + 300/256) = 10.375 / 2.172 = 4.78 -> warm-up
+    assert one.lr_factor == pytest.approx(10.375 / (1 + 300 / 256)) and one.warmup

@@ -111,3 +111,35 @@ def test_op_costs_record_and_extrapolate():
     # 3 traced blocks -> 1 call, 4 -> 2: 32 blocks -> 1 + 29 x 1 = 30
     assert c.combine(d, 29).gemms[("forward", 1, 64, 16, 32, 4)] == 30
     assert c.scaled(4).kernels["forward"] == 8
+
+
+def test_metadata_ops_and_causal_attention():
+    # prim.device and other ops without a tensor output move no bytes; a causal SDPA counts half its FLOPs
+    c = OpCosts()
+    a = torch.empty(64, 32)
+    c.record("prim.device", "forward", (a,), {}, torch.device("cpu"), 0)
+    c.record("aten.is_same_size", "forward", (a, a), {}, True, 0)
+    assert c.memory_bytes["forward"] == 0 and c.kernels["forward"] == 0
+    c.record("aten._scaled_dot_product_flash_attention", "forward", (a, a, a), {"is_causal": True}, (a,), 1000)
+    c.record("aten._scaled_dot_product_flash_attention", "forward", (a, a, a), {"is_causal": False}, (a,), 1000)
+    assert c.attention[("forward", "flash")] == 500 + 1000
+
+
+def test_sharded_optimizer_runs_on_one_shard():
+    # FSDP over 8 ranks: each rank's optimizer touches 1/8 of the bytes
+    c = OpCosts()
+    c.memory_bytes["optimizer"] = 8e9
+    gpu = lookup("h100")
+    one = predict(c, gpu, "bf16", samples_per_rank=1, flops_per_step=0)
+    eight = predict(c, gpu, "bf16", samples_per_rank=1, flops_per_step=0, nproc=8, strategy="fsdp")
+    assert eight.breakdown["optimizer"] == pytest.approx(one.breakdown["optimizer"] / 8)
+
+
+def test_selective_recompute_parts():
+    from gpuwise.plan.speed.model import recompute_parts
+    fwd = {"matmul": 4.0, "attention": 2.0, "memory_bound": 1.0, "launch_overhead": 0.5}
+    # per-op SAC: every second mm recomputed (half the matmuls), all non-saved ops; attention saved
+    assert recompute_parts(fwd, "op") == {"matmul": 2.0, "memory_bound": 1.0, "launch_overhead": 0.5}
+    # every 2nd block checkpointed: half the forward again
+    assert recompute_parts(fwd, "2") == {"matmul": 2.0, "attention": 1.0, "memory_bound": 0.5, "launch_overhead": 0.25}
+    assert recompute_parts(fwd, None) == {}

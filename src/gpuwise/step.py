@@ -79,10 +79,14 @@ def _adamw8bit(params, **kw):
     # bitsandbytes/optim/optimizer.py `Optimizer2State.init_state`: state1/state2 uint8 (numel), qmap1/qmap2
     # (256 fp32), absmax1/absmax2 (ceil(numel / 256) fp32); parameters under `min_8bit_size` = 4096 keep
     # fp32 states. Its ops have fake kernels (bitsandbytes/_ops.py), so the trace runs the real optimizer.
-    try:
-        import bitsandbytes as bnb
-    except ImportError as exc:
-        raise GpuwiseError("--optimizer adamw8bit needs bitsandbytes (pip install bitsandbytes)") from exc
+    from .optional_libs import adamw8bit_layout, all_fake, available
+
+    params = list(params)
+    if not available("bitsandbytes"):
+        if all_fake(params):  # a trace: the same state tensors, sized without the library
+            return adamw8bit_layout(params, lr=1e-3)
+        raise GpuwiseError("--optimizer adamw8bit needs bitsandbytes (pip install bitsandbytes)")
+    import bitsandbytes as bnb
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     with unset_fake_temporarily():  # the constructor builds its quantization maps with .tolist(): real data

@@ -54,6 +54,7 @@ def _sibling(name: str):
 _probes = _sibling("probes")
 _recorder = _sibling("recorder")
 _noise = _sibling("noise")
+_comm = _sibling("comm")
 
 ENV_DIR = "GPUWISE_HOOKS_DIR"            # where this process writes hooks-rank{R}-pid{P}.jsonl
 ENV_OVERRIDES = "GPUWISE_LOADER_OVERRIDES"  # tune trials: DataLoader keyword overrides (JSON object)
@@ -208,6 +209,9 @@ def install_torch_hooks(torch) -> None:
         hooked += _hook_copies(torch, rec)
     handle = register_optimizer_step_post_hook(rec.on_step)
     rec.noise, noise_handle = _noise.install(torch, lambda: rec.samples)
+    rec.comm, comm_hooked = _comm.install(torch, _clock)
+    rec.parallel_meta = _comm.parallel_meta
+    hooked += comm_hooked
 
     def unhook_forked_child():
         """A forked process (a DataLoader worker) records nothing: the originals back, so that no hook has to

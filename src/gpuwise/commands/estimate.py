@@ -41,6 +41,9 @@ def add_arguments(p) -> None:
                    help="percent of GPU memory kept free when finding the largest batch (default 5)")
     p.add_argument("--no-max-batch", action="store_true", help="with --gpu: skip the largest-batch search")
     p.add_argument("--plot", metavar="FILE", help="write a chart (memory breakdown, memory vs batch size) to FILE")
+    p.add_argument("--layer-checkpointing", type=positive_int, metavar="N",
+                   help="torchtitan's layer-level selective checkpointing (every N-th block): its recomputation in "
+                        "the predicted speed only; memory as without it")
     add_mode_arguments(p)
     add_version_arguments(p)
     add_split_arguments(p)
@@ -97,6 +100,8 @@ def add_mode_arguments(p) -> None:
     p.add_argument("--qlora", action="store_true", help="QLoRA: 4-bit base weights (bitsandbytes) + LoRA")
     p.add_argument("--qlora-quant", choices=["nf4-dq", "nf4", "fp4"], help="--qlora: 4-bit format (default "
                    "nf4-dq: NF4 with double quantization; nf4, fp4: without)")
+    p.add_argument("--bnb-version", metavar="X.Y.Z", help="--qlora: the bitsandbytes release the run used, where its "
+                   "memory differs from the installed one (before 0.43.2 every 4-bit layer kept its input)")
     p.add_argument("--freeze", action="append", metavar="REGEX",
                    help="freeze parameters whose name matches (repeatable)")
     p.add_argument("--offload-optimizer", action="store_true", help="optimizer state and step on the CPU")
@@ -109,7 +114,7 @@ def mode_kwargs(args) -> dict:
     return {"seq_len": args.seq_len, "task": args.task, "grad_accum": args.grad_accum, "lora": args.lora,
             "qlora": args.qlora, "freeze": args.freeze, "offload_optimizer": args.offload_optimizer,
             "lora_targets": args.lora_targets, "lora_alpha": args.lora_alpha, "lora_dropout": args.lora_dropout,
-            "base_dtype": args.base_dtype, "qlora_quant": args.qlora_quant}
+            "base_dtype": args.base_dtype, "qlora_quant": args.qlora_quant, "bnb_version": args.bnb_version}
 
 
 def run(args) -> int:
@@ -128,7 +133,7 @@ def run(args) -> int:
                        checkpointing=args.checkpointing, target=args.target, gpu=args.gpu,
                        margin_pct=DEFAULT_MARGIN_PCT if args.margin is None else args.margin,
                        search_max_batch=not args.no_max_batch, nproc=args.nproc, strategy=args.strategy,
-                       on_progress=progress, **mode_kwargs(args), **version_kwargs(args))
+                       layer_checkpointing=args.layer_checkpointing, on_progress=progress, **mode_kwargs(args), **version_kwargs(args))
     if args.plot:
         try:
             plot_estimate(est, args.plot)

@@ -31,6 +31,7 @@ class StepRecord:
     memory_allocated_bytes: int | None = None  # torch.cuda.memory_allocated at the step's end (GPU only)
     rank: int = 0  # field order is used positionally in Monitor._end_step
     samples: int | None = None          # samples loaded during the step (gpuwise.bootstrap's hooks)
+    comm_s: float | None = None         # waiting on collectives (bootstrap/comm.py); not part of compute_s
 
 
 @dataclass

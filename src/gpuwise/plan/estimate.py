@@ -17,6 +17,7 @@ from typing import Any
 from ..devices import discover
 from ..errors import GpuwiseError
 from ..hf import num_layers_of
+from ..optional_libs import sized_without_notes
 from ..step import OPTIMIZERS, StepConfig, checkpointing_mode
 from ..truth import record_workload
 from ..workload import Workload, check_batch_size, load_workload
@@ -153,9 +154,9 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
              task: str | None = None, grad_accum: int = 1, lora: int | bool | None = None, qlora: bool = False,
              freeze: Any = None, offload_optimizer: bool = False, nproc: int = 1, strategy: str | None = None,
              lora_targets: Any = None, lora_alpha: float | None = None, lora_dropout: float | None = None,
-             base_dtype: str | None = None, qlora_quant: str | None = None,
+             base_dtype: str | None = None, qlora_quant: str | None = None, bnb_version: str | None = None,
              attn: str | None = None, zero_grad: str = "none", module_loading: str | None = None,
-             on_progress: Progress | None = None) -> Estimate:
+             layer_checkpointing: int | None = None, on_progress: Progress | None = None) -> Estimate:
     """Predict the memory and compute of one steady-state training step of `workload` at `batch_size`.
 
     `workload`: a workload file / module / `examples:NAME`, `hf:ORG/NAME` or a config.json (built with
@@ -164,7 +165,8 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     batch) and optionally `loss=`. Modes (plan/tracing/modes.py): `grad_accum`, `lora` (rank, or True for 16),
     `qlora`, `freeze` (parameter-name regexes), `offload_optimizer`; for LoRA / QLoRA `lora_targets` (module
     names, default all linear layers), `lora_alpha`, `lora_dropout`, `base_dtype` (fp32 / bf16 / fp16: the
-    frozen base's storage) and `qlora_quant` (nf4-dq, nf4, fp4). `nproc` GPUs split by `strategy`
+    frozen base's storage), `qlora_quant` (nf4-dq, nf4, fp4) and `bnb_version` (the bitsandbytes release
+    to emulate where its memory differs: plan/tracing/bnb_versions.py). `nproc` GPUs split by `strategy`
     (ddp, zero1, zero2, fsdp, fsdp-grad-op, hsdp; ddp by default over nproc > 1): one rank's memory, the
     single-GPU trace transformed (plan/memory/sharding.py), `batch_size` per rank.
 
@@ -177,8 +179,10 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     `target="cuda"` replays the trace through the caching-allocator model and adds library workspaces
     and the CUDA context (for `gpu`'s architecture; Hopper when no GPU is named). With `gpu`, also a
     roofline bound and the largest batch that fits with `margin_pct` percent of its memory kept free.
-    `nproc` ranks under `strategy` (ddp, zero1, zero2, fsdp, fsdp-grad-op, hsdp; default ddp when
-    nproc > 1) set the predicted speed's communication (plan/speed/overlap.py).
+    With `gpu`, `speed` is the predicted step (plan/speed/model.py); `nproc` and `strategy` set its
+    communication (plan/speed/overlap.py). `layer_checkpointing` N (torchtitan's layer-level selective
+    checkpointing: every N-th block checkpointed) adds that recomputation to the predicted speed only;
+    the memory is modelled as without it (an upper bound).
     `on_progress(stage)` is called as each stage starts (the CLI shows it on stderr for long estimates).
     """
     started = time.perf_counter()
@@ -186,7 +190,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     workload, batch_size = resolve_inputs(workload, batch_size, model, batch, loss, seq_len, task)
     modes = make_modes(grad_accum, lora, qlora, freeze, offload_optimizer, lora_targets=lora_targets,
                        lora_alpha=lora_alpha, lora_dropout=lora_dropout, base_dtype=base_dtype,
-                       qlora_quant=qlora_quant)
+                       qlora_quant=qlora_quant, bnb_version=bnb_version)
     check_batch_size(batch_size)
     check_target(target)
     split = make_split(nproc, strategy)
@@ -226,7 +230,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
 
     whole = one_gpu(batch_size)  # the job on one GPU: the speed model's communicated bytes are its
     trace = per_rank(whole)
-    notes = list(trace.notes)
+    notes = list(trace.notes) + sized_without_notes(config.optimizer, modes.adapters)
     arch = spec.arch if spec is not None else DEFAULT_ARCH
     opt_name = config.optimizer or ("workload optimizer()" if wl.optimizer_fn is not None else "adamw")
 
@@ -267,7 +271,8 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
         if spec.bandwidth_bytes_per_s > 0:
             est.roofline = roofline(flops, traffic_bytes(est.by_category), batch_size * modes.grad_accum, spec,
                                     config.precision)
-            est.speed = _speed(whole, est, spec, wl, modes, config.precision, split.nproc, split.strategy)
+            est.speed = _speed(whole, est, spec, wl, modes, config.precision, split.nproc, split.strategy,
+                               str(layer_checkpointing) if layer_checkpointing else None)
         else:
             notes.append(f"{spec.name}: memory only (no FLOP/s or bandwidth given): no roofline")
         if search_max_batch:
@@ -304,7 +309,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
 
 
 def _speed(trace: MemoryTrace, est: Estimate, spec: GpuSpec, wl: Workload, modes, precision: str, nproc: int,
-           strategy: str) -> Speed | None:
+           strategy: str, selective: str | None = None) -> Speed | None:
     """The step-time model over the traced ops (plan/speed/); None when the trace recorded none."""
     costs = trace.op_costs
     if costs is None:
@@ -319,10 +324,13 @@ def _speed(trace: MemoryTrace, est: Estimate, spec: GpuSpec, wl: Workload, modes
     cfg = getattr(wl, "hf_config", None)
     blocks = int(getattr(cfg, "num_hidden_layers", 0) or getattr(cfg, "n_layer", 0) or 1)
     seq_len = getattr(wl, "seq_len", None)
+    if selective:
+        est.notes.append(f"layer checkpointing every {selective} blocks: recomputation in the predicted speed only; "
+                         "memory modelled without it (an upper bound)")
     return predict(costs, spec, precision, samples_per_rank=est.batch_size * modes.grad_accum,
                    flops_per_step=est.flops_per_step, tokens_per_sample=seq_len, nproc=nproc, strategy=strategy,
                    grad_bytes=grad_bytes, param_bytes=gathered, blocks=blocks,
-                   roofline_step_s=est.roofline.time_s if est.roofline else None)
+                   roofline_step_s=est.roofline.time_s if est.roofline else None, selective=selective)
 
 
 # -- GPU truth records (DESIGN.md contract; read by gpuwise/truth.py): the estimate recomputed on the CPU

@@ -133,3 +133,40 @@ def advise(b_noise: float, step_time: Callable[[int], float], candidates: Sequen
         speedup = now / best.time_factor_s
     return GoodputAdvice(b_noise, best.batch_size, current_batch, max(best.batch_size // n_gpus, 1), n_gpus,
                          rule, why, factor, warmup, speedup, points)
+
+
+def from_trials(trials, b_noise: float, current_batch: int | None, n_gpus: int = 1,
+                optimizer: str | None = None) -> GoodputAdvice:
+    """`tune WORKLOAD --objective goodput`: step_time(B) = B / samples_per_s of the tune's measured trials (the
+    end-to-end `train` trials where there are, else `compute`), at each batch size measured."""
+    compute: dict[int, float] = {}
+    train: dict[int, float] = {}
+    for t in trials:
+        rate = t.rate
+        if rate and t.kind in ("compute", "train"):
+            into = train if t.kind == "train" else compute
+            into[t.batch_size] = max(into.get(t.batch_size, 0.0), rate)
+    rates = {**compute, **train}  # the end-to-end rate (loader included) where it was measured
+    if not rates:
+        raise ValueError("no batch size was measured: nothing to weigh the noise scale against")
+    batches = [b for b in sorted(rates) if b % n_gpus == 0] or sorted(rates)
+    adv = advise(b_noise, lambda b: b / rates[b] if b in rates else math.inf, batches, current_batch
+                 if current_batch in rates else None, n_gpus, optimizer, measured=batches)
+    adv.notes.append(f"step time measured at batch sizes {batches} (B / samples_per_s of the tune's trials)")
+    return adv
+
+
+def from_one_batch(b_noise: float, current_batch: int, n_gpus: int = 1, optimizer: str | None = None) -> GoodputAdvice:
+    """`tune --objective goodput -- CMD`: the script's batch is its own, so step time is known at that batch only.
+    Without step_time(B) the balanced choice is B = B_noise (the critical batch: twice the minimum steps and
+    twice the minimum samples, McCandlish et al. 2018 eq. 2.13), in a power of two and in whole per-GPU batches."""
+    target = max(n_gpus, round(2 ** round(math.log2(max(b_noise, 1.0))) / n_gpus) * n_gpus)
+    rule, why = lr_rule(optimizer)
+    factor = scaled_lr(1.0, current_batch, target, b_noise, rule)
+    warmup = (f"warm up linearly from the current learning rate over the first {WARMUP_FRACTION:.0%} of the steps "
+              f"(the rate grows x{factor:.2f}; Goyal et al. 2017)") if factor > WARMUP_ABOVE else None
+    fewer = steps_factor(current_batch, b_noise) / steps_factor(target, b_noise)
+    return GoodputAdvice(b_noise, target, current_batch, target // n_gpus, n_gpus, rule, why, factor, warmup, None,
+                         [], [f"step time known at the script's batch ({current_batch}) only: batch B_noise is the "
+                              f"critical batch (x2 the minimum steps and x2 the minimum samples); steps to the same "
+                              f"loss x{1 / fewer:.2f} of now, samples x{(target + b_noise) / (current_batch + b_noise):.2f}"])

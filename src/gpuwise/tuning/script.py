@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..bootstrap import environment
+from ..bootstrap.noise import ENV_BUDGET as NOISE_BUDGET
 from ..errors import GpuwiseError
 from ..jsonl import append_line, read_lines
 from ..monitoring.hookfiles import read_hook_files
@@ -61,6 +62,8 @@ class ScriptTrial:
     resumed: bool = False
     advice: list[dict] = field(default_factory=list)  # the monitor's findings on this trial (batch, precision, ...)
     repeat: int = 0                        # 0: the search's trial; 1, 2...: a back-to-back re-measurement
+    noise_scale: dict | None = None        # the trial's gradient_noise_scale (monitoring/noise_scale.py)
+    optimizer: str | None = None           # the optimizer class the hooks saw
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -104,14 +107,19 @@ def _measured(steps: list, warmup: int) -> tuple[list, float]:
 
 
 def run_script_trial(cmd: list[str], overrides: dict[str, Any], measure_s: float = 3.0, min_steps: int = 5,
-                     timeout_s: float = 120.0, env: dict | None = None) -> ScriptTrial:
-    """Run `cmd` with DataLoader `overrides` until `min_steps` steady steps took `measure_s` (or it ends)."""
+                     timeout_s: float = 120.0, env: dict | None = None, noise: bool = False) -> ScriptTrial:
+    """Run `cmd` with DataLoader `overrides` until `min_steps` steady steps took `measure_s` (or it ends).
+
+    `noise`: also probe the gradient noise scale (bootstrap/noise.py); off by default, since a probed step
+    costs extra time that would blur the samples/s being compared."""
     folder = tempfile.mkdtemp(prefix="gpuwise-tune-")
     trial = ScriptTrial(dict(overrides))
     t0 = time.monotonic()
     err_path = os.path.join(folder, "stderr.txt")
     try:
         child_env = environment(folder, env, overrides=overrides, flush_every_s=0)
+        if not noise:
+            child_env[NOISE_BUDGET] = "0"
         with open(err_path, "wb") as err:
             try:
                 proc = subprocess.Popen(cmd, env=child_env, stdout=subprocess.DEVNULL, stderr=err,
@@ -169,8 +177,11 @@ def _describe(trial: ScriptTrial, merged) -> None:
     trial.framework = meta.get("framework")
     sizes = [s.samples for s in merged.steps if s.samples]
     trial.batch_size = int(statistics.median(sizes)) if sizes else None
+    trial.optimizer = meta.get("optimizer")
     try:
-        found = summarize(merged).get("findings") or []
+        summary = summarize(merged)
+        found = summary.get("findings") or []
+        trial.noise_scale = summary.get("gradient_noise_scale")
     except Exception as exc:  # advice is extra: a summary that cannot be made must not lose the trial
         found = [{"kind": "note", "evidence": f"no advice: {type(exc).__name__}: {exc}", "fix": ""}]
     trial.advice = [f for f in found if f.get("kind") not in ("data_starvation", "compute_bound")]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from ...hf import num_layers_of
 from ...step import StepConfig
@@ -40,6 +41,7 @@ class Point:
     phases: dict[str, tuple[int, dict[str, int]]] = field(default_factory=dict)  # phase -> (peak, categories)
     activations_bytes: int = 0      # most saved activations live at once
     batch_norm: bool = False        # the step runs batch norm (accumulation changes its statistics)
+    op_costs: Any = None            # plan/speed/ops.py OpCosts of the step (the speed model's input)
 
     def extrapolate(self, two: Point, layers: int) -> Point:
         """The step at `layers` from this 1-layer point and a 2-layer one. Each phase's peak is linear
@@ -58,9 +60,11 @@ class Point:
             if total > best[0]:
                 best = (total, {c: lin(c1.get(c, 0), c2.get(c, 0)) for c in CATEGORIES})
         above = lin(self.device_used_bytes - self.peak_allocated_bytes, two.device_used_bytes - two.peak_allocated_bytes)
+        costs = (self.op_costs.combine(two.op_costs, w)
+                 if self.op_costs is not None and two.op_costs is not None else None)
         return Point(best[0] + above, best[0], best[1], lin(self.flops_per_step, two.flops_per_step),
                      lin(self.trainable_bytes, two.trainable_bytes), two.block_param_bytes, list(two.notes),
-                     {}, lin(self.activations_bytes, two.activations_bytes), self.batch_norm or two.batch_norm)
+                     {}, lin(self.activations_bytes, two.activations_bytes), self.batch_norm or two.batch_norm, costs)
 
 
 def phase_peaks(trace: MemoryTrace, round_to: int = 512) -> tuple[dict[str, tuple[int, dict[str, int]]], int]:
@@ -114,6 +118,7 @@ class Evaluator:
 
     # -- numbers ----------------------------------------------------------------------------------
     def _point(self, trace: MemoryTrace, modes: TrainingModes, split: Split, block_param_bytes: int) -> Point:
+        costs = trace.op_costs
         if modes.offload_optimizer:
             trace = offload_optimizer_state(trace)
         trainable = trainable_bytes(trace)
@@ -125,7 +130,7 @@ class Evaluator:
         # the replay's allocated peak can differ from the rounded live peak by the workspaces: keep both consistent
         return Point(cuda.device_used_bytes, max(top, 0), dict(peak.by_category), int(trace.flops_per_step), trainable,
                      block_param_bytes, list(ranked.notes), phases, acts,
-                     any("batch_norm" in e.op for e in trace.events[trace.steady_start:]))
+                     any("batch_norm" in e.op for e in trace.events[trace.steady_start:]), costs)
 
     def evaluate(self, micro_batch: int, config: StepConfig, modes: TrainingModes, split: Split) -> Point:
         """One rank's numbers at `micro_batch` (FLOPs per optimizer step include the accumulation)."""
@@ -149,6 +154,8 @@ class Evaluator:
                                    "activations (1F1B); embeddings and head counted in the stage")
         if modes.grad_accum > 1:
             point.flops_per_step = point.flops_per_step * modes.grad_accum // modes.traced_micro_steps
+            if point.op_costs is not None:
+                point.op_costs = point.op_costs.scaled(modes.grad_accum / modes.traced_micro_steps)
         return point
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...errors import GpuwiseError
 from ..catalog import GpuSpec, speed_spec
 from . import launch
 from .attention import attention_s
@@ -53,11 +54,34 @@ def peak_for(gpu: GpuSpec, itemsize: int, precision: str) -> float:
     return gpu.peak_flops("tf32" if precision == "tf32" else "fp32")
 
 
+def recompute_parts(forward: dict[str, float], selective: str | None) -> dict[str, float]:
+    """Forward work redone in backward under torchtitan's selective activation checkpointing
+    (torchtitan/distributed/activation_checkpoint.py):
+        "op"  op-level SAC: outputs of mm and SDPA are saved "except every second mm" (`mm_count % 2 == 0`
+              recomputes); every other op is recomputed -> half the forward matmuls + all memory-bound
+              ops and their launches
+        "N"   layer-level SAC: every N-th transformer block is wrapped in full checkpointing -> 1/N of the forward
+    """
+    if not selective:
+        return {}
+    if selective == "op":
+        return {"matmul": 0.5 * forward.get("matmul", 0.0), "memory_bound": forward.get("memory_bound", 0.0),
+                "launch_overhead": forward.get("launch_overhead", 0.0)}
+    try:
+        every = int(selective)
+    except ValueError:
+        every = 0
+    if every < 1:
+        raise GpuwiseError(f"selective checkpointing {selective!r}: 'op' or a layer frequency N >= 1")
+    return {part: seconds / every for part, seconds in forward.items()}
+
+
 def predict(costs: OpCosts, gpu: GpuSpec, precision: str, *, samples_per_rank: int, flops_per_step: float,
             tokens_per_sample: int | None = None, nproc: int = 1, strategy: str = "single",
             grad_bytes: float = 0, param_bytes: float = 0, blocks: int = 1,
-            roofline_step_s: float | None = None) -> Speed:
-    """Predicted steady-state step of one rank on `gpu` (see the module docstring)."""
+            roofline_step_s: float | None = None, selective: str | None = None) -> Speed:
+    """Predicted steady-state step of one rank on `gpu` (see the module docstring). `selective`: selective
+    activation checkpointing the trace did not run, added as backward recomputation (`recompute_parts`)."""
     sp = speed_spec(gpu)
     bw = gpu.bandwidth_bytes_per_s
     half_peak = peak_for(gpu, 2, precision)
@@ -81,6 +105,16 @@ def predict(costs: OpCosts, gpu: GpuSpec, precision: str, *, samples_per_rank: i
     for phase, kernels in costs.kernels.items():
         add(phase, "launch_overhead", launch.gpu_gaps_s(kernels))
 
+    for part, seconds in recompute_parts(phases.get("forward", {}), selective).items():
+        add("backward", part, seconds)
+    # ZeRO / FSDP shard the optimizer state: each rank updates 1/N of the parameters (same kernel count)
+    shards = {"zero1": nproc, "zero2": nproc, "fsdp": nproc, "zero3": nproc, "fsdp-grad-op": nproc,
+              "hsdp": min(nproc, 8)}.get(strategy, 1)
+    if shards > 1:
+        opt = phases.get("optimizer", {})
+        for part in opt:
+            if part != "launch_overhead":
+                opt[part] /= shards
     fwd_s = sum(phases.get("forward", {}).values())
     bwd_s = sum(phases.get("backward", {}).values())
     opt_s = sum(phases.get("optimizer", {}).values())

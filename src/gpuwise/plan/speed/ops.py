@@ -47,16 +47,21 @@ class OpCosts:
 
     PARTS = ("gemms", "attention", "conv_flops", "memory_bytes", "kernels", "host_ops")
 
-    def record(self, name: str, phase: str, args: tuple, kwargs: dict, out: Any, flops: int) -> None:
-        """One aten op of the steady step (`name` as 'aten.mm'; `flops` from torch's flop formulas)."""
+    def record(self, name: str, phase: str, args: tuple, kwargs: dict, out: Any, flops: int, func: Any = None) -> None:
+        """One aten op of the steady step (`name` as 'aten.mm'; `flops` from torch's flop formulas; `func`
+        the OpOverload, whose schema says where `is_causal` is)."""
         self.host_ops[phase] += 1
-        if name in NO_KERNEL_OPS or _is_view(name, out, args):
+        if name in NO_KERNEL_OPS or name.startswith("prim.") or _is_view(name, out, args):
+            return
+        if not _tensors(out) and not name.endswith("_"):  # metadata queries (is_same_size, ...): no kernel
             return
         if name in GEMM_OPS:
             self.gemms[(phase, *_gemm_shape(name, args))] += 1
             self.kernels[phase] += 1
         elif name in ATTENTION_KERNELS:
-            self.attention[(phase, ATTENTION_KERNELS[name])] += flops
+            # torch's flop formulas count the full L x S score matrix; a causal kernel skips the masked half
+            # (the FlashAttention papers count causal FLOPs as half of the full ones)
+            self.attention[(phase, ATTENTION_KERNELS[name])] += flops / 2 if _causal(func, args, kwargs) else flops
             self.kernels[phase] += 1
         elif name in CONV_OPS or flops:
             self.conv_flops[phase] += flops
@@ -82,6 +87,15 @@ class OpCosts:
             getattr(out, part).update({k: v * factor if _phase(k) in phases else v
                                        for k, v in getattr(self, part).items()})
         return out
+
+
+def _causal(func, args, kwargs) -> bool:
+    if "is_causal" in kwargs:
+        return bool(kwargs["is_causal"])
+    names = [a.name for a in getattr(getattr(func, "_schema", None), "arguments", [])]
+    if "is_causal" in names and names.index("is_causal") < len(args):
+        return bool(args[names.index("is_causal")])
+    return False
 
 
 def _phase(key) -> str:

@@ -192,7 +192,7 @@ class _TraceMode(_dispatch_mode_base()):
             formula = self._flop_registry.get(func.overloadpacket)
             op_flops = int(formula(*args, **kwargs, out_val=out)) if formula is not None else 0
             self.flops += op_flops
-            self.costs.record(name, self.phase, args, kwargs, out, op_flops)
+            self.costs.record(name, self.phase, args, kwargs, out, op_flops, func)
         if isinstance(out, torch.Tensor):
             if self.phase == "backward" and name in INPLACE_WITHOUT_MODE:
                 self._as_in_place(args[INPLACE_WITHOUT_MODE[name]], out, name)
