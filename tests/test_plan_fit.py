@@ -16,7 +16,8 @@ from gpuwise.step import StepConfig
 
 TINY = "tests/data/configs/tiny-llama.json"
 LLAMA_7B = "examples/configs/llama-2-7b.json"
-OPTION_KEYS = {"name", "changes", "fits", "device_used_bytes", "samples_per_s", "effective_batch_size", "notes"}
+OPTION_KEYS = {"name", "changes", "fits", "device_used_bytes", "samples_per_s", "effective_batch_size", "notes",
+               "estimate_cmd"}  # estimate_cmd: issue 20
 
 
 @pytest.mark.parametrize("config,modes,split", [
