@@ -31,7 +31,8 @@ def add_arguments(p) -> None:
                    help="path/to/job.py, pkg.module or examples:NAME; or give your script after `--` instead")
     p.set_defaults(cmd=[])
     p.add_argument("--budget", default="5m", help="time for the whole search, e.g. 90s, 5m (default 5m)")
-    p.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda when there is one, else cpu)")
+    p.add_argument("--gpu", "--device", dest="device", metavar="DEVICE",
+                   help="cuda, cuda:1 ... or cpu (default: cuda when there is one, else cpu); --device is the same option")
     p.add_argument("--results", help="JSONL file: every trial is appended as it finishes; a rerun resumes from it")
     p.add_argument("--plot", metavar="DIR", help="write charts (samples/s vs batch size and vs workers) here")
     p.add_argument("-b", "--batch-size", type=positive_int, help="the batch as given (baseline, search start; default 32)")
