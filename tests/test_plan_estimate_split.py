@@ -7,8 +7,8 @@ import pytest
 from gpuwise.cli import main
 from gpuwise.errors import GpuwiseError
 from gpuwise.plan import estimate
-from gpuwise.plan.deep.scaled import Evaluator
 from gpuwise.plan.memory.sharding import Split
+from gpuwise.plan.scaled import Evaluator
 from gpuwise.plan.tracing.modes import TrainingModes
 from gpuwise.step import StepConfig
 

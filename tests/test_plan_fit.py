@@ -8,9 +8,9 @@ import pytest
 
 from gpuwise.cli import main
 from gpuwise.hf import hf_workload
-from gpuwise.plan.deep.scaled import Evaluator, phase_peaks
 from gpuwise.plan.fit import fit
 from gpuwise.plan.memory.sharding import Split, shard_trace
+from gpuwise.plan.scaled import Evaluator, phase_peaks
 from gpuwise.plan.tracing.modes import TrainingModes
 from gpuwise.step import StepConfig
 
