@@ -3,7 +3,7 @@
     trace (fake tensors) -> events -> [cuda: + library workspaces -> caching-allocator replay
     -> + context] -> breakdown at the peak -> FLOPs -> roofline and capacity on a named GPU
 
-The JSON form (`Estimate.to_dict()`) is DESIGN.md's `gpuwise estimate --json` contract; extra keys
+The JSON form (`Estimate.to_dict()`) is docs/contracts.md's `gpuwise estimate --json` contract; extra keys
 (peak phase/op/module, top modules, roofline, curve) follow the contract's keys.
 """
 
@@ -38,7 +38,7 @@ Progress = Callable[[str], None]  # told each stage as it starts
 
 @dataclass
 class Estimate:
-    """One step's predicted memory and compute (DESIGN.md `estimate --json` contract, plus extras)."""
+    """One step's predicted memory and compute (docs/contracts.md `estimate --json` contract, plus extras)."""
 
     workload: str
     batch_size: int
@@ -280,7 +280,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     return est
 
 
-# -- GPU truth records (DESIGN.md contract; read by gpuwise/truth.py): the estimate recomputed on the CPU
+# -- GPU truth records (docs/contracts.md contract; read by gpuwise/truth.py): the estimate recomputed on the CPU
 # vs a real GPU's numbers --
 
 

@@ -4,7 +4,7 @@ Each option is a set of changes to the job (precision, activation checkpointing,
 QLoRA, offload, gradient accumulation, sharding over N GPUs); gpuwise traces the changed step (the
 real libraries, fake tensors; plan/scaled.py makes a 7B model cost two small traces per variant) and
 reports, per rank: device memory as nvidia-smi would show it, a samples/s bound, the effective batch,
-what changes in the training's numerics, and the code to write. The JSON form is DESIGN.md's
+what changes in the training's numerics, and the code to write. The JSON form is docs/contracts.md's
 `gpuwise fit --json` contract. Options that fit come first, fastest first.
 
 Speed = effective batch x data-parallel ranks / step time, where the step time is the roofline bound of
@@ -126,7 +126,7 @@ class FitResult:
     traces: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        """DESIGN.md `gpuwise fit --json` contract."""
+        """docs/contracts.md `gpuwise fit --json` contract."""
         return {"workload": self.workload, "gpu": self.gpu, "nproc": self.nproc,
                 "options": [o.to_dict() for o in self.options]}
 
