@@ -10,7 +10,7 @@ on 8 GPUs (full: FSDP2 full shard = ZeRO-3; LoRA / QLoRA: DDP). Per GPU, in GiB.
 
 - gpuwise      `plan/scaled.py`: the real step (transformers, peft, bitsandbytes) traced with fake tensors at
                1 and 2 layers, extrapolated to the depth; caching-allocator replay + CUDA context (H100);
-               sharding as a transform of the traced events (plan/sharding.py).
+               sharding as a transform of the traced events (plan/memory/sharding.py).
 - accelerate   `accelerate estimate-memory`'s "Training using Adam" figure: max of
                `estimate_training_usage(model bytes, "bfloat16")` (accelerate/commands/estimate.py) = 2 x
                fp32 model bytes, whatever the batch, sequence, LoRA or GPU count (it models none of them).
@@ -40,9 +40,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from gpuwise.hf import approx_params, hf_workload, load_config, num_layers_of  # noqa: E402
-from gpuwise.plan.modes import TrainingModes  # noqa: E402
+from gpuwise.plan.memory.sharding import Split  # noqa: E402
 from gpuwise.plan.scaled import Evaluator  # noqa: E402
-from gpuwise.plan.sharding import Split  # noqa: E402
+from gpuwise.plan.tracing.modes import TrainingModes  # noqa: E402
 from gpuwise.step import StepConfig  # noqa: E402
 
 GIB = 2**30

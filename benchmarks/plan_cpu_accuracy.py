@@ -4,8 +4,8 @@
     python benchmarks/plan_cpu_accuracy.py --quick    # smaller set, no GPT-2-small speed run
 
 Accuracy: for each workload and optimizer, one steady-state training step is measured on the CPU with
-PyTorch's profiler (`gpuwise.plan.cpu_truth.measure_cpu_peak`: every CPU-allocator call, from before the
-model is built) and traced with fake tensors (`gpuwise.plan.trace.trace_step(target="cpu")`); the
+PyTorch's profiler (`gpuwise.plan.tracing.cpu_truth.measure_cpu_peak`: every CPU-allocator call, from before the
+model is built) and traced with fake tensors (`gpuwise.plan.tracing.trace.trace_step(target="cpu")`); the
 table shows both peaks, the signed error and the trace's wall time.
 
 Speed: a GPT-2-small step (transformers GPT2Config(): 124M parameters, batch 4, 256 tokens, AdamW)
@@ -27,9 +27,9 @@ import time
 import torch
 from memtracker_run import memtracker_step
 
-from gpuwise.plan.cpu_truth import measure_cpu_peak
-from gpuwise.plan.events import live_peak
-from gpuwise.plan.trace import trace_step
+from gpuwise.plan.memory.events import live_peak
+from gpuwise.plan.tracing.cpu_truth import measure_cpu_peak
+from gpuwise.plan.tracing.trace import trace_step
 from gpuwise.step import StepConfig
 from gpuwise.workload import load_workload
 

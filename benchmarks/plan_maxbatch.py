@@ -10,7 +10,7 @@ a trace of b + 1 does not; plan/capacity.py):
 
 - `line`: one line through device memory at the first two traced batches (the model before piecewise);
 - `piecewise`: each phase's peak its own line through the same two traces, the max of them;
-- `replay`: the crossing among allocator replays of traces interpolated event by event (plan/synth.py);
+- `replay`: the crossing among allocator replays of traces interpolated event by event (plan/memory/synth.py);
 - `traces`: traces the search ran beyond the asked batch's own (the second batch, then what settles it);
   `replays`: allocator replays; `wall s`: the whole estimate, asked batch included.
 

@@ -4,7 +4,7 @@
     python benchmarks/plan_peers.py --quick    # gpt-mini and GPT-2 small only
 
 For each workload (random weights, no downloads) one steady-state AdamW fp32 training step is measured on
-the CPU with PyTorch's profiler memory timeline (`gpuwise.plan.cpu_truth`, exact to the byte), then
+the CPU with PyTorch's profiler memory timeline (`gpuwise.plan.tracing.cpu_truth`, exact to the byte), then
 predicted by:
 
 - gpuwise       `gpuwise.estimate(..., target="cpu")` (fake-tensor trace of the same step);
@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT / "src"))
 import torch  # noqa: E402
 
 from gpuwise.plan import estimate  # noqa: E402
-from gpuwise.plan.cpu_truth import measure_cpu_peak  # noqa: E402
+from gpuwise.plan.tracing.cpu_truth import measure_cpu_peak  # noqa: E402
 from gpuwise.step import make_optimizer  # noqa: E402
 from gpuwise.workload import Workload, load_workload  # noqa: E402
 

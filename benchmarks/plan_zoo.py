@@ -7,7 +7,7 @@
 
 For each case (benchmarks/zoo_cases.py: a model, a batch, an optimizer, a precision, checkpointing on
 or off) the truth is PyTorch's profiler peak of a real steady CPU step
-(`gpuwise.plan.cpu_truth.measure_cpu`), and the estimate is `gpuwise.plan.trace.trace_step(target="cpu")`.
+(`gpuwise.plan.tracing.cpu_truth.measure_cpu`), and the estimate is `gpuwise.plan.tracing.trace.trace_step(target="cpu")`.
 A model with LayerDrop (wav2vec2, HuBERT, M2M-100, ...) skips blocks at random, so one real step is one
 draw: its truth is measured with layer drop off, the step that runs every block (where a run's peak comes
 from); the planner gets the model as configured.
@@ -87,9 +87,9 @@ def run_case(case_id: str, known: dict | None = None) -> dict:
 
     import zoo_cases as zc
 
-    from gpuwise.plan.cpu_truth import measure_cpu
-    from gpuwise.plan.events import live_peak
-    from gpuwise.plan.trace import trace_step
+    from gpuwise.plan.memory.events import live_peak
+    from gpuwise.plan.tracing.cpu_truth import measure_cpu
+    from gpuwise.plan.tracing.trace import trace_step
     from gpuwise.step import StepConfig
 
     row: dict = {"id": case_id}

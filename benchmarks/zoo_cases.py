@@ -184,7 +184,7 @@ def hf_workload(model_type: str, task: str, cls_name: str) -> tuple[Workload, Wo
     """(workload, truth workload, batch size, note). The truth's model has LayerDrop off: a real step
     with layer drop skips blocks at random (one profiled step is one draw, off by a block's memory
     either way), and the step a training run's peak comes from is the one that runs every block. The
-    planner is given the model as configured (it turns layer drop off itself: plan/stochastic.py)."""
+    planner is given the model as configured (it turns layer drop off itself: plan/tracing/stochastic.py)."""
     cls, cfg, halvings = hf_config(model_type, cls_name)
     if task == "audio_cls" or task == "ctc":
         for key in ("mask_time_prob", "mask_feature_prob"):

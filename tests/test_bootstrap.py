@@ -182,7 +182,7 @@ def test_step_records_are_timeline_steps_with_the_split_kept_within_the_step(tmp
     assert [d["step"] for d in steps] == [0, 1, 2, 3] and [d["samples"] for d in steps] == [16, 16, 7, 7]
     assert steps[0] == pytest.approx({"type": "step", "step": 0, "start_s": steps[0]["start_s"], "total_s": 0.25,
                                       "data_s": 0.1, "copy_s": 0.05, "compute_s": 0.1, "rank": 0,
-                                      "samples": 16}, abs=0.02)
+                                      "samples": 16, "comm_s": 0.0}, abs=0.02)
     assert steps[1]["data_s"] == steps[1]["total_s"] and steps[1]["compute_s"] == 0.0
     assert "gpu_s" not in steps[2] and steps[3]["gpu_s"] == 0.2 and steps[3]["memory_allocated_bytes"] == 1024
     timeline = read_timeline(str(path))

@@ -97,16 +97,16 @@ def test_the_cycle_finder_sees_a_loop_through_an_in_function_import():
 
 def test_no_import_loop_in_src():
     edges = import_edges()
-    assert "gpuwise.plan.trace" in edges["gpuwise.plan.estimate"]  # the reader sees in-function imports
+    assert "gpuwise.plan.tracing.trace" in edges["gpuwise.plan.tracer"]  # the reader sees in-function imports
     assert cycles(edges) == []
 
 
 def test_plan_is_one_straight_line_from_events_to_trace():
     edges = import_edges()
-    assert "gpuwise.plan.fallback" in edges["gpuwise.plan.trace"]
-    assert "gpuwise.plan.fallback" in edges["gpuwise.plan.setup"]
-    assert "gpuwise.plan.trace" not in edges["gpuwise.plan.fallback"]
-    assert "gpuwise.plan.setup" not in edges.get("gpuwise.plan.fallback", {})
+    assert "gpuwise.plan.tracing.fallback" in edges["gpuwise.plan.tracing.trace"]
+    assert "gpuwise.plan.tracing.fallback" in edges["gpuwise.plan.tracing.setup"]
+    assert "gpuwise.plan.tracing.trace" not in edges["gpuwise.plan.tracing.fallback"]
+    assert "gpuwise.plan.tracing.setup" not in edges.get("gpuwise.plan.tracing.fallback", {})
 
 
 def test_importing_plan_does_not_import_torch():
@@ -133,12 +133,55 @@ def test_the_library_returns_data_and_report_renders_it():
 
 # modules that import torch (or lightning) when imported: the only ones another module may import inside
 # a function, to keep `import gpuwise...` cheap
-IMPORT_TORCH = ("gpuwise.examples", "gpuwise.plan.trace", "gpuwise.plan.sdpa", "gpuwise.integrations.lightning",
+IMPORT_TORCH = ("gpuwise.examples", "gpuwise.plan.tracing.trace", "gpuwise.plan.tracing.sdpa", "gpuwise.integrations.lightning",
                 "gpuwise.integrations.hf")
 
 
 def test_in_function_imports_of_gpuwise_modules_only_defer_torch():
-    nested = sorted((mod, target, line) for mod, targets in import_edges().items()
+    edges = import_edges()
+
+    def on_the_way(mod: str, package: str, line: int) -> bool:
+        """`package` is only run on the way to one of its modules imported by the same statement."""
+        return any(target.startswith(package + ".") and (line, False) in places
+                   for target, places in edges[mod].items())
+
+    nested = sorted((mod, target, line) for mod, targets in edges.items()
                     for target, places in targets.items() for line, at_top in places
-                    if not at_top and not target.startswith(IMPORT_TORCH))
+                    if not at_top and not target.startswith(IMPORT_TORCH) and not on_the_way(mod, target, line))
     assert nested == []
+
+
+def private_imports() -> list[tuple[str, str, str]]:
+    """(module, imported module, name) for every `from gpuwise.x import _name` across modules of src."""
+    mods = _modules()
+    found = []
+    for mod, (path, is_pkg) in mods.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            base = node.module or ""
+            if node.level:
+                pkg = mod.split(".") if is_pkg else mod.split(".")[:-1]
+                base = ".".join(pkg[: len(pkg) - node.level + 1] + ([node.module] if node.module else []))
+            if not base.startswith("gpuwise"):
+                continue
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    found.append((mod, base, alias.name))
+    return sorted(found)
+
+
+def test_the_private_import_finder_sees_one(tmp_path, monkeypatch):
+    pkg = tmp_path / "gpuwise" / "a"
+    pkg.mkdir(parents=True)
+    (tmp_path / "gpuwise" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "b.py").write_text("def _hidden(): pass\n")
+    (pkg / "c.py").write_text("def f():\n    from .b import _hidden\n")
+    monkeypatch.setattr(sys.modules[__name__], "SRC", tmp_path)
+    assert private_imports() == [("gpuwise.a.c", "gpuwise.a.b", "_hidden")]
+
+
+def test_no_module_imports_another_modules_private_name():
+    """Modules talk through public names (in plan/, tracer.py is the way into the tracer)."""
+    assert private_imports() == []

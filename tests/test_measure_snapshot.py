@@ -5,7 +5,7 @@ from __future__ import annotations
 import pickle
 
 from gpuwise.measuring import snapshot
-from gpuwise.plan.events import live_peak
+from gpuwise.plan.memory.events import live_peak
 
 USER = [{"filename": "/home/me/job.py", "line": 12, "name": "loss"},
         {"filename": "/usr/lib/python3/site-packages/torch/nn/modules/module.py", "line": 1, "name": "_call_impl"}]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gpuwise.plan.allocator import CachingAllocator, replay, round_size, segment_size
-from gpuwise.plan.events import MemEvent, MemoryTrace
+from gpuwise.plan.memory.allocator import CachingAllocator, replay, round_size, segment_size
+from gpuwise.plan.memory.events import MemEvent, MemoryTrace
 
 MIB = 1024**2
 
@@ -119,7 +119,7 @@ def test_max_split_size_keeps_oversize_blocks_whole():
 
 
 def test_repeated_steady_steps_pair_what_one_step_leaves_for_the_next():
-    from gpuwise.plan.allocator import repeat_steady
+    from gpuwise.plan.memory.allocator import repeat_steady
 
     # setup: params (id 1). warm-up leaves its loss (id 2, 4 KiB) alive; the steady step frees it and
     # leaves its own loss (id 4); activations (id 3, 8 MiB) come and go within the step

@@ -1,7 +1,7 @@
 """The allocator model against the real CUDA caching allocator (needs a GPU; skipped cleanly without one).
 
 A fresh process runs three training steps with the allocator's history recorded; every alloc/free the
-real allocator saw (cuBLAS workspaces included) is replayed through `gpuwise.plan.allocator`. With the
+real allocator saw (cuBLAS workspaces included) is replayed through `gpuwise.plan.memory.allocator`. With the
 same requests in the same order, the model must reproduce the real peaks of reserved and allocated
 memory: this checks the model itself, separately from the tracer's prediction of the requests.
 """
@@ -20,7 +20,7 @@ import json, sys, torch
 from gpuwise.step import StepConfig, TrainStep
 from gpuwise.workload import load_workload
 from gpuwise.measuring.snapshot import to_trace
-from gpuwise.plan.allocator import replay
+from gpuwise.plan.memory.allocator import replay
 
 spec, batch_size, precision = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 torch.cuda.init()

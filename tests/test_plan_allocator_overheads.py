@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gpuwise.plan.events import MemEvent, MemoryTrace
-from gpuwise.plan.overheads import (
+from gpuwise.plan.memory.events import MemEvent, MemoryTrace
+from gpuwise.plan.memory.overheads import (
     CONTEXT_BYTES,
     CUDNN_CONTEXT_BYTES,
     add_workspaces,

@@ -11,11 +11,11 @@ from torch import nn
 from torch.nn import functional as F
 
 from gpuwise.errors import GpuwiseError
-from gpuwise.plan import fallback
-from gpuwise.plan.cpu_truth import measure_cpu_peak
-from gpuwise.plan.events import live_peak
-from gpuwise.plan.kernels import promotion_copies_bytes
-from gpuwise.plan.trace import trace_step
+from gpuwise.plan.memory.events import live_peak
+from gpuwise.plan.tracing import fallback
+from gpuwise.plan.tracing.cpu_truth import measure_cpu_peak
+from gpuwise.plan.tracing.kernels import promotion_copies_bytes
+from gpuwise.plan.tracing.trace import trace_step
 from gpuwise.step import StepConfig
 from gpuwise.workload import Workload
 
@@ -248,8 +248,8 @@ def test_a_view_in_the_input_buffer_is_summed_out_of_place():
 def test_a_slow_convolution_probe_is_scaled_and_exact(stride, dilation, transposed):
     # ATen's own im2col kernels (here float64, which oneDNN does not take; bf16 on AVX2 CPUs) made the
     # probes of a bf16 VGG at 224 px slower than the zoo's 240 s: probed at small sizes, extrapolated
-    from gpuwise.plan import probe_scale
-    from gpuwise.plan.probe import _measure_raw
+    from gpuwise.plan.tracing import probe_scale
+    from gpuwise.plan.tracing.probe import _measure_raw
 
     x = torch.zeros(2, 8, 200, 190, dtype=torch.float64)
     w = torch.zeros(8, 8, 3, 3, dtype=torch.float64)
@@ -266,8 +266,8 @@ def test_a_slow_convolution_probe_is_scaled_and_exact(stride, dilation, transpos
 def test_onednn_convolutions_are_probed_at_full_size():
     # oneDNN changes its algorithm with the size inside the library (a 512-channel conv1d backward at
     # 3199 steps reorders 7 MB more than at 16..64): never extrapolated
-    from gpuwise.plan import probe_scale
-    from gpuwise.plan.probe import _measure_raw
+    from gpuwise.plan.tracing import probe_scale
+    from gpuwise.plan.tracing.probe import _measure_raw
 
     x, w = torch.zeros(1, 512, 3199), torch.zeros(512, 512, 3)
     args = (x, w, None, [2], [0], [1], False, [0], 1)

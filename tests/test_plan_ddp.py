@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from gpuwise.plan.ddp import MIB, bucket_sizes, optimizer_state_bytes, plan_ddp
+from gpuwise.plan.memory.ddp import MIB, bucket_sizes, optimizer_state_bytes, plan_ddp
 
 
 def test_buckets_match_torch_assignment_in_gradient_order():

@@ -14,7 +14,7 @@ from gpuwise.contracts import SCHEMA_VERSION, validate
 from gpuwise.errors import GpuwiseError
 from gpuwise.plan import Estimate, estimate
 from gpuwise.plan.catalog import CATALOG
-from gpuwise.plan.overheads import CONTEXT_BYTES
+from gpuwise.plan.memory.overheads import CONTEXT_BYTES
 
 CONTRACT_KEYS = {"workload", "batch_size", "target", "optimizer", "precision", "method", "peak_allocated_bytes",
                  "peak_reserved_bytes", "device_used_bytes", "by_category", "flops_per_step", "max_batch_size", "gpu"}

@@ -8,9 +8,9 @@ from pathlib import Path
 from gpuwise.plan import estimate
 from gpuwise.plan.capacity import find_capacity
 from gpuwise.plan.curve import CurvePoint
-from gpuwise.plan.estimate import _trace
-from gpuwise.plan.events import MemEvent, MemoryTrace
-from gpuwise.plan.synth import interpolate, pairing, same_structure
+from gpuwise.plan.memory.events import MemEvent, MemoryTrace
+from gpuwise.plan.memory.synth import interpolate, pairing, same_structure
+from gpuwise.plan.tracer import trace_workload
 from gpuwise.step import StepConfig
 from gpuwise.workload import load_workload
 
@@ -106,7 +106,7 @@ def test_conv_net_answer_is_exact():
 
 def test_interpolated_trace_is_the_real_trace_where_sizes_are_affine():
     wl, cfg = load_workload(MLP), StepConfig()
-    t8, t64, t1000 = (_trace(wl, b, cfg, "cuda") for b in (8, 64, 1000))
+    t8, t64, t1000 = (trace_workload(wl, b, cfg, "cuda") for b in (8, 64, 1000))
     assert same_structure(t8, t64) and same_structure(t8, t1000)
     synth = interpolate(t8, 8, t64, 64, 1000)
     assert [e.nbytes for e in synth.events] == [e.nbytes for e in t1000.events]

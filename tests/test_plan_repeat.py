@@ -1,4 +1,4 @@
-"""Repeated blocks rebuilt from a 3-block trace (plan/repeat.py) equal the full-depth trace event for event;
+"""Repeated blocks rebuilt from a 3-block trace (plan/tracing/repeat.py) equal the full-depth trace event for event;
 blocks that differ anywhere in the stack are traced whole."""
 
 import json
@@ -6,11 +6,12 @@ import json
 import pytest
 
 from gpuwise.hf import hf_workload
-from gpuwise.plan import estimate, repeat
-from gpuwise.plan.estimate import _trace
-from gpuwise.plan.events import live_peak
-from gpuwise.plan.repeat import canonical, rebuild, repeated_trace
-from gpuwise.plan.trace import _run
+from gpuwise.plan import estimate
+from gpuwise.plan.memory.events import live_peak
+from gpuwise.plan.tracer import trace_workload
+from gpuwise.plan.tracing import repeat
+from gpuwise.plan.tracing.repeat import canonical, rebuild, repeated_trace
+from gpuwise.plan.tracing.trace import _run
 from gpuwise.step import StepConfig
 
 TINY = json.load(open("tests/data/configs/tiny-llama.json"))
@@ -31,7 +32,7 @@ def test_rebuilt_events_equal_the_full_depth_trace(tmp_path, target, config):
     wl = hf_workload(_config(tmp_path, 6), 16)
     rebuilt, why = repeated_trace(wl, 2, config, target)
     assert rebuilt is not None, why
-    full = _trace(wl, 2, config, target, repeat=False)
+    full = trace_workload(wl, 2, config, target, repeat=False)
     assert canonical(rebuilt) == canonical(full)  # every event: size, category, phase, module, op, pairing
     assert live_peak(rebuilt) == live_peak(full)  # so the peak is byte-exact, breakdown and place included
     assert rebuilt.flops_per_step == full.flops_per_step
@@ -99,7 +100,7 @@ def test_stage_progress_is_silent_for_quick_runs_then_prints_each_stage(capsys):
     ("examples:resnet", StepConfig("adamw", "bf16", False)),  # batch norm buffers, convolutions
 ])
 def test_a_copied_warm_up_step_equals_a_traced_one(spec, config):
-    """plan/warmup.py: the CUDA target's warm-up step assembled from the steady step's events is the traced
+    """plan/memory/warmup.py: the CUDA target's warm-up step assembled from the steady step's events is the traced
     warm-up step, event for event (so the caching-allocator replay sees the same history)."""
     wl = hf_workload("tests/data/configs/tiny-llama.json", 16) if spec == "tiny-llama" else spec
     from gpuwise.workload import load_workload
@@ -115,7 +116,7 @@ def test_a_first_forward_that_leaves_state_behind_gets_a_traced_warm_up(monkeypa
     warm-up: the copy is refused and the warm-up step traced."""
     import torch
 
-    from gpuwise.plan import warmup
+    from gpuwise.plan.memory import warmup
     from gpuwise.workload import Workload
 
     class Cached(torch.nn.Module):
@@ -141,6 +142,6 @@ def test_a_first_forward_that_leaves_state_behind_gets_a_traced_warm_up(monkeypa
             refused.append(str(exc))
             raise
 
-    monkeypatch.setattr("gpuwise.plan.trace.warm_up_step_from_steady", spy)
+    monkeypatch.setattr("gpuwise.plan.tracing.trace.warm_up_step_from_steady", spy)
     copied = _run(wl, 2, StepConfig(), "cuda", fake=True, warmup="copy")
     assert refused and canonical(copied) == canonical(_run(wl, 2, StepConfig(), "cuda", fake=True, warmup="step"))

@@ -1,5 +1,5 @@
 """Per-rank memory under FSDP2: the transform of the single-rank trace vs real `fully_shard` on 2 gloo CPU
-ranks, each measured with the CPU profiler (plan/cpu_truth.py's method)."""
+ranks, each measured with the CPU profiler (plan/tracing/cpu_truth.py's method)."""
 
 import json
 import subprocess
@@ -8,9 +8,9 @@ import textwrap
 
 import torch
 
-from gpuwise.plan.events import live_peak
-from gpuwise.plan.sharding import Split, shard_trace
-from gpuwise.plan.trace import trace_step
+from gpuwise.plan.memory.events import live_peak
+from gpuwise.plan.memory.sharding import Split, shard_trace
+from gpuwise.plan.tracing.trace import trace_step
 from gpuwise.step import StepConfig
 from gpuwise.workload import Workload
 
@@ -32,7 +32,7 @@ WORKER = textwrap.dedent(f"""
         dist.init_process_group("gloo", rank=rank, world_size=world)
         from torch.distributed.fsdp import fully_shard
         from torch.profiler import record_function
-        from gpuwise.plan.cpu_truth import _peak_from_profile
+        from gpuwise.plan.tracing.cpu_truth import _peak_from_profile
         from gpuwise.profiling import cpu_memory_profile
         with cpu_memory_profile() as prof:
             model = make()

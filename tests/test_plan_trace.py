@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from gpuwise.errors import GpuwiseError
-from gpuwise.plan import kernels
-from gpuwise.plan.cpu_truth import measure_cpu_peak
-from gpuwise.plan.events import CATEGORIES, PHASES, live_peak
-from gpuwise.plan.trace import trace_step
+from gpuwise.plan.memory.events import CATEGORIES, PHASES, live_peak
+from gpuwise.plan.tracing import kernels
+from gpuwise.plan.tracing.cpu_truth import measure_cpu_peak
+from gpuwise.plan.tracing.trace import trace_step
 from gpuwise.step import StepConfig
 from gpuwise.workload import load_workload
 
@@ -188,8 +188,8 @@ def test_model_whose_init_reads_data_is_still_fake_traced():
 
 
 def test_extrapolation_from_batch_one_and_two():
-    from gpuwise.plan.fallback import extrapolate
-    from gpuwise.plan.trace import run_real
+    from gpuwise.plan.tracing.fallback import extrapolate
+    from gpuwise.plan.tracing.trace import run_real
 
     workload = load_workload("examples:mlp")
     one, two = (run_real(workload, b, StepConfig(optimizer="sgd"), "cpu") for b in (1, 2))
@@ -200,7 +200,7 @@ def test_extrapolation_from_batch_one_and_two():
 
 
 def test_probe_measures_conv_scratch_on_this_cpu():
-    from gpuwise.plan.probe import probe
+    from gpuwise.plan.tracing.probe import probe
 
     # the same 64->64 3x3 layer as below, run for real once: the blocked copies (in + w + out) are the
     # most it holds, and its output is 2*64*32*32*4 = 524288 B
@@ -257,7 +257,7 @@ def test_module_names_do_not_outlive_a_recompute_that_checkpoint_stops_early():
     import torch
     from torch.utils.checkpoint import checkpoint
 
-    from gpuwise.plan.scope import ModuleScope
+    from gpuwise.plan.tracing.scope import ModuleScope
 
     block = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 4), torch.nn.Tanh())
     with ModuleScope() as scope:

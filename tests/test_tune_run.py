@@ -52,26 +52,46 @@ def dataset():
 SETTINGS = {"batch_size", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "precision"}
 
 
+HOLD_AT_16 = """
+
+_batch = batch
+
+
+def batch(n):  # the first run's batch-16 trial says it started, then waits to be killed with the tune
+    import os, pathlib, time
+    hold = os.environ.get("GPUWISE_TEST_HOLD")
+    if n == 16 and hold:
+        pathlib.Path(hold).touch()
+        while True:
+            time.sleep(1)
+    return _batch(n)
+"""
+
+
 def test_killed_tune_resumes_without_repeating_a_finished_trial(tmp_path):
     wl = tmp_path / "job.py"
-    wl.write_text(WORKLOAD)  # no dataset(): two compute trials (batch 8 is also the baseline, then 16)
+    wl.write_text(WORKLOAD + HOLD_AT_16)  # no dataset(): two compute trials (batch 8 is also the baseline, then 16)
     results = str(tmp_path / "trials.jsonl")
-    cmd = [sys.executable, "-m", "gpuwise", "tune", str(wl), "--results", results, "--budget", "3m",
-           "--measure", "0.1s", "--batch-sizes", "8,16"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + 90
+    held = tmp_path / "at16"
+    # fp32 only: on a CPU with native bf16 the precision phase would add a bf16 trial at batch 8
+    cmd = [sys.executable, "-m", "gpuwise", "tune", str(wl), "--results", results, "--budget", "10m",
+           "--measure", "0.1s", "--batch-sizes", "8,16", "--precisions", "fp32"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                            env={**os.environ, "GPUWISE_TEST_HOLD": str(held)})
     try:
-        while time.monotonic() < deadline and proc.poll() is None:
-            if os.path.exists(results) and read_records(results):
-                break
+        # the batch-16 trial starts only after batch 8's record is written (and fsynced): wait for that
+        # event, however slow the machine, not for a time; the guard only ends a hung run
+        deadline = time.monotonic() + 300
+        while not held.exists() and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
+        assert held.exists(), "the tune never reached its batch-16 trial"
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the tuner and its trial child, mid-tune
         proc.wait()
     before = read_records(results)
     assert len(before) == 1 and before[0]["batch_size"] == 8, "killed after the first trial"
 
-    out = subprocess.run([*cmd, "--json"], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([*cmd, "--json"], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)  # exactly one JSON object on stdout
     after = read_records(results)

@@ -127,11 +127,13 @@ def test_ctrl_c_stops_the_child_and_still_writes_the_report(tmp_path):
     child = f"import time, pathlib; pathlib.Path({str(started)!r}).touch(); time.sleep(60)"
     proc = subprocess.Popen([PY, "-m", "gpuwise", "watch", "--json", "--report", str(report), "--", PY, "-c", child],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    deadline = time.monotonic() + 30
-    while not started.exists() and time.monotonic() < deadline:
+    # wait for the event (the child runs), however slow the machine; the guard only ends a hung run
+    deadline = time.monotonic() + 300
+    while not started.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
+    assert started.exists(), "the watched command never started"
     proc.send_signal(signal.SIGINT)  # to watch only: it forwards SIGINT to the child after a second
-    out, _ = proc.communicate(timeout=30)
+    out, _ = proc.communicate(timeout=300)  # a guard: watch ends as soon as the child has stopped
     s = json.loads(out)
     assert s["interrupted"] is True and s["exit_code"] != 0
     assert proc.returncode == s["exit_code"]

@@ -103,9 +103,9 @@ def _call(wl: Workload, what: str, fn: Callable, *args):
     except WorkloadError:
         raise
     except Exception as exc:  # the user's code failed: one line naming where
-        raise WorkloadError(f"{wl.spec}: {what}() raised {type(exc).__name__}: {_first_line(exc)}") from exc
+        raise WorkloadError(f"{wl.spec}: {what}() raised {type(exc).__name__}: {first_line(exc)}") from exc
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else ""

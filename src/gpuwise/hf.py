@@ -5,7 +5,7 @@
     a model object     `gpuwise.estimate(model=..., batch=..., loss=...)`
 
 The model is built from its config with random weights by `transformers`' Auto classes. gpuwise builds
-it inside FakeTensorMode (plan/trace.py), so a 7B or 70B model allocates nothing; outside a trace the
+it inside FakeTensorMode (plan/tracing/trace.py), so a 7B or 70B model allocates nothing; outside a trace the
 build is refused above `REAL_BUILD_MAX_PARAMS` so that nothing allocates real multi-GB weights by mistake.
 """
 

@@ -79,10 +79,14 @@ def _adamw8bit(params, **kw):
     # bitsandbytes/optim/optimizer.py `Optimizer2State.init_state`: state1/state2 uint8 (numel), qmap1/qmap2
     # (256 fp32), absmax1/absmax2 (ceil(numel / 256) fp32); parameters under `min_8bit_size` = 4096 keep
     # fp32 states. Its ops have fake kernels (bitsandbytes/_ops.py), so the trace runs the real optimizer.
-    try:
-        import bitsandbytes as bnb
-    except ImportError as exc:
-        raise GpuwiseError("--optimizer adamw8bit needs bitsandbytes (pip install bitsandbytes)") from exc
+    from .optional_libs import adamw8bit_layout, all_fake, available
+
+    params = list(params)
+    if not available("bitsandbytes"):
+        if all_fake(params):  # a trace: the same state tensors, sized without the library
+            return adamw8bit_layout(params, lr=1e-3)
+        raise GpuwiseError("--optimizer adamw8bit needs bitsandbytes (pip install bitsandbytes)")
+    import bitsandbytes as bnb
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     with unset_fake_temporarily():  # the constructor builds its quantization maps with .tolist(): real data
@@ -118,6 +122,15 @@ PRECISIONS = {
     "bf16": "bfloat16 autocast (fp32 weights and optimizer)",
     "fp16": "float16 autocast with GradScaler",
     "bf16-pure": "model, activations and optimizer state in bfloat16",
+}
+
+
+# what optimizer.zero_grad() does between steps. "zeros" is torch < 2.0's default (set_to_none=False) and
+# what transformers' Trainer did then (`model.zero_grad()`): the gradients stay allocated through the next
+# forward (torch/optim/optimizer.py `zero_grad`; torch 2.0 release notes: set_to_none=True by default)
+ZERO_GRAD = {
+    "none": "zero_grad(set_to_none=True): gradients freed between steps (torch >= 2.0 default)",
+    "zeros": "zero_grad(set_to_none=False): gradients kept, zeroed in place (torch < 2.0 default)",
 }
 
 
@@ -168,8 +181,11 @@ def batch_bytes(batch: Any) -> int:
     return sum(t.numel() * t.element_size() for t in tensors_in(batch))
 
 
-def enable_checkpointing(model) -> int:
+def enable_checkpointing(model, policy: str | bool = "full") -> int:
     """Turn on activation checkpointing; returns how many blocks are recomputed in backward.
+
+    `policy` "full" recomputes each block whole; "selective" keeps what torchtitan's per-op selective
+    checkpointing keeps (gpuwise/sac.py: attention and every other matmul output).
 
     A `transformers` model uses its own `gradient_checkpointing_enable`; otherwise the children of the
     largest ModuleList/Sequential (the repeated blocks) are wrapped in non-reentrant
@@ -178,11 +194,16 @@ def enable_checkpointing(model) -> int:
     import torch
     from torch.utils.checkpoint import checkpoint
 
+    kw: dict = {"use_reentrant": False}
+    if policy == "selective":
+        from .sac import selective_context_fn
+
+        kw["context_fn"] = selective_context_fn
     if getattr(model, "supports_gradient_checkpointing", False):
         if hasattr(model, "activation_checkpointing_enable"):  # the name since transformers 5
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kw)
         else:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kw)
         return sum(1 for m in model.modules() if getattr(m, "gradient_checkpointing", False))
     containers = [m for m in model.modules() if isinstance(m, (torch.nn.ModuleList, torch.nn.Sequential)) and len(m) > 1]
     if not containers:
@@ -193,22 +214,38 @@ def enable_checkpointing(model) -> int:
 
         def wrapped(*args, _forward=forward, **kwargs):
             if torch.is_grad_enabled():
-                return checkpoint(_forward, *args, use_reentrant=False, **kwargs)
+                return checkpoint(_forward, *args, **kw, **kwargs)
             return _forward(*args, **kwargs)
 
         block.forward = wrapped
     return len(blocks)
 
 
+CHECKPOINTING = {"none": False, "full": True, "selective": "selective"}
+
+
+def checkpointing_mode(value) -> bool | str:
+    """False, True (full) or "selective", from a bool or a `--checkpointing` word."""
+    if isinstance(value, bool) or value is None:
+        return bool(value)
+    if value not in CHECKPOINTING:
+        raise GpuwiseError(f"checkpointing must be one of {', '.join(CHECKPOINTING)}, got {value!r}")
+    return CHECKPOINTING[value]
+
+
 @dataclass
 class StepConfig:
     optimizer: str | None = None  # None: the workload's optimizer() or AdamW
     precision: str = "fp32"
-    checkpointing: bool = False
+    checkpointing: bool | str = False  # False / True (= "full") / "selective"
     optimizer_impl: str = "default"
+    zero_grad: str = "none"  # "none": zero_grad(set_to_none=True); "zeros": gradients kept, zeroed in place
 
     def __post_init__(self):
         self.precision = check_precision(self.precision)
+        self.checkpointing = checkpointing_mode(self.checkpointing)
+        if self.zero_grad not in ZERO_GRAD:
+            raise GpuwiseError(f"unknown zero_grad {self.zero_grad!r}; choose from: {', '.join(ZERO_GRAD)}")
         if self.optimizer is not None:
             self.optimizer = optimizer_name(self.optimizer)
 
@@ -225,7 +262,7 @@ class TrainStep:
         dtype = device_type(self.device)
         self.model = model if model is not None else workload.build_model()
         if config.checkpointing:
-            enable_checkpointing(self.model)
+            enable_checkpointing(self.model, "selective" if config.checkpointing == "selective" else "full")
         if config.precision == "bf16-pure":
             self.model = self.model.to(torch.bfloat16)
         self.model = self.model.to(self.device)
@@ -265,7 +302,7 @@ class TrainStep:
             else:
                 loss.backward()
                 self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=True)
+            self.optimizer.zero_grad(set_to_none=self.config.zero_grad == "none")
         return loss.detach()
 
 

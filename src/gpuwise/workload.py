@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from types import ModuleType
 
-from .contract import Workload, _first_line, check_batch, check_batch_size
+from .contract import Workload, check_batch, check_batch_size, first_line
 from .errors import WorkloadError
 from .hf import hf_workload  # a model config: random weights, token batches
 
@@ -96,7 +96,7 @@ def _import(spec: str) -> ModuleType:
     except ModuleNotFoundError as exc:
         if exc.name and spec.startswith(exc.name):
             raise WorkloadError(f"no workload file or module {spec!r}") from exc
-        raise WorkloadError(f"cannot import workload {spec!r}: {type(exc).__name__}: {_first_line(exc)}") from exc
+        raise WorkloadError(f"cannot import workload {spec!r}: {type(exc).__name__}: {first_line(exc)}") from exc
     except Exception as exc:
         raise WorkloadError(f"cannot import workload {spec!r}: {_syntax(exc)}") from exc
 
@@ -127,4 +127,4 @@ def _import_file(path: str) -> ModuleType:
 def _syntax(exc: BaseException) -> str:
     if isinstance(exc, SyntaxError):
         return f"SyntaxError: {exc.msg} (line {exc.lineno})"
-    return f"{type(exc).__name__}: {_first_line(exc)}"
+    return f"{type(exc).__name__}: {first_line(exc)}"

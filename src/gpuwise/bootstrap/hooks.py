@@ -12,6 +12,8 @@ finishes, it hooks:
 - `DataLoader.__init__`: records the loader's settings and, in a tune trial, overrides
   num_workers / pin_memory / prefetch_factor / persistent_workers (GPUWISE_LOADER_OVERRIDES, JSON);
 - `Tensor.to` / `Tensor.cuda` (CUDA builds only): host-to-device copies;
+- `torch.optim.optimizer.register_optimizer_step_pre_hook`: the gradients of pairs of consecutive steps,
+  for the gradient noise scale (`noise.py`);
 - `torch.optim.optimizer.register_optimizer_step_post_hook`: a step ends at each optimizer step
   (of the first optimizer seen: a GAN's second optimizer does not split steps), plus CUDA events
   around the device work when CUDA is initialised.
@@ -51,6 +53,8 @@ def _sibling(name: str):
 
 _probes = _sibling("probes")
 _recorder = _sibling("recorder")
+_noise = _sibling("noise")
+_comm = _sibling("comm")
 
 ENV_DIR = "GPUWISE_HOOKS_DIR"            # where this process writes hooks-rank{R}-pid{P}.jsonl
 ENV_OVERRIDES = "GPUWISE_LOADER_OVERRIDES"  # tune trials: DataLoader keyword overrides (JSON object)
@@ -204,6 +208,10 @@ def install_torch_hooks(torch) -> None:
     if rec.cuda_build:
         hooked += _hook_copies(torch, rec)
     handle = register_optimizer_step_post_hook(rec.on_step)
+    rec.noise, noise_handle = _noise.install(torch, lambda: rec.samples)
+    rec.comm, comm_hooked = _comm.install(torch, _clock)
+    rec.parallel_meta = _comm.parallel_meta
+    hooked += comm_hooked
 
     def unhook_forked_child():
         """A forked process (a DataLoader worker) records nothing: the originals back, so that no hook has to
@@ -212,6 +220,8 @@ def install_torch_hooks(torch) -> None:
         for owner, name, original in hooked:
             setattr(owner, name, original)
         handle.remove()
+        if noise_handle is not None:
+            noise_handle.remove()
 
     os.register_at_fork(after_in_child=unhook_forked_child)
     atexit.register(rec.close)

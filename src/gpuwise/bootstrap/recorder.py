@@ -28,19 +28,22 @@ clock = time.perf_counter
 # the nanosecond (perf_counter's resolution): "%.9f" costs a third of json.dumps's shortest float repr,
 # and `map(line.__mod__, rows)` formats a second's rows without a Python loop. RANK: the process's rank.
 _STEP_LINE = ('{"type": "step", "step": %d, "start_s": %.9f, "total_s": %.9f, "data_s": %.9f, "copy_s": %.9f, '
-              '"compute_s": %.9f, "rank": RANK, "samples": %d}\n')
+              '"compute_s": %.9f, "rank": RANK, "samples": %d, "comm_s": %.9f}\n')
 
 
 _WAIT = operator.itemgetter(3)  # a row's data_s
+# One pair of consecutive steps' gradients (noise.py): `Timeline.noise` records.
+_NOISE_LINE = '{"type": "noise", "step": %d, "batch": %d, "g2": %r, "tr_b": %r, "estimator": "%s"}\n'
 
 
 def _clamped(row: tuple) -> tuple:
     """A step row whose data / copy time exceeds the step (waits timed in another thread): each part at most
     the step, compute what is left."""
-    step, start_s, total, data, copy, _, samples = row
+    step, start_s, total, data, copy, _, samples, comm = row
     total = max(total, 0.0)
     data, copy = min(data, total), min(copy, total)
-    return step, start_s, total, data, copy, max(total - data - copy, 0.0), samples
+    comm = min(comm, max(total - data - copy, 0.0))
+    return step, start_s, total, data, copy, max(total - data - copy - comm, 0.0), samples, comm
 
 
 class Recorder:
@@ -81,6 +84,9 @@ class Recorder:
         self.cuda_build = False  # torch was built with CUDA / ROCm (set by hooks.py)
         self.cuda = False        # ... and this process has initialised it
         self.lib = None  # torch, once hooked
+        self.noise = None  # noise.NoiseProbe, once hooked: its pairs are written with the steps
+        self.comm = None   # comm.CommProbe, once hooked: each step's exposed communication (comm_s)
+        self.parallel_meta = None  # comm.parallel_meta, set by hooks.py
 
     def forked(self) -> None:
         """In a process forked from this one (os.register_at_fork): record and write nothing."""
@@ -97,9 +103,10 @@ class Recorder:
             start = self.t0
         total = now - start
         data, copy = self.data_s, self.copy_s
-        compute = total - data - copy
-        # the row as its line's values: (step, start_s, total_s, data_s, copy_s, compute_s, samples)
-        row = (self.n_steps, start - self.t0, total, data, copy, compute, self.samples)
+        comm = self.comm.take()[0] if self.comm is not None else 0.0
+        compute = total - data - copy - comm
+        # the row as its line's values: (step, start_s, total_s, data_s, copy_s, compute_s, samples, comm_s)
+        row = (self.n_steps, start - self.t0, total, data, copy, compute, self.samples, comm)
         if compute < 0.0:
             row = _clamped(row)
         self.n_steps += 1
@@ -210,7 +217,10 @@ class Recorder:
                 "argv": list(sys.argv), "optimizer_steps": self.n_steps,
                 "loader_batches": sum(d.batches for d in self.loaders), "loaders": len(self.loaders),
                 "loader_wait_s": self.waited_s + self.data_s,
+                **(self.parallel_meta(self.comm, self.lib) if self.parallel_meta and self.lib else {}),
                 "framework": _framework()}
+        if self.noise is not None and self.noise.opt_name:
+            meta["optimizer"] = self.noise.opt_name
         if main is not None:
             for k in OVERRIDABLE:
                 meta[f"loader_{k}"] = main.settings.get(k)
@@ -269,6 +279,8 @@ class Recorder:
             self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o644)
             head = json.dumps({"type": "meta", **self.meta()}, default=str) + "\n"
         text = head + self.step_lines(rows)
+        if self.noise is not None:
+            text += "".join(map(_NOISE_LINE.__mod__, self.noise.rows()))
         if text:  # one write: whole lines, and a crash can tear at most the last one
             os.write(self.fd, text.encode())
 
@@ -276,7 +288,7 @@ class Recorder:
         if self.child:
             return
         self.flush_at = (clock() if now is None else now) + self.flush_every_s
-        if not self.buffer and self.fd is not None:
+        if not self.buffer and self.fd is not None and not (self.noise and self.noise.pending):
             return
         if self.fd is None and not self.worth_writing():
             return

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import GpuwiseError
-from ..step import OPTIMIZERS, PRECISIONS, StepConfig
+from ..step import OPTIMIZERS, PRECISIONS, StepConfig, checkpointing_mode
 from ..workload import Workload, load_workload
 
 
@@ -14,7 +14,10 @@ def add_workload_arguments(p: argparse.ArgumentParser, batch_required: bool = Fa
     p.add_argument("-b", "--batch-size", type=positive_int, required=batch_required, help="samples per step")
     p.add_argument("--optimizer", choices=list(OPTIMIZERS), help="override the workload's optimizer (default adamw)")
     p.add_argument("--precision", default="fp32", choices=list(PRECISIONS), help="numeric precision (default fp32)")
-    p.add_argument("--checkpointing", action="store_true", help="activation checkpointing of the repeated blocks")
+    p.add_argument("--checkpointing", nargs="?", const="full", default="none", choices=["none", "full", "selective"],
+                   help="activation checkpointing of the repeated blocks: full (the default when given alone) "
+                   "recomputes each block; selective keeps attention and every other matmul output (torchtitan's "
+                   "per-op selective AC)")
 
 
 def workload_from_args(args: argparse.Namespace) -> Workload:
@@ -22,7 +25,8 @@ def workload_from_args(args: argparse.Namespace) -> Workload:
 
 
 def step_config_from_args(args: argparse.Namespace) -> StepConfig:
-    return StepConfig(optimizer=args.optimizer, precision=args.precision, checkpointing=args.checkpointing)
+    return StepConfig(optimizer=args.optimizer, precision=args.precision,
+                      checkpointing=checkpointing_mode(args.checkpointing))
 
 
 def add_gpu_selection_arguments(p: argparse.ArgumentParser, per_gpu: bool = False) -> None:

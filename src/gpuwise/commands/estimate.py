@@ -9,6 +9,7 @@ from ..hf import TASKS, is_config_source
 from ..plan import estimate
 from ..plan.curve import DEFAULT_MARGIN_PCT
 from ..plan.inference import estimate_inference
+from ..plan.memory.sharding import STRATEGIES
 from ..report import console
 from ..report.plan import plot_estimate, render_estimate
 from ..report.progress import StageProgress
@@ -24,6 +25,7 @@ EXAMPLES = """\
   gpuwise estimate examples:resnet -b 64 --gpu auto          # fits on the freest GPU here, now?
   gpuwise estimate hf:Qwen/Qwen2.5-7B --seq-len 2048 --precision bf16 --gpu H100   # config.json only; -b 1
   gpuwise estimate path/to/config.json -b 4 --qlora --precision bf16 --gpu rtx4090 --grad-accum 8
+  gpuwise estimate path/to/config.json -b 2 -n 8 --strategy fsdp --precision bf16 --gpu H100  # one rank of 8
 --target cuda (default) replays the step through a model of PyTorch's CUDA caching allocator and adds
 the cuBLAS workspaces and CUDA context: peak allocated, reserved and what nvidia-smi would show.
 --target cpu predicts the CPU peak. --gpu NAME adds fits / largest batch and a roofline bound.
@@ -39,7 +41,45 @@ def add_arguments(p) -> None:
                    help="percent of GPU memory kept free when finding the largest batch (default 5)")
     p.add_argument("--no-max-batch", action="store_true", help="with --gpu: skip the largest-batch search")
     p.add_argument("--plot", metavar="FILE", help="write a chart (memory breakdown, memory vs batch size) to FILE")
+    p.add_argument("--layer-checkpointing", type=positive_int, metavar="N",
+                   help="torchtitan's layer-level selective checkpointing (every N-th block): its recomputation in "
+                        "the predicted speed only; memory as without it")
     add_mode_arguments(p)
+    add_version_arguments(p)
+    add_split_arguments(p)
+
+
+def add_version_arguments(p) -> None:
+    """What differs between torch / transformers versions: --attn, optimizer implementation, zero_grad,
+    CUDA module loading (a published table of 2022 ran eager attention, for-loop AdamW, kept gradients
+    and an eagerly loaded context)."""
+    p.add_argument("--attn", choices=["eager", "sdpa", "flash"],
+                   help="transformers attn_implementation: eager (the (L, L) scores kept; transformers < 4.36), "
+                        "sdpa (the kernel torch picks for the GPU; default of transformers >= 4.36), "
+                        "flash (sdpa with the flash kernel forced)")
+    p.add_argument("--optimizer-impl", choices=["default", "for-loop", "foreach", "fused"], default="default",
+                   help="torch optimizer implementation (default: torch's choice on CUDA, foreach; "
+                        "for-loop: torch < 2.0 and transformers' adamw_hf)")
+    p.add_argument("--zero-grad", choices=["none", "zeros"], default="none",
+                   help="none: zero_grad(set_to_none=True), torch >= 2.0; zeros: gradients kept between steps, "
+                        "zeroed in place (torch < 2.0, transformers' Trainer of then)")
+    p.add_argument("--module-loading", choices=["lazy", "eager"], default=None,
+                   help="CUDA module loading the context size assumes (default: $CUDA_MODULE_LOADING, else lazy; "
+                        "eager: every kernel image loaded at start, torch < 1.13 / CUDA < 11.7)")
+
+
+def version_kwargs(args) -> dict:
+    return {"attn": args.attn, "optimizer_impl": args.optimizer_impl, "zero_grad": args.zero_grad,
+            "module_loading": args.module_loading}
+
+
+def add_split_arguments(p) -> None:
+    """-n/--nproc and --strategy: one rank's memory when the job runs on N GPUs."""
+    p.add_argument("-n", "--nproc", type=positive_int, default=1, metavar="N",
+                   help="GPUs the job runs on: the numbers are one rank's (default 1)")
+    p.add_argument("--strategy", choices=[s for s in STRATEGIES if s != "pipeline"] + ["zero3"], default=None,
+                   help="how the job is split over the N GPUs (default ddp when -n > 1): ddp, ZeRO-1/2, "
+                   "FSDP2 (fsdp = ZeRO-3), fsdp-grad-op, hsdp; --batch-size is per rank")
 
 
 def add_mode_arguments(p) -> None:
@@ -50,7 +90,18 @@ def add_mode_arguments(p) -> None:
                    help="gradient accumulation: N micro-batches of --batch-size per optimizer step")
     p.add_argument("--lora", type=positive_int, nargs="?", const=16, metavar="RANK",
                    help="LoRA adapters through peft on every linear layer (rank, default 16); base frozen")
-    p.add_argument("--qlora", action="store_true", help="QLoRA: 4-bit NF4 base weights (bitsandbytes) + LoRA")
+    p.add_argument("--lora-targets", metavar="NAMES", help="LoRA / QLoRA: comma-separated module names to adapt, "
+                   "e.g. q_proj,v_proj (litgpt's and torchtune's defaults); default every linear layer")
+    p.add_argument("--lora-alpha", type=float, metavar="A", help="LoRA alpha (default 2 x rank)")
+    p.add_argument("--lora-dropout", type=float, metavar="P", help="LoRA dropout probability (default 0)")
+    p.add_argument("--base-dtype", choices=["fp32", "bf16", "fp16"], help="LoRA: dtype of the frozen base "
+                   "weights; default the precision's 16-bit type (peft's usual); fp32 with --precision bf16 is "
+                   "Lightning's bf16-mixed; --precision bf16-pure is litgpt's bf16-true (adapters bf16 too)")
+    p.add_argument("--qlora", action="store_true", help="QLoRA: 4-bit base weights (bitsandbytes) + LoRA")
+    p.add_argument("--qlora-quant", choices=["nf4-dq", "nf4", "fp4"], help="--qlora: 4-bit format (default "
+                   "nf4-dq: NF4 with double quantization; nf4, fp4: without)")
+    p.add_argument("--bnb-version", metavar="X.Y.Z", help="--qlora: the bitsandbytes release the run used, where its "
+                   "memory differs from the installed one (before 0.43.2 every 4-bit layer kept its input)")
     p.add_argument("--freeze", action="append", metavar="REGEX",
                    help="freeze parameters whose name matches (repeatable)")
     p.add_argument("--offload-optimizer", action="store_true", help="optimizer state and step on the CPU")
@@ -61,7 +112,9 @@ def add_mode_arguments(p) -> None:
 
 def mode_kwargs(args) -> dict:
     return {"seq_len": args.seq_len, "task": args.task, "grad_accum": args.grad_accum, "lora": args.lora,
-            "qlora": args.qlora, "freeze": args.freeze, "offload_optimizer": args.offload_optimizer}
+            "qlora": args.qlora, "freeze": args.freeze, "offload_optimizer": args.offload_optimizer,
+            "lora_targets": args.lora_targets, "lora_alpha": args.lora_alpha, "lora_dropout": args.lora_dropout,
+            "base_dtype": args.base_dtype, "qlora_quant": args.qlora_quant, "bnb_version": args.bnb_version}
 
 
 def run(args) -> int:
@@ -72,12 +125,15 @@ def run(args) -> int:
     if args.plot and not Path(args.plot).resolve().parent.is_dir():  # before the trace, not after it
         raise GpuwiseError(f"--plot {args.plot}: the folder {Path(args.plot).resolve().parent} does not exist")
     if args.inference:
+        if args.nproc > 1 or args.strategy not in (None, "single"):
+            raise GpuwiseError("--inference: -n/--strategy are for training (one rank's memory)")
         return _run_inference(args)
     with console.err.status("tracing the step with fake tensors…"), StageProgress("estimate") as progress:
         est = estimate(args.workload, args.batch_size, optimizer=args.optimizer, precision=args.precision,
                        checkpointing=args.checkpointing, target=args.target, gpu=args.gpu,
                        margin_pct=DEFAULT_MARGIN_PCT if args.margin is None else args.margin,
-                       search_max_batch=not args.no_max_batch, on_progress=progress, **mode_kwargs(args))
+                       search_max_batch=not args.no_max_batch, nproc=args.nproc, strategy=args.strategy,
+                       layer_checkpointing=args.layer_checkpointing, on_progress=progress, **mode_kwargs(args), **version_kwargs(args))
     if args.plot:
         try:
             plot_estimate(est, args.plot)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from ..errors import GpuwiseError
 from ..hf import TASKS
 from ..plan.curve import DEFAULT_MARGIN_PCT
-from ..plan.fit import fit, fit_all_gpus
+from ..plan.fit import attach_costs, fit, fit_all_gpus
+from ..plan.speed.cost import parse_prices
 from ..report import console
 from ..report.fit import gpus_table, plot_fit, render_fit
 from ..step import OPTIMIZERS, PRECISIONS
@@ -17,6 +18,7 @@ EXAMPLES = """\
   gpuwise fit hf:Qwen/Qwen2.5-7B --gpu H100 -n 8 --seq-len 2048 --json     # fetches config.json only
   gpuwise fit examples:gpt-mini --gpu all -b 64                            # which GPU should I buy?
   gpuwise fit path/to/job.py --gpu L4 -b 32 --plot fit.png
+  gpuwise fit examples/configs/llama-2-7b.json --gpu all -b 8 --seq-len 1024 --tokens 1e9 --price H100=2.49
 Each option is traced (fake tensors, the real peft / bitsandbytes / transformers code); for a model
 config, layers 1 and 2 are traced and extrapolated. Options that fit come first, fastest first.
 """
@@ -34,6 +36,13 @@ def add_arguments(p) -> None:
     p.add_argument("--checkpointing", action="store_true", help="the job already checkpoints activations")
     p.add_argument("--margin", type=float, default=None, metavar="PCT", help="percent of GPU memory kept free (default 5)")
     p.add_argument("--plot", metavar="FILE", help="chart of the options (memory vs the GPU, samples/s) to FILE")
+    length = p.add_mutually_exclusive_group()
+    length.add_argument("--tokens", type=float, metavar="N", help="train on N tokens: time and cost per GPU (e.g. 1e9)")
+    length.add_argument("--samples", type=float, metavar="N", help="train on N samples: time and cost per GPU")
+    p.add_argument("--price", action="append", metavar="GPU=USD", help="rent price per GPU-hour (repeatable), "
+                   "e.g. --price H100=2.49; defaults: a dated list (plan/speed/cost.py)")
+    p.add_argument("--buy", action="append", metavar="GPU=USD", help="purchase price per GPU for the owning cost "
+                   "(repeatable), e.g. --buy rtx4090=1800")
 
 
 def run(args) -> int:
@@ -51,6 +60,8 @@ def run(args) -> int:
             results = fit_all_gpus(args.workload, args.nproc, args.batch_size, **kw)
         else:
             results = [fit(args.workload, args.gpu, args.nproc, args.batch_size, **kw)]
+    if args.tokens is not None or args.samples is not None:
+        attach_costs(results, args.tokens, args.samples, parse_prices(args.price), parse_prices(args.buy))
     if args.plot:
         try:
             plot_fit(results[0] if len(results) == 1 else max(results, key=lambda r: r.gpu_memory_bytes), args.plot)

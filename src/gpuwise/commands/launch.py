@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 
+from ..errors import GpuwiseError
 from ..report import console
 from ..scaleout import launch as launching
+from ..scaleout import slurm
 from .common import add_command_argument, add_gpu_selection_arguments, command_from_args, positive_int
 
 HELP = "run a distributed script under torchrun on free GPUs (or CPU ranks with gloo), one rank per GPU"
@@ -14,6 +17,8 @@ EXAMPLES = """\
   gpuwise launch -n 4 --min-free 20GiB --max-restarts 3 -- python -m mypkg.train
   gpuwise launch --nnodes 2 --node-rank 0 --rdzv-endpoint node0:29400 -n 8 -- train.py   # on node0
   gpuwise launch --nnodes 2 --node-rank 1 --rdzv-endpoint node0:29400 -n 8 -- train.py   # on node1
+  srun --ntasks-per-node=1 gpuwise launch -n 8 -- train.py   # in a SLURM allocation: nodes, rendezvous from SLURM_*
+  gpuwise launch --nnodes 4 -n 8 --sbatch job.sh -- train.py && sbatch job.sh       # a job script to submit
 The script reads RANK, LOCAL_RANK, WORLD_SIZE as set by torchrun; GPUWISE_DIST_BACKEND says nccl or gloo.
 The exit code is torchrun's; the GPUs stay reserved until it ends. See docs/multi-node.md.
 """
@@ -32,13 +37,42 @@ def add_launch_arguments(p) -> None:
                    help="c10d (default; elastic, node ranks assigned on arrival) or static (uses --node-rank)")
     p.add_argument("--rdzv-id", default=None, help="job id, the same on every node (default gpuwise)")
     p.add_argument("--max-restarts", type=int, default=0, help="torchrun restarts of the worker group on failure")
+    p.add_argument("--sbatch", metavar="FILE", default=None,
+                   help="write a SLURM job script (srun + torchrun, c10d rendezvous on the first node) and exit")
     add_gpu_selection_arguments(p, per_gpu=True)
 
 
-def launch_kwargs(args) -> dict:
-    return {"nnodes": args.nnodes, "node_rank": args.node_rank, "rdzv_endpoint": args.rdzv_endpoint,
-            "rdzv_backend": args.rdzv_backend, "rdzv_id": args.rdzv_id, "min_free": args.min_free,
-            "max_util": args.max_util, "wait": args.wait}
+def launch_kwargs(args, env=None) -> dict:
+    """The launch settings from the arguments; inside a multi-node SLURM allocation the nodes, this node's
+    rank and the rendezvous come from SLURM's variables unless given (scaleout/slurm.py)."""
+    kw = {"nnodes": args.nnodes, "node_rank": args.node_rank, "rdzv_endpoint": args.rdzv_endpoint,
+          "rdzv_backend": args.rdzv_backend, "rdzv_id": args.rdzv_id, "min_free": args.min_free,
+          "max_util": args.max_util, "wait": args.wait}
+    found = slurm.launch_settings(os.environ if env is None else env, nnodes=args.nnodes,
+                                  rdzv_endpoint=args.rdzv_endpoint, rdzv_id=args.rdzv_id)
+    if found:
+        kw.update(found)
+        console.err.print(f"[dim]SLURM allocation: node {found['node_rank']} of {found['nnodes']}, "
+                          f"rendezvous {found['rdzv_endpoint']} (id {found['rdzv_id']})[/dim]")
+    return kw
+
+
+def write_sbatch(args, target: list[str], job_name: str) -> dict:
+    """Write the --sbatch job script for torchrun's `target`; what it wrote, for --json."""
+    gpus = args.device != "cpu"
+    nproc = args.nproc or 1
+    env = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "GPUWISE_DIST_BACKEND": "nccl" if gpus else "gloo"}
+    text = slurm.sbatch_script(target, nnodes=args.nnodes, nproc_per_node=nproc, gpus=gpus, job_name=job_name,
+                               env=env)
+    try:
+        with open(args.sbatch, "w") as fh:
+            fh.write(text)
+    except OSError as exc:
+        raise GpuwiseError(f"--sbatch {args.sbatch!r}: {exc.strerror or exc}") from None
+    console.err.print(f"gpuwise: wrote {args.sbatch} ({args.nnodes} node(s) x {nproc} rank(s)); submit it with "
+                      f"`sbatch {args.sbatch}`")
+    return {"sbatch": os.path.abspath(args.sbatch), "nnodes": args.nnodes, "nproc_per_node": nproc,
+            "device_type": "cuda" if gpus else "cpu"}
 
 
 def add_arguments(p) -> None:
@@ -50,6 +84,11 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     cmd = command_from_args(args)  # an empty command is refused by launching.target_args
     target = launching.target_args(cmd)
+    if args.sbatch:
+        written = write_sbatch(args, target, "gpuwise-launch")
+        if args.json:
+            console.emit_json({**written, "command": cmd})
+        return 0
     plan = launching.prepare(target, nproc_per_node=args.nproc, max_restarts=args.max_restarts, device=args.device,
                              command=shlex.join(cmd), on_wait=lambda m: console.err.print(f"[dim]waiting: {m}[/dim]"),
                              **launch_kwargs(args))

@@ -7,11 +7,11 @@ import os
 from ..errors import GpuwiseError
 from ..report import console
 from ..report import scale as scale_report
-from ..scaleout.job import require_result, run_job
+from ..scaleout.job import WORKER, require_result, run_job
 from ..scaleout.preflight import preflight
 from ..scaleout.train import TrainConfig
 from .common import add_workload_arguments, positive_int, step_config_from_args, workload_from_args
-from .launch import add_launch_arguments, launch_kwargs
+from .launch import add_launch_arguments, launch_kwargs, write_sbatch
 
 HELP = "train a workload with DistributedDataParallel on N GPUs (or N CPU ranks), resumable from checkpoints"
 EXAMPLES = """\
@@ -63,6 +63,8 @@ def run(args) -> int:
                       precision=step_cfg.precision, checkpointing=step_cfg.checkpointing,
                       checkpoint_dir=os.path.abspath(args.checkpoint_dir) if args.checkpoint_dir else None, checkpoint_every=args.checkpoint_every, seed=args.seed,
                       num_workers=args.num_workers, log_every=args.log_every)
+    if args.sbatch:
+        return _sbatch(args, cfg)
     outcome = run_job("train", cfg, nproc=args.nproc, max_restarts=args.max_restarts, device=args.device,
                       on_plan=lambda p: console.err.print(
                           f"[dim]gpuwise train: {p.world_size} rank(s) on {p.device_type}: {p.command_line()}[/dim]"),
@@ -77,4 +79,23 @@ def run(args) -> int:
         console.emit_json({"workload": args.workload, **result})
     else:
         console.out.print(scale_report.train_summary(result))
+    return 0
+
+
+def _sbatch(args, cfg: TrainConfig) -> int:
+    """--sbatch FILE: the job (FILE.job.json, the worker's TrainConfig) and a script whose ranks run it; rank 0
+    writes the result to FILE.result.json."""
+    import json
+    from dataclasses import asdict
+
+    base = os.path.abspath(args.sbatch)
+    if os.path.exists(cfg.workload):  # a workload file: the nodes read it by its absolute (shared) path
+        cfg.workload = os.path.abspath(cfg.workload)
+    cfg.result_path = base + ".result.json"
+    job_path = base + ".job.json"
+    with open(job_path, "w") as fh:
+        json.dump({"mode": "train", "config": asdict(cfg)}, fh)
+    written = write_sbatch(args, [*WORKER, job_path], "gpuwise-train")
+    if args.json:
+        console.emit_json({"workload": args.workload, **written, "job": job_path, "result": cfg.result_path})
     return 0

@@ -9,8 +9,8 @@ from ..report import console
 from ..report import tune as report
 from ..report.tune_script import print_progress, render
 from ..step import OPTIMIZERS, check_precision
-from ..tuning import tune
-from ..tuning.script import code_change, tune_script
+from ..tuning import goodput, tune
+from ..tuning.script import code_change, run_script_trial, tune_script
 from ..units import parse_duration
 from ..workload import load_workload
 from .common import positive_int
@@ -31,7 +31,8 @@ def add_arguments(p) -> None:
                    help="path/to/job.py, pkg.module or examples:NAME; or give your script after `--` instead")
     p.set_defaults(cmd=[])
     p.add_argument("--budget", default="5m", help="time for the whole search, e.g. 90s, 5m (default 5m)")
-    p.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda when there is one, else cpu)")
+    p.add_argument("--gpu", "--device", dest="device", metavar="DEVICE",
+                   help="cuda, cuda:1 ... or cpu (default: cuda when there is one, else cpu); --device is the same option")
     p.add_argument("--results", help="JSONL file: every trial is appended as it finishes; a rerun resumes from it")
     p.add_argument("--plot", metavar="DIR", help="write charts (samples/s vs batch size and vs workers) here")
     p.add_argument("-b", "--batch-size", type=positive_int, help="the batch as given (baseline, search start; default 32)")
@@ -41,6 +42,14 @@ def add_arguments(p) -> None:
     p.add_argument("--optimizer", choices=list(OPTIMIZERS), help="override the workload's optimizer (default: its own, else adamw)")
     p.add_argument("--measure", help="timed part of each trial (default 2s; 3s for a script after `--`)")
     p.add_argument("--max-workers", type=int, help="upper bound for num_workers (default 2 x usable CPUs)")
+    p.add_argument("--objective", choices=("throughput", "goodput"), default="throughput",
+                   help="throughput: most samples/s (default); goodput: least predicted time to a target loss, "
+                        "steps(B) x step_time(B) with steps(B) = S_min (1 + B_noise / B)")
+    p.add_argument("--noise-scale", type=float, metavar="B",
+                   help="the gradient noise scale B_simple (`gpuwise watch --json` reports it); default for a script: "
+                        "measured in one more run of the script as written")
+    p.add_argument("--gpus", type=positive_int, default=1, metavar="N",
+                   help="GPUs (data-parallel ranks) the recommended batch is split over (goodput; default 1)")
 
 
 def _ints(text: str | None) -> list[int] | None:
@@ -85,10 +94,13 @@ def run(args) -> int:
                       max_workers=args.max_workers, on_trial=bar)
     charts = report.plot(result, args.plot) if args.plot else []
     text = report.snippet(result)
+    advice = _goodput_of_workload(args, result) if args.objective == "goodput" else None
     if args.json:
         d = result.to_dict()
         d["snippet"] = text
         d["charts"] = charts
+        if advice is not None:
+            d["goodput"] = advice.to_dict()
         console.emit_json(d)
         return 0
     console.out.print(report.summary_table(result))
@@ -111,6 +123,8 @@ def run(args) -> int:
     console.out.print("\n" + text)
     for path in charts:
         console.out.print(f"chart: {path}")
+    if advice is not None:
+        _print_goodput(advice)
     return 0
 
 
@@ -124,8 +138,58 @@ def _run_script(args, budget_s: float) -> int:
                          measure_s=parse_duration(args.measure or "3s"), max_workers=args.max_workers,
                          on_trial=print_progress)
     change = code_change(result)
+    advice = _goodput_of_script(args, result) if args.objective == "goodput" else None
     if args.json:
-        console.emit_json({**result.to_dict(), "code_change": change})
+        console.emit_json({**result.to_dict(), "code_change": change,
+                           **({"goodput": advice.to_dict()} if advice is not None else {})})
     else:
         render(result, change, budget_s, args.results)
+        if advice is not None:
+            _print_goodput(advice)
     return 0
+
+
+def _goodput_of_workload(args, result):
+    if not args.noise_scale:
+        raise GpuwiseError("--objective goodput on a workload needs --noise-scale B: measure it on your training with "
+                           "`gpuwise watch --json -- python train.py` (gradient_noise_scale.b_simple)")
+    try:
+        return goodput.from_trials(result.trials, args.noise_scale, result.baseline.batch_size, args.gpus,
+                                   args.optimizer or "adamw")
+    except ValueError as exc:
+        raise GpuwiseError(f"--objective goodput: {exc}") from None
+
+
+def _goodput_of_script(args, result):
+    base = result.baseline
+    measured = {}
+    if not args.noise_scale:  # one more run of the script as written, with the noise-scale probe on
+        probed = run_script_trial(args.cmd, {}, measure_s=max(parse_duration(args.measure or "3s"), 10.0), noise=True)
+        measured = probed.noise_scale or {}
+        base.optimizer = base.optimizer or probed.optimizer
+    b_noise = args.noise_scale or measured.get("b_simple")
+    if not b_noise or b_noise <= 0:
+        raise GpuwiseError("--objective goodput: the script's gradient noise scale could not be measured in its trial "
+                           "(no torch.optim step or no DataLoader batch size seen); give it with --noise-scale B")
+    if not base.batch_size:
+        raise GpuwiseError("--objective goodput: the script's batch size was not seen (no DataLoader)")
+    advice = goodput.from_one_batch(b_noise, base.batch_size, args.gpus, base.optimizer)
+    if not args.noise_scale:
+        advice.notes.append(f"B_noise measured in one more run of the script as written: {b_noise:,.0f} (95% CI "
+                            f"{measured.get('ci_low') or 0:,.0f} to {measured.get('ci_high') or float('inf'):,.0f}, "
+                            f"{measured.get('steps_used')} steps, {measured.get('estimator')}); early in training "
+                            "the noise scale is smaller than later: re-measure with `gpuwise watch` on a longer run")
+    return advice
+
+
+def _print_goodput(advice) -> None:
+    out = console.out
+    now = f" (now {advice.current_batch_size})" if advice.current_batch_size else ""
+    out.print(f"goodput: batch {advice.batch_size}{now}, {advice.per_gpu_batch_size} per GPU on {advice.n_gpus}; "
+              f"B_noise {advice.b_noise:,.0f}" + (f"; predicted time to target x{advice.speedup:.2f} faster"
+                                                  if advice.speedup else ""), markup=False)
+    out.print(f"learning rate: x{advice.lr_factor:.2f} ({advice.lr_rule} rule: {advice.lr_rule_why})", markup=False)
+    if advice.warmup:
+        out.print(f"warm-up: {advice.warmup}", markup=False)
+    for note in advice.notes:
+        out.print(f"note: {note}", markup=False)

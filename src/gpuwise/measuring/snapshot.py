@@ -20,7 +20,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from ..plan.events import MemEvent, MemoryTrace, live_peak
+from ..plan.memory.events import MemEvent, MemoryTrace, live_peak
 
 ALLOC, FREES = "alloc", ("free_requested", "free")  # "free" in torch < 2.1 traces
 

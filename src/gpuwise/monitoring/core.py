@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..bootstrap import noise
 from ..bootstrap.hooks import thread_demand_s
 from ..devices.torch_device import resolve_device
 from ..plan.hint import planner_max_batch
@@ -69,6 +70,7 @@ class Monitor:
         self._prev_end_event = None
         self._start_event = None
         self._autocast_hook = None
+        self._noise = self._noise_hook = None  # the gradient noise scale's probe (bootstrap/noise.py)
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def __enter__(self) -> Monitor:
@@ -86,6 +88,7 @@ class Monitor:
 
             # one call: the first module forward inside the monitored loop says whether autocast is on
             self._autocast_hook = torch.nn.modules.module.register_module_forward_pre_hook(self._look_at_autocast)
+        self._hook_noise()
         if self.out_dir:
             self._writer = TimelineWriter(free_rank_file(self.out_dir, self.rank), self.timeline.meta)
         if self.sample:
@@ -111,6 +114,12 @@ class Monitor:
         if self._autocast_hook is not None:
             self._autocast_hook.remove()
             self._autocast_hook = None
+        if self._noise_hook is not None:
+            self._noise_hook.remove()
+            self._noise_hook = None
+            self.timeline.noise.extend(dict(zip(noise.ROW_KEYS, r)) for r in self._noise.rows())
+            if self._noise.opt_name:
+                self.timeline.meta.setdefault("optimizer", self._noise.opt_name)
         meta = self.timeline.meta
         if self._pinned_seen[1]:
             meta["pinned_fraction"] = self._pinned_seen[0] / self._pinned_seen[1]
@@ -294,6 +303,16 @@ class Monitor:
         if self._cuda:  # is_pinned() needs CUDA; only meaningful when a copy to a GPU follows
             self._pinned_seen[0] += all(t.is_pinned() for t in tensors)
             self._pinned_seen[1] += 1
+
+    def _hook_noise(self) -> None:
+        """Read the gradients of pairs of optimizer steps for the gradient noise scale, unless gpuwise's
+        bootstrap (`gpuwise watch`) already does in this process."""
+        import torch
+
+        if getattr(torch, "_gpuwise_hooked", False):
+            return
+        meta = self.timeline.meta
+        self._noise, self._noise_hook = noise.install(torch, lambda: meta.get("batch_size") or 0)
 
     def _look_at_autocast(self, *_args) -> None:
         """Precision of the first module forward (a global pre-hook, removed at once): autocast dtype, else tf32/fp32."""

@@ -46,25 +46,62 @@ def _visible_indices(env: dict) -> list[int]:
     return [int(v) for v in values] if values and all(v.isdigit() for v in values) else []
 
 
-def _wait(proc: subprocess.Popen, grace_s: float) -> bool:
-    """Wait for the command; on Ctrl-C escalate SIGINT -> SIGTERM -> SIGKILL. True if interrupted."""
+class _CtrlC:
+    """Counts SIGINTs from before the command starts until it has ended, instead of raising
+    KeyboardInterrupt wherever the main thread happens to be (inside Popen, or before the wait loop, a
+    Ctrl-C would otherwise end `watch` without its report and leave the command running). Outside the
+    main thread signals cannot be caught: `count` then stays 0 and a KeyboardInterrupt is handled by
+    `_wait` as before."""
+
+    def __init__(self):
+        self.count = 0
+        self._old = None
+
+    def __enter__(self) -> _CtrlC:
+        try:
+            self._old = signal.signal(signal.SIGINT, self._on_sigint)
+        except ValueError:  # not the main thread
+            self._old = None
+        return self
+
+    def _on_sigint(self, signum, frame) -> None:
+        self.count += 1
+
+    def __exit__(self, *exc) -> None:
+        if self._old is not None:
+            signal.signal(signal.SIGINT, self._old)
+
+
+POLL_S = 0.1  # how often the wait loop looks at the Ctrl-C count (the command's exit ends the wait at once)
+
+
+def _wait(proc: subprocess.Popen, grace_s: float, ctrl_c: _CtrlC | None = None) -> bool:
+    """Wait for the command; on Ctrl-C escalate SIGINT -> SIGTERM -> SIGKILL. True if interrupted.
+
+    Stage 1 (the first Ctrl-C) gives the command a second to stop by itself (a terminal's Ctrl-C reached
+    it too); then SIGINT is forwarded (stage 2), then SIGTERM and SIGKILL `grace_s` apart. A second
+    Ctrl-C skips the patience."""
+    ctrl_c = ctrl_c or _CtrlC()
     interrupted = False
-    stage = 0
+    stage = seen = 0
     deadline = None
     while True:
         try:
-            if deadline is None:
-                proc.wait()
-            else:
-                proc.wait(timeout=max(deadline - time.monotonic(), 0.01))
+            timeout = POLL_S if deadline is None else min(POLL_S, max(deadline - time.monotonic(), 0.01))
+            proc.wait(timeout=timeout)
             return interrupted
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # SIGINT not caught by _CtrlC (not the main thread)
+            ctrl_c.count += 1
+        except subprocess.TimeoutExpired:
+            pass
+        if ctrl_c.count > seen:
+            seen = ctrl_c.count
             interrupted = True
             stage += 1
             deadline = time.monotonic() + (1.0 if stage == 1 else grace_s)
             if stage >= 2:  # a second Ctrl-C: no more patience
                 _escalate(proc, stage)
-        except subprocess.TimeoutExpired:
+        elif deadline is not None and time.monotonic() >= deadline:
             stage += 1
             _escalate(proc, stage)
             deadline = time.monotonic() + grace_s
@@ -102,13 +139,29 @@ def watch_command(cmd: list[str], interval_s: float = 0.1, steps_dir: str | None
     fallback = _visible_indices(env)
     t0 = time.perf_counter()
     timeline.meta["t0_unix"] = time.time()  # the samples' clock starts here (after NVML's start-up), the steps' too
-    try:
-        proc = subprocess.Popen(cmd, env=env, stdout=stdout)
-    except OSError as exc:
-        if own_dir:
-            shutil.rmtree(directory, ignore_errors=True)
-        raise GpuwiseError(f"cannot start {cmd[0]!r}: {exc.strerror or exc}") from exc
+    with _CtrlC() as ctrl_c:  # from before the command starts: a Ctrl-C at any moment stops it cleanly
+        try:
+            proc = subprocess.Popen(cmd, env=env, stdout=stdout)
+        except OSError as exc:
+            if own_dir:
+                shutil.rmtree(directory, ignore_errors=True)
+            raise GpuwiseError(f"cannot start {cmd[0]!r}: {exc.strerror or exc}") from exc
+        errors, interrupted = _sample_until_done(proc, timeline, interval_s, source, fallback, t0, grace_s, ctrl_c)
+    seconds = time.perf_counter() - t0
+    timeline.notes.extend(f"sampler error: {e}" for e in errors)
+    code = shell_exit_code(proc.returncode)
+    _merge_child(timeline, directory, instrument)
+    if own_dir:
+        shutil.rmtree(directory, ignore_errors=True)
+    timeline.meta.update(exit_code=code, interrupted=interrupted, seconds=seconds)
+    if source is not None and not any(s.gpus for s in timeline.samples):
+        timeline.notes.append("no GPU process of the command was found (NVML pids vs its process tree)")
+    return WatchResult(code, timeline, interrupted, seconds)
 
+
+def _sample_until_done(proc: subprocess.Popen, timeline: Timeline, interval_s: float, source, fallback: list[int],
+                       t0: float, grace_s: float, ctrl_c: _CtrlC) -> tuple[list[str], bool]:
+    """Sample the command's process tree (and its GPUs) until it ends: (sampler errors, interrupted)."""
     def gpu_indices() -> list[int]:
         found = gpus_of_pids(set(process_tree(proc.pid)))
         for g in found:  # what the report names the device by, when the command has no monitor of its own
@@ -120,19 +173,10 @@ def watch_command(cmd: list[str], interval_s: float = 0.1, steps_dir: str | None
     sampler = Sampler(timeline, interval_s, gpu_indices if source is not None else (), source,
                       pids=lambda: process_tree(proc.pid), t0=t0).start()
     try:
-        interrupted = _wait(proc, grace_s)
+        interrupted = _wait(proc, grace_s, ctrl_c)
     finally:
         sampler.stop()
-    seconds = time.perf_counter() - t0
-    timeline.notes.extend(f"sampler error: {e}" for e in sampler.errors)
-    code = shell_exit_code(proc.returncode)
-    _merge_child(timeline, directory, instrument)
-    if own_dir:
-        shutil.rmtree(directory, ignore_errors=True)
-    timeline.meta.update(exit_code=code, interrupted=interrupted, seconds=seconds)
-    if source is not None and not any(s.gpus for s in timeline.samples):
-        timeline.notes.append("no GPU process of the command was found (NVML pids vs its process tree)")
-    return WatchResult(code, timeline, interrupted, seconds)
+    return sampler.errors, interrupted
 
 
 def _merge_child(timeline: Timeline, directory: str, instrumented: bool = True) -> None:
@@ -152,6 +196,10 @@ def _merge_child(timeline: Timeline, directory: str, instrumented: bool = True) 
     for s in child.steps:
         s.start_s += offset
     timeline.steps = child.steps
+    timeline.noise = child.noise
+    if not timeline.noise and instrumented:  # a gpuwise.monitor's files: the bootstrap read the gradients
+        hooked, _ = read_hook_files(directory, since_unix=timeline.meta["t0_unix"])
+        timeline.noise = hooked.noise if hooked is not None else []
     if not any(s.gpus for s in timeline.samples) and any(s.gpus for s in child.samples):
         for s in child.samples:  # the child saw its GPU where the pid match did not
             s.t_s += offset

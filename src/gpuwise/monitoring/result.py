@@ -12,7 +12,10 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 # keys copied from the timeline's meta when present (an external watch, DDP), after the fields
-EXTRA_KEYS = ("command", "exit_code", "world_size", "framework")
+EXTRA_KEYS = ("command", "exit_code", "world_size", "framework", "optimizer")
+# ... and those the bootstrap's comm.parallel_meta writes (communication / oversubscription rules)
+PARALLEL_KEYS = ("torch_threads", "usable_cores", "local_world_size", "omp_num_threads", "collectives",
+                 "ddp_models", "allreduce_bytes_per_step", "allreduce_busy_s_per_step")
 
 
 @dataclass
@@ -23,6 +26,7 @@ class Summary:
     copy_fraction: float | None = None
     compute_fraction: float | None = None
     findings: list[dict[str, Any]] = field(default_factory=list)
+    communication_fraction: float | None = None  # waiting on collectives (bootstrap/comm.py); not in compute
     steady_steps: int = 0
     split: dict[str, Any] = field(default_factory=dict)
     device: str = "cpu"
@@ -38,7 +42,10 @@ class Summary:
     host: dict[str, Any] = field(default_factory=dict)
     ranks: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    parallel: dict[str, Any] = field(default_factory=dict)  # PARALLEL_KEYS: collectives, threads, cores
     gpu_health: dict[str, Any] = field(default_factory=dict)  # clock reasons, PCIe link (monitoring/health.py)
+    # B_simple from consecutive steps' gradients (monitoring/noise_scale.py); None: not measured
+    gradient_noise_scale: dict[str, Any] | None = None
     extras: dict[str, Any] = field(default_factory=dict)  # EXTRA_KEYS (and any other key from a dict)
     cannot_tell: list[str] = field(default_factory=list)  # what the rules could not judge, and why (last key)
 

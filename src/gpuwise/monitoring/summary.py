@@ -13,8 +13,10 @@ from collections.abc import Callable
 from typing import Any
 
 from ..plan.catalog import tensor_core_capability
+from . import communication  # noqa: F401 - registers the communication / thread rules
 from .health import health_stats
-from .result import EXTRA_KEYS, Summary
+from .noise_scale import noise_scale
+from .result import EXTRA_KEYS, PARALLEL_KEYS, Summary
 from .rules import diagnose
 from .timeline import StepRecord, Timeline
 
@@ -42,18 +44,22 @@ def step_split(steps: list[StepRecord]) -> dict[str, Any]:
     total = sum(s.total_s for s in steps)
     if not steps or total <= 0:
         return {"data_wait_fraction": None, "copy_fraction": None, "compute_fraction": None,
-                "step_time_s": {"median": None}}
+                "communication_fraction": None, "step_time_s": {"median": None}}
     gpu = [s.gpu_s for s in steps if s.gpu_s is not None]
     idle = [s.gpu_idle_s for s in steps if s.gpu_idle_s is not None]
+    comm = [s.comm_s for s in steps if s.comm_s is not None]
     return {
         "step_time_s": {"median": _median([s.total_s for s in steps]), "mean": total / len(steps),
                         "min": min(s.total_s for s in steps), "max": max(s.total_s for s in steps)},
         "data_wait_fraction": sum(s.data_s for s in steps) / total,
         "copy_fraction": sum(s.copy_s for s in steps) / total,
         "compute_fraction": sum(s.compute_s for s in steps) / total,
+        # None: not measured (no bootstrap hooks); 0.0: measured, no collective seen
+        "communication_fraction": sum(comm) / total if comm else None,
         "data_wait_s": {"median": _median([s.data_s for s in steps])},
         "copy_s": {"median": _median([s.copy_s for s in steps])},
         "compute_s": {"median": _median([s.compute_s for s in steps])},
+        "comm_s": {"median": _median(comm)} if comm else None,
         "gpu_s": {"median": _median(gpu)} if gpu else None,
         "gpu_idle_fraction": sum(idle) / total if idle else None,
     }
@@ -105,7 +111,8 @@ def per_rank(steps: list[StepRecord]) -> list[dict[str, Any]]:
         mine = [s for s in steps if s.rank == r]
         split = step_split(mine)
         rows.append({"rank": r, "steps": len(mine), "step_time_s_median": split["step_time_s"]["median"],
-                     "data_wait_fraction": split["data_wait_fraction"]})
+                     "data_wait_fraction": split["data_wait_fraction"],
+                     "communication_fraction": split["communication_fraction"]})
     return rows
 
 
@@ -141,9 +148,10 @@ def summary_of(tl: Timeline, planner: MaxBatchPlanner | None = None) -> Summary:
         data_wait_fraction=split["data_wait_fraction"],
         copy_fraction=split["copy_fraction"],
         compute_fraction=split["compute_fraction"],
+        communication_fraction=split["communication_fraction"],
         steady_steps=len(steady),
         split={k: v for k, v in split.items() if k not in ("step_time_s", "data_wait_fraction", "copy_fraction",
-                                                             "compute_fraction")},
+                                                             "compute_fraction", "communication_fraction")},
         device=device,
         device_name=meta.get("device_name"),
         capability=list(capability) if capability else None,
@@ -161,6 +169,7 @@ def summary_of(tl: Timeline, planner: MaxBatchPlanner | None = None) -> Summary:
         host=host_stats(tl),
         ranks=per_rank(steady) if len({s.rank for s in steady}) > 1 else [],
         notes=list(tl.notes),
+        parallel={key: meta[key] for key in PARALLEL_KEYS if key in meta},
         extras={key: meta[key] for key in EXTRA_KEYS if key in meta},
     )
     workload, name, batch = meta.get("workload"), meta.get("device_name"), meta.get("batch_size")
@@ -168,6 +177,7 @@ def summary_of(tl: Timeline, planner: MaxBatchPlanner | None = None) -> Summary:
             and workload and name and batch):
         summary.memory["planner_max_batch_size"] = planner(workload, batch, name, meta.get("precision") or "fp32")
     summary.gpu_health = health_stats(tl, window)  # clock reasons, PCIe link (monitoring/health.py rules)
+    summary.gradient_noise_scale = noise_scale(tl.noise, meta.get("batch_size"))
     summary.findings = [f.to_dict() for f in diagnose(summary)]
     summary.cannot_tell = cannot_tell(summary, meta)
     return summary

@@ -31,6 +31,7 @@ class StepRecord:
     memory_allocated_bytes: int | None = None  # torch.cuda.memory_allocated at the step's end (GPU only)
     rank: int = 0  # field order is used positionally in Monitor._end_step
     samples: int | None = None          # samples loaded during the step (gpuwise.bootstrap's hooks)
+    comm_s: float | None = None         # waiting on collectives (bootstrap/comm.py); not part of compute_s
 
 
 @dataclass
@@ -56,6 +57,9 @@ class Timeline:
     samples: list[Sample] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # per-step estimates of |G|^2 and tr(Sigma)/batch for the gradient noise scale (gpuwise/bootstrap/noise.py):
+    # {"step", "batch", "g2", "tr_b", "estimator"}; read by monitoring/noise_scale.py
+    noise: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ranks(self) -> list[int]:
@@ -63,7 +67,7 @@ class Timeline:
 
     def to_dict(self) -> dict:
         return {"meta": self.meta, "notes": self.notes, "steps": [asdict(s) for s in self.steps],
-                "samples": [_sample_dict(s) for s in self.samples]}
+                "samples": [_sample_dict(s) for s in self.samples], "noise": self.noise}
 
 
 def _sample_dict(s: Sample) -> dict:
@@ -134,6 +138,8 @@ class TimelineWriter:
         if self._fh.closed:
             return
         self.flush(timeline)
+        for row in timeline.noise:
+            self._write({"type": "noise", **row})
         self._write({"type": "end", "meta": timeline.meta, "notes": timeline.notes})
         self._fh.close()
 
@@ -154,6 +160,8 @@ def read_timeline(path: str) -> Timeline:
                 tl.steps.append(step_from_dict(obj))
             elif kind == "sample":
                 tl.samples.append(sample_from_dict(obj))
+            elif kind == "noise":
+                tl.noise.append(obj)
             elif kind == "end":
                 tl.meta.update(obj.get("meta") or {})
                 tl.notes.extend(n for n in obj.get("notes") or [] if n not in tl.notes)
@@ -177,6 +185,8 @@ def merge_timelines(timelines: list[Timeline]) -> Timeline:
         merged.steps.extend(tl.steps)
         merged.samples.extend(tl.samples)
         merged.notes.extend(n for n in tl.notes if n not in merged.notes)
+    # DDP ranks step on the same all-reduced gradient: one process's pairs (the first that has any) say it all
+    merged.noise = next((list(t.noise) for t in ordered if t.noise), [])
     if ordered:
         merged.meta = dict(ordered[0].meta)
         ranks = sorted({t.meta.get("rank", 0) for t in ordered})

@@ -3,7 +3,7 @@
 The phase lines of plan/curve.py only propose. Allocator rounding (512 B blocks, 2/20 MiB segments) and
 kernels that choose their workspaces by size make memory a staircase, sometimes not even monotone, so
 the search looks for the crossing among allocator replays of traces interpolated event by event
-(plan/synth.py: exact where every size is affine in the batch, ~2 % of a trace each), then traces the
+(plan/memory/synth.py: exact where every size is affine in the batch, ~2 % of a trace each), then traces the
 crossing c and c + 1. Where replays miss twice it proposes the phase lines' crossing and its neighbour,
 refits through the traces nearest the limit, and falls back to doubling / bisection when the model
 creeps; it stops at `max_traces`.
@@ -49,7 +49,7 @@ class Capacity:
     peak_phase: str = ""                  # where the peak sits at the answer (traced)
     max_traces: int = DEFAULT_MAX_TRACES
     capped: bool = False                  # MAX_BATCH fits: the search stopped at its ceiling
-    replay_predicted_max_batch_size: int | None = None  # the first crossing found among replays (plan/synth.py)
+    replay_predicted_max_batch_size: int | None = None  # the first crossing found among replays (plan/memory/synth.py)
     replays: int = 0                      # allocator replays of interpolated traces (each ~2 % of a trace)
 
     @property
@@ -100,7 +100,7 @@ def find_capacity(point: Callable[[int], CurvePoint], batch_size: int, memory_by
     """The largest batch b whose traced `device_used_bytes` stays under `memory_bytes * (1 - margin_pct/100)`
     with b + 1 traced over it. `point(b)` traces batch b; `first` is the asked batch, if already traced.
     `replayed(b, a, c)`, if given, is batch b's point from the traces of a and c without tracing
-    (plan/synth.py: each event's size interpolated, then the allocator replayed; None when the two traces
+    (plan/memory/synth.py: each event's size interpolated, then the allocator replayed; None when the two traces
     differ in structure): the search then looks for the crossing among replays and traces only what
     settles it, until replays have missed twice. At most `max_traces` traces beyond the asked batch's own;
     when they run out, `settled` is False and the answer is the largest batch seen to fit (a lower bound)."""

@@ -219,3 +219,62 @@ def tensor_core_capability(name: str) -> tuple[int, int] | None:
         pass
     hits = [(len(k), v) for k, v in _CAPABILITY.items() if k.lower() in name.lower()]
     return max(hits)[1] if hits else None
+
+
+@dataclass(frozen=True)
+class SpeedSpec:
+    """What the step-time model (plan/speed/) needs beyond the datasheet peaks: SM count, the fraction of
+    peak matmul FLOP/s a GEMM reaches at its best shape (MAMF), the fraction of datasheet memory
+    bandwidth a streaming kernel reaches, and the GPU-to-GPU link of a node (plan/speed/comm.py LINKS)."""
+
+    sm_count: int
+    matmul_efficiency: float
+    memory_efficiency: float
+    link: str
+    matmul_source: str
+
+
+# Maximum Achievable Matmul FLOPS (BF16 matmul, best shape found), S. Bekman, ml-engineering,
+# compute/accelerator/README.md "Maximum Achievable Matmul FLOPS comparison table": A100 SXM 267.9 of 312
+# (85.9 %), A100 PCIe 82.2 %, GH200 821 of 989 (83.0 %), H100 SXM 792.1 of 989 (80.1 %), MI300X 60.1 %.
+# GPUs without a published MAMF take H100 SXM's 80.1 % (marked "assumed" in matmul_source).
+MAMF = {"a100-sxm": 0.859, "a100-pcie": 0.822, "gh200": 0.830, "h100-sxm": 0.801, "mi300x": 0.601}
+# Streaming kernels reach ~90 % of datasheet bandwidth: 3.568 TB/s of 3.938 (90.6 %) for a 4 GiB copy
+# on an H100 NVL, 91.4 % read-read-write (a published probe); BabelStream results on A100/H100 are in
+# the same 85-92 % band (Deakin et al., BabelStream, github.com/UoB-HPC/BabelStream). 0.90 for all.
+MEMORY_EFFICIENCY = 0.90
+_ASSUMED = "H100 SXM MAMF assumed (none published)"
+
+# SM counts: NVIDIA architecture whitepapers / datasheets (GV100 80, TU104 T4 40, GA100 A100 108,
+# GA102 A10 72 / A40 84 / RTX A6000 84 / RTX 3090 82, AD104 L4 58, AD102 L40/L40S/RTX 6000 Ada 142 /
+# RTX 4090 128, GH100 SXM 132 / PCIe 114, H20 78, GB202 RTX 5090 170, B200 148); MI300X 304 CUs.
+SPEED: dict[str, SpeedSpec] = {
+    "h100-sxm": SpeedSpec(132, MAMF["h100-sxm"], MEMORY_EFFICIENCY, "nvlink4", "MAMF H100 SXM"),
+    "h100-pcie": SpeedSpec(114, MAMF["h100-sxm"], MEMORY_EFFICIENCY, "pcie5", _ASSUMED),
+    "h200": SpeedSpec(132, MAMF["gh200"], MEMORY_EFFICIENCY, "nvlink4", "MAMF GH200 (same GH100 die)"),
+    "a100-40gb": SpeedSpec(108, MAMF["a100-sxm"], MEMORY_EFFICIENCY, "nvlink3", "MAMF A100 SXM"),
+    "a100-80gb": SpeedSpec(108, MAMF["a100-sxm"], MEMORY_EFFICIENCY, "nvlink3", "MAMF A100 SXM"),
+    "l4": SpeedSpec(58, MAMF["h100-sxm"], MEMORY_EFFICIENCY, "pcie4", _ASSUMED),
+    "l40s": SpeedSpec(142, MAMF["h100-sxm"], MEMORY_EFFICIENCY, "pcie4", _ASSUMED),
+    "a10": SpeedSpec(72, MAMF["h100-sxm"], MEMORY_EFFICIENCY, "pcie4", _ASSUMED),
+    "t4": SpeedSpec(40, MAMF["h100-sxm"], MEMORY_EFFICIENCY, "pcie3", _ASSUMED),
+    "v100-16gb": SpeedSpec(80, MAMF["h100-sxm"], MEMORY_EFFICIENCY, "nvlink2", _ASSUMED),
+    "v100-32gb": SpeedSpec(80, MAMF["h100-sxm"], MEMORY_EFFICIENCY, "nvlink2", _ASSUMED),
+    "rtx-3090": SpeedSpec(82, MAMF["h100-sxm"], MEMORY_EFFICIENCY, "pcie4", _ASSUMED),
+    "rtx-4090": SpeedSpec(128, MAMF["h100-sxm"], MEMORY_EFFICIENCY, "pcie4", _ASSUMED),
+    "rtx-5090": SpeedSpec(170, MAMF["h100-sxm"], MEMORY_EFFICIENCY, "pcie5", _ASSUMED),
+    "rtx-a6000": SpeedSpec(84, MAMF["h100-sxm"], MEMORY_EFFICIENCY, "pcie4", _ASSUMED),
+    "rtx-6000-ada": SpeedSpec(142, MAMF["h100-sxm"], MEMORY_EFFICIENCY, "pcie4", _ASSUMED),
+    "a40": SpeedSpec(84, MAMF["h100-sxm"], MEMORY_EFFICIENCY, "pcie4", _ASSUMED),
+    "l40": SpeedSpec(142, MAMF["h100-sxm"], MEMORY_EFFICIENCY, "pcie4", _ASSUMED),
+    "h20": SpeedSpec(78, MAMF["h100-sxm"], MEMORY_EFFICIENCY, "nvlink4", _ASSUMED),
+    "b200": SpeedSpec(148, MAMF["h100-sxm"], MEMORY_EFFICIENCY, "nvlink5", _ASSUMED),
+    "gb200": SpeedSpec(148, MAMF["h100-sxm"], MEMORY_EFFICIENCY, "nvlink5", _ASSUMED),
+    "mi300x": SpeedSpec(304, MAMF["mi300x"], MEMORY_EFFICIENCY, "pcie5", "MAMF MI300X (ROCm 6.2)"),
+}
+DEFAULT_SPEED = SpeedSpec(108, MAMF["h100-sxm"], MEMORY_EFFICIENCY, "pcie4", _ASSUMED)
+
+
+def speed_spec(gpu: GpuSpec) -> SpeedSpec:
+    """The speed model's numbers for a catalog GPU (a GPU known only by its memory gets DEFAULT_SPEED)."""
+    return SPEED.get(gpu.id, DEFAULT_SPEED)

@@ -11,29 +11,32 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..devices import discover
 from ..errors import GpuwiseError
-from ..step import OPTIMIZERS, StepConfig
+from ..hf import num_layers_of
+from ..optional_libs import sized_without_notes
+from ..step import OPTIMIZERS, StepConfig, checkpointing_mode
 from ..truth import record_workload
 from ..workload import Workload, check_batch_size, load_workload
-from .allocator import AllocatorResult, replay
 from .capacity import Capacity, find_capacity
-from .catalog import GpuSpec, lookup
+from .catalog import GpuSpec, lookup, tensor_core_capability
 from .curve import DEFAULT_MARGIN_PCT, CurvePoint
-from .events import CATEGORIES, MemoryTrace, check_target, live_peak
 from .flops import Roofline, count_flops, roofline, traffic_bytes
 from .inputs import resolve_inputs
-from .modes import apply_modes, make_modes, offload_optimizer_state
-from .overheads import DEFAULT_ARCH, Overheads, add_workspaces
-from .repeat import repeated_trace
-from .synth import interpolate, pairing
+from .memory.allocator import AllocatorResult
+from .memory.cuda import CudaMemory, cuda_memory
+from .memory.events import CATEGORIES, MemoryTrace, check_target, live_peak
+from .memory.overheads import DEFAULT_ARCH, Overheads
+from .memory.sharding import block_param_bytes, make_split, rank_trace
+from .memory.synth import interpolate, pairing
+from .speed.model import Speed, predict
+from .tracer import Progress, trace_workload
+from .tracing.modes import apply_modes, make_modes
 
 TOP_MODULES = 8
-Progress = Callable[[str], None]  # told each stage as it starts
 
 
 @dataclass
@@ -65,23 +68,29 @@ class Estimate:
     allocator: AllocatorResult | None = None
     roofline: Roofline | None = None
     capacity: Capacity | None = None
+    speed: Speed | None = None        # predicted step time on the named GPU (plan/speed/model.py)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
     grad_accum: int = 1
     effective_batch_size: int = 0     # samples per optimizer step: batch_size x grad_accum
     modes: list[str] = field(default_factory=list)  # training modes applied (LoRA, QLoRA, offload, ...)
+    nproc: int = 1                    # GPUs the job runs on; the memory numbers are one rank's
+    strategy: str = "single"          # how the job is split over them (plan/memory/sharding.py)
     trace: MemoryTrace | None = field(default=None, repr=False)
+    attention: dict[str, Any] | None = None  # cuda: attention implementation, kernels chosen and why
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {k: getattr(self, k) for k in (
             "workload", "batch_size", "target", "optimizer", "precision", "method", "peak_allocated_bytes",
             "peak_reserved_bytes", "device_used_bytes", "by_category", "flops_per_step", "max_batch_size", "gpu",
             "checkpointing", "peak_phase", "peak_op", "peak_module", "by_module", "tensor_peak_bytes", "fits",
-            "gpu_memory_bytes", "notes", "seconds", "grad_accum", "effective_batch_size", "modes")}
+            "gpu_memory_bytes", "notes", "seconds", "grad_accum", "effective_batch_size", "modes", "nproc",
+            "strategy")}
         d["by_category"] = {c: int(self.by_category.get(c, 0)) for c in CATEGORIES}
         if self.overheads is not None:
             o = self.overheads
-            d["overheads"] = {"arch": o.arch, "context_bytes": o.context_bytes, "cudnn_bytes": o.cudnn_bytes,
+            d["overheads"] = {"arch": o.arch, "context_bytes": o.context_bytes, "module_loading": o.module_loading,
+                              "cudnn_bytes": o.cudnn_bytes,
                               "workspace_bytes": o.workspace_bytes,
                               "workspaces": [{"name": n, "bytes": b} for n, b in o.workspaces]}
         if self.allocator is not None:
@@ -92,59 +101,29 @@ class Estimate:
             d["roofline"] = self.roofline.to_dict()
         if self.capacity is not None:
             d["curve"] = self.capacity.to_dict()
+        if self.speed is not None:
+            d["speed"] = self.speed.to_dict()
+        if self.attention is not None:
+            d["attention"] = self.attention
         return d
 
 
-@dataclass(frozen=True)
-class _Cuda:
-    trace: MemoryTrace
-    overheads: Overheads
-    result: AllocatorResult
-
-    @property
-    def device_used_bytes(self) -> int:
-        # nvidia-smi sees the most ever reserved (cached segments are not returned without empty_cache)
-        return self.result.max_reserved_bytes + self.overheads.outside_allocator_bytes
-
-
-def _curve_point(batch_size: int, c: _Cuda) -> CurvePoint:
+def _curve_point(batch_size: int, c: CudaMemory) -> CurvePoint:
     """One traced batch for the largest-batch search (plan/capacity.py): totals and each phase's peak."""
     r = c.result
     return CurvePoint(batch_size, r.peak_allocated_bytes, r.peak_reserved_bytes, c.device_used_bytes,
                       dict(r.phase_peak_allocated_bytes), c.overheads.outside_allocator_bytes)
 
 
-STEADY_REPEATS = 3  # steady steps replayed in a row: a measurement runs several; layouts can drift for a few
-
-
-def _cuda_memory(trace: MemoryTrace, arch: str) -> _Cuda:
-    with_ws, overheads = add_workspaces(trace, arch)
-    return _Cuda(with_ws, overheads, replay(with_ws, steady_repeats=STEADY_REPEATS))
-
-
-def _trace(wl: Workload, batch_size: int, config: StepConfig, target: str, repeat: bool = False,
-           progress: Progress | None = None) -> MemoryTrace:
-    """The step's events. `repeat`: `wl` is a model config as loaded (no modes): its repeated blocks may be
-    rebuilt from a 3-block trace where that is exact (plan/repeat.py); the notes say which way was used."""
-    from .trace import trace_step  # deferred: trace.py imports torch, `import gpuwise.plan` must not
-
-    why = ""
-    if repeat:
-        rebuilt, why = repeated_trace(wl, batch_size, config, target, progress)
-        if rebuilt is not None:
-            return rebuilt
-    if progress is not None:
-        progress(f"tracing the step at batch {batch_size}")
+def _capability(spec: GpuSpec | None) -> tuple[int, int] | None:
+    """The GPU's compute capability (catalog), which decides the attention kernels; None without a GPU."""
+    if spec is None:
+        return None
     try:
-        trace = trace_step(wl, batch_size, config, target=target)
-        if why:
-            trace.notes.append(f"traced whole: repeated blocks not reused ({why})")
-        return trace
-    except GpuwiseError:
-        raise
-    except Exception as exc:  # the user's model failed in its step: one line, the cause chained for --debug
-        first = (str(exc).strip().splitlines() or [""])[0]
-        raise GpuwiseError(f"{wl.spec}: the training step raised {type(exc).__name__}: {first}") from exc
+        major, minor = (spec.compute_capability or "").split(".")[:2]
+        return int(major), int(minor)
+    except ValueError:
+        return tensor_core_capability(spec.name)
 
 
 def resolve_gpu(gpu: str | GpuSpec | None) -> GpuSpec | None:
@@ -173,42 +152,85 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
              search_max_batch: bool = True, optimizer_impl: str = "default",
              model: Any = None, batch: Any = None, loss: Any = None, seq_len: int | None = None,
              task: str | None = None, grad_accum: int = 1, lora: int | bool | None = None, qlora: bool = False,
-             freeze: Any = None, offload_optimizer: bool = False,
-             on_progress: Progress | None = None) -> Estimate:
+             freeze: Any = None, offload_optimizer: bool = False, nproc: int = 1, strategy: str | None = None,
+             lora_targets: Any = None, lora_alpha: float | None = None, lora_dropout: float | None = None,
+             base_dtype: str | None = None, qlora_quant: str | None = None, bnb_version: str | None = None,
+             attn: str | None = None, zero_grad: str = "none", module_loading: str | None = None,
+             layer_checkpointing: int | None = None, on_progress: Progress | None = None) -> Estimate:
     """Predict the memory and compute of one steady-state training step of `workload` at `batch_size`.
 
     `workload`: a workload file / module / `examples:NAME`, `hf:ORG/NAME` or a config.json (built with
     random weights under fake tensors; `seq_len` and `task` apply), or leave it out and pass `model=`
     (a module, possibly on the meta device), `batch=` (a function batch(batch_size) or one example
-    batch) and optionally `loss=`. Modes (plan/modes.py): `grad_accum`, `lora` (rank, or True for 16),
-    `qlora`, `freeze` (parameter-name regexes), `offload_optimizer`.
+    batch) and optionally `loss=`. Modes (plan/tracing/modes.py): `grad_accum`, `lora` (rank, or True for 16),
+    `qlora`, `freeze` (parameter-name regexes), `offload_optimizer`; for LoRA / QLoRA `lora_targets` (module
+    names, default all linear layers), `lora_alpha`, `lora_dropout`, `base_dtype` (fp32 / bf16 / fp16: the
+    frozen base's storage), `qlora_quant` (nf4-dq, nf4, fp4) and `bnb_version` (the bitsandbytes release
+    to emulate where its memory differs: plan/tracing/bnb_versions.py). `nproc` GPUs split by `strategy`
+    (ddp, zero1, zero2, fsdp, fsdp-grad-op, hsdp; ddp by default over nproc > 1): one rank's memory, the
+    single-GPU trace transformed (plan/memory/sharding.py), `batch_size` per rank.
+
+    The setting of a torch / transformers version: `attn` ("eager" / "sdpa" / "flash": transformers'
+    attn_implementation; the SDPA kernel follows the GPU, plan/tracing/sdpa.py), `optimizer_impl`
+    ("for-loop" / "foreach" / "fused"; default: torch's choice for CUDA, foreach), `zero_grad` ("none" /
+    "zeros": gradients kept between steps, torch < 2.0), `module_loading` ("lazy" / "eager": the CUDA
+    context with every kernel image loaded, torch < 1.13; default CUDA_MODULE_LOADING, else lazy).
 
     `target="cuda"` replays the trace through the caching-allocator model and adds library workspaces
     and the CUDA context (for `gpu`'s architecture; Hopper when no GPU is named). With `gpu`, also a
     roofline bound and the largest batch that fits with `margin_pct` percent of its memory kept free.
+    With `gpu`, `speed` is the predicted step (plan/speed/model.py); `nproc` and `strategy` set its
+    communication (plan/speed/overlap.py). `layer_checkpointing` N (torchtitan's layer-level selective
+    checkpointing: every N-th block checkpointed) adds that recomputation to the predicted speed only;
+    the memory is modelled as without it (an upper bound).
     `on_progress(stage)` is called as each stage starts (the CLI shows it on stderr for long estimates).
     """
     started = time.perf_counter()
+    checkpointing = checkpointing_mode(checkpointing)
     workload, batch_size = resolve_inputs(workload, batch_size, model, batch, loss, seq_len, task)
-    modes = make_modes(grad_accum, lora, qlora, freeze, offload_optimizer)
+    modes = make_modes(grad_accum, lora, qlora, freeze, offload_optimizer, lora_targets=lora_targets,
+                       lora_alpha=lora_alpha, lora_dropout=lora_dropout, base_dtype=base_dtype,
+                       qlora_quant=qlora_quant, bnb_version=bnb_version)
     check_batch_size(batch_size)
     check_target(target)
+    split = make_split(nproc, strategy)
+    if split.strategy == "pipeline":
+        raise GpuwiseError("--strategy pipeline: estimate does not split the layers into stages; `gpuwise fit -n N` "
+                           "ranks pipeline options")
+    if split.nproc > 1 and target != "cuda":
+        raise GpuwiseError(f"--strategy {split.strategy} -n {split.nproc}: per-rank memory is for target cuda")
     spec = resolve_gpu(gpu)
     if spec is not None and target != "cuda":
         raise GpuwiseError("a GPU was named but the target is 'cpu': use target='cuda' (--target cuda) with --gpu")
     if not 0 <= margin_pct < 100:
         raise GpuwiseError(f"margin must be a percentage in [0, 100), got {margin_pct!r}")
     config = StepConfig(optimizer=optimizer, precision=precision, checkpointing=checkpointing,
-                        optimizer_impl=optimizer_impl)
+                        optimizer_impl=optimizer_impl, zero_grad=zero_grad)
     base = load_workload(workload)
     wl = apply_modes(base, modes, config.precision)
 
-    def traced(b: int) -> MemoryTrace:
-        t = _trace(wl, b, config, target, repeat=wl is base, progress=on_progress)
-        return offload_optimizer_state(t) if modes.offload_optimizer else t
+    from .tracing.sdpa import AttentionTarget, attention_summary, attention_target, using_target
 
-    trace = traced(batch_size)
-    notes = list(trace.notes)
+    with attention_target(attn=attn):  # validates attn
+        pass
+    capability = _capability(spec)
+    attention = AttentionTarget(capability or (9, 0), spec.name if spec is not None else "", attn)
+    cfg = getattr(base, "hf_config", None)
+    layers = num_layers_of(cfg) if cfg is not None else None
+
+    def one_gpu(b: int) -> MemoryTrace:
+        with using_target(attention):
+            return trace_workload(base, b, config, target, repeat=True, progress=on_progress, modes=modes)
+
+    def per_rank(t: MemoryTrace) -> MemoryTrace:
+        return rank_trace(t, split, block_param_bytes(t, layers)) if split.nproc > 1 else t
+
+    def traced(b: int) -> MemoryTrace:
+        return per_rank(one_gpu(b))
+
+    whole = one_gpu(batch_size)  # the job on one GPU: the speed model's communicated bytes are its
+    trace = per_rank(whole)
+    notes = list(trace.notes) + sized_without_notes(config.optimizer, modes.adapters)
     arch = spec.arch if spec is not None else DEFAULT_ARCH
     opt_name = config.optimizer or ("workload optimizer()" if wl.optimizer_fn is not None else "adamw")
 
@@ -227,7 +249,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     else:
         if on_progress is not None:
             on_progress("replaying the caching allocator")
-        cuda = _cuda_memory(trace, arch)
+        cuda = cuda_memory(trace, arch, module_loading)
         peak = live_peak(cuda.trace, round_to=512)  # breakdown in allocator-rounded sizes, workspaces included
         if spec is None:
             notes.append(f"no GPU named: context and workspaces of a {arch} GPU assumed")
@@ -241,6 +263,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     est.trace = trace
 
     est.grad_accum, est.effective_batch_size, est.modes = modes.grad_accum, batch_size * modes.grad_accum, modes.describe()
+    est.nproc, est.strategy = split.nproc, split.strategy
     if modes.grad_accum > 1:  # the trace ran min(N, 2) micro-steps: scale to N
         flops = est.flops_per_step = flops * modes.grad_accum // modes.traced_micro_steps
     if spec is not None:
@@ -248,6 +271,8 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
         if spec.bandwidth_bytes_per_s > 0:
             est.roofline = roofline(flops, traffic_bytes(est.by_category), batch_size * modes.grad_accum, spec,
                                     config.precision)
+            est.speed = _speed(whole, est, spec, wl, modes, config.precision, split.nproc, split.strategy,
+                               str(layer_checkpointing) if layer_checkpointing else None)
         else:
             notes.append(f"{spec.name}: memory only (no FLOP/s or bandwidth given): no roofline")
         if search_max_batch:
@@ -259,14 +284,15 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
                 if on_progress is not None:
                     on_progress(f"largest batch: batch {b}")
                 traces[b] = traced(b)
-                return _curve_point(b, _cuda_memory(traces[b], arch))
+                return _curve_point(b, cuda_memory(traces[b], arch, module_loading))
 
             def replayed(b: int, a: int, c: int) -> CurvePoint | None:
                 if (a, c) not in pairs:
                     pairs[(a, c)] = pairing(traces[a], traces[c])
                 if pairs[(a, c)] is None:
                     return None
-                return _curve_point(b, _cuda_memory(interpolate(traces[a], a, traces[c], c, b, pairs[(a, c)]), arch))
+                return _curve_point(b, cuda_memory(interpolate(traces[a], a, traces[c], c, b, pairs[(a, c)]), arch,
+                                                   module_loading))
 
             est.capacity = find_capacity(point, batch_size, spec.memory_bytes, margin_pct, first=first,
                                          replayed=replayed)
@@ -275,9 +301,36 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
                 notes.append("largest-batch search stopped at its trace budget: max_batch_size is a lower bound")
         limit = spec.memory_bytes * (1 - margin_pct / 100)
         est.fits = est.device_used_bytes <= limit
+    if target == "cuda":
+        est.attention = attention_summary(attention)
     est.notes = notes
     est.seconds = round(time.perf_counter() - started, 3)
     return est
+
+
+def _speed(trace: MemoryTrace, est: Estimate, spec: GpuSpec, wl: Workload, modes, precision: str, nproc: int,
+           strategy: str, selective: str | None = None) -> Speed | None:
+    """The step-time model over the traced ops (plan/speed/); None when the trace recorded none."""
+    costs = trace.op_costs
+    if costs is None:
+        est.notes.append("no per-op record (the trace fell back): no speed prediction")
+        return None
+    if modes.grad_accum > modes.traced_micro_steps:
+        costs = costs.scaled(modes.grad_accum / modes.traced_micro_steps)
+    steady = trace.events[trace.steady_start:]
+    grad_bytes = sum(e.nbytes for e in steady if e.action == "alloc" and e.category == "gradients")
+    params = (est.by_category if nproc == 1 else live_peak(trace, round_to=512).by_category).get("parameters", 0)
+    gathered = params // 2 if precision in ("bf16", "fp16") else params  # FSDP2 gathers in param_dtype
+    cfg = getattr(wl, "hf_config", None)
+    blocks = int(getattr(cfg, "num_hidden_layers", 0) or getattr(cfg, "n_layer", 0) or 1)
+    seq_len = getattr(wl, "seq_len", None)
+    if selective:
+        est.notes.append(f"layer checkpointing every {selective} blocks: recomputation in the predicted speed only; "
+                         "memory modelled without it (an upper bound)")
+    return predict(costs, spec, precision, samples_per_rank=est.batch_size * modes.grad_accum,
+                   flops_per_step=est.flops_per_step, tokens_per_sample=seq_len, nproc=nproc, strategy=strategy,
+                   grad_bytes=grad_bytes, param_bytes=gathered, blocks=blocks,
+                   roofline_step_s=est.roofline.time_s if est.roofline else None, selective=selective)
 
 
 # -- GPU truth records (docs/contracts.md contract; read by gpuwise/truth.py): the estimate recomputed on the CPU

@@ -7,30 +7,34 @@ reports, per rank: device memory as nvidia-smi would show it, a samples/s bound,
 what changes in the training's numerics, and the code to write. The JSON form is docs/contracts.md's
 `gpuwise fit --json` contract. Options that fit come first, fastest first.
 
-Speed = effective batch x data-parallel ranks / step time, where the step time is the roofline bound of
-the traced FLOPs and bytes (plan/flops.py; the recomputation of checkpointing is in the traced FLOPs)
-plus, not overlapped with it beyond the compute time, the communication of the split
-(plan/sharding.py `comm_bytes_per_step` over the GPU's link) and, for offload, PCIe traffic and a
-host-memory-bound CPU optimizer step. Like the roofline, it is an upper bound for ranking, not a
-measurement.
+Speed = effective batch x data-parallel ranks / step time, where the step time is the speed model's
+prediction over the traced ops (plan/speed/: GEMMs, attention kernels, memory-bound bytes, launches,
+NCCL collectives overlapped as DDP / FSDP schedule them; the recomputation of checkpointing is in the
+traced ops), never under the roofline bound (plan/flops.py); for offload, PCIe traffic and a
+host-memory-bound CPU optimizer step are added. With a number of tokens or samples to train on,
+`attach_costs` gives each GPU's time and cost (plan/speed/cost.py: renting and owning).
 """
 
 from __future__ import annotations
 
+import shlex
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import GpuwiseError
+from ..optional_libs import install_hint, missing, sized_without_notes
 from ..step import StepConfig
 from .catalog import CATALOG, GpuSpec, lookup
 from .curve import DEFAULT_MARGIN_PCT
 from .estimate import resolve_gpu
 from .flops import roofline, traffic_bytes
 from .inputs import resolve_inputs
-from .modes import TrainingModes
+from .memory.sharding import DEFAULT_NODE_SIZE, Split, comm_bytes_per_step
 from .scaled import Evaluator, Point
-from .sharding import DEFAULT_NODE_SIZE, Split, comm_bytes_per_step
+from .speed.cost import TrainingCost, training_cost
+from .speed.model import predict
+from .tracing.modes import TrainingModes
 
 GB = 1e9
 # Per-direction GPU-to-GPU bandwidth. NVLink: H100/H200 SXM NVLink4 900 GB/s total (450 each way), A100
@@ -107,11 +111,19 @@ class FitOption:
     micro_batch_size: int = 1
     grad_accum: int = 1
     step_time_s: float = 0.0
+    estimate_cmd: str | None = None  # `gpuwise estimate ...` of this option: one rank's step as estimate sees it
+    needs: list[str] = field(default_factory=list)  # packages to install to run it (base install)
+    sized: bool = True                                # False: not traced, a needed package is missing
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "changes": self.changes, "fits": self.fits,
-                "device_used_bytes": self.device_used_bytes, "samples_per_s": round(self.samples_per_s, 3),
-                "effective_batch_size": self.effective_batch_size, "notes": self.notes}
+        d = {"name": self.name, "changes": self.changes, "fits": self.fits,
+             "device_used_bytes": self.device_used_bytes, "samples_per_s": round(self.samples_per_s, 3),
+             "effective_batch_size": self.effective_batch_size, "notes": self.notes,
+             "estimate_cmd": self.estimate_cmd}
+        if self.needs:  # only on an install without peft / bitsandbytes
+            d["needs"] = install_hint(self.needs)
+            d["sized"] = self.sized
+        return d
 
 
 @dataclass
@@ -124,11 +136,16 @@ class FitResult:
     options: list[FitOption]
     seconds: float = 0.0
     traces: int = 0
+    tokens_per_sample: int | None = None
+    cost: TrainingCost | None = None   # time and money of the fastest fitting option (attach_costs)
 
     def to_dict(self) -> dict[str, Any]:
-        """docs/contracts.md `gpuwise fit --json` contract."""
-        return {"workload": self.workload, "gpu": self.gpu, "nproc": self.nproc,
-                "options": [o.to_dict() for o in self.options]}
+        """docs/contracts.md `gpuwise fit --json` contract (+ `cost` when a training length was given)."""
+        d = {"workload": self.workload, "gpu": self.gpu, "nproc": self.nproc,
+             "options": [o.to_dict() for o in self.options]}
+        if self.cost is not None:
+            d["cost"] = self.cost.to_dict()
+        return d
 
     @property
     def fitting(self) -> list[FitOption]:
@@ -202,6 +219,7 @@ def _changes(v: Variant, micro: int, accum: int, nproc: int) -> dict[str, Any]:
 
 def _notes(v: Variant, micro: int, accum: int, point: Point) -> list[str]:
     notes = [NOTES[k] for k in v.keys if k in NOTES and k != "accum"]
+    notes += sized_without_notes(v.config.optimizer, v.modes.adapters)
     if v.split.strategy in ("zero1", "zero2", "fsdp", "fsdp-grad-op", "hsdp"):
         notes.append(NOTES["sharded"])
     if accum > 1:
@@ -210,13 +228,25 @@ def _notes(v: Variant, micro: int, accum: int, point: Point) -> list[str]:
     return list(dict.fromkeys(notes))
 
 
-def _step_time_s(point: Point, v: Variant, spec: GpuSpec, samples: int, nproc: int) -> float:
+def _step_time_s(point: Point, v: Variant, spec: GpuSpec, samples: int, nproc: int, blocks: int = 1) -> float:
+    """One rank's step: the speed model over the traced ops (plan/speed/model.py) where the trace recorded
+    them, else the roofline bound plus the split's communication; pipeline bubble and offload added."""
     rl = roofline(point.flops_per_step, traffic_bytes(point.by_category), samples, spec, v.config.precision)
-    t = rl.time_s
-    link = LINK_BYTES_PER_S.get(spec.id, 0.8 * 32 * GB)
-    params_16 = point.trainable_bytes // 2 if v.config.precision != "bf16-pure" else point.trainable_bytes
-    comm = comm_bytes_per_step(v.split, params_16, point.by_category.get("activations", 0)) / link
-    t = max(t, comm)  # overlapped with backward at best
+    if point.op_costs is not None and spec.bandwidth_bytes_per_s > 0:
+        shards = v.split.shards if v.split.strategy in ("fsdp", "hsdp") else 1
+        params = point.by_category.get("parameters", 0) * shards
+        gathered = params // 2 if v.config.precision in ("bf16", "fp16") else params
+        strategy = v.split.strategy if v.split.nproc > 1 else "single"
+        t = predict(point.op_costs, spec, v.config.precision, samples_per_rank=samples,
+                    flops_per_step=point.flops_per_step, nproc=v.split.nproc, strategy=strategy,
+                    grad_bytes=point.trainable_bytes, param_bytes=gathered, blocks=blocks,
+                    roofline_step_s=rl.time_s).step_time_s
+    else:
+        t = rl.time_s
+        link = LINK_BYTES_PER_S.get(spec.id, 0.8 * 32 * GB)
+        params_16 = point.trainable_bytes // 2 if v.config.precision != "bf16-pure" else point.trainable_bytes
+        comm = comm_bytes_per_step(v.split, params_16, point.by_category.get("activations", 0)) / link
+        t = max(t, comm)  # overlapped with backward at best
     if v.split.strategy == "pipeline" and v.split.nproc > 1:  # GPipe/1F1B bubble with m micro-batches
         m = max(samples // max(point_micro(point, samples), 1), 1)
         t *= (m + v.split.nproc - 1) / m
@@ -230,15 +260,51 @@ def point_micro(point: Point, samples: int) -> int:
     return getattr(point, "micro_batch", samples)
 
 
+def estimate_args(source: str, gpu: str, v: Variant, micro: int, accum: int, margin_pct: float) -> list[str] | None:
+    """The `gpuwise estimate` arguments of one option (None for pipeline: estimate does not split layers)."""
+    if v.split.strategy == "pipeline":
+        return None
+    args = ["gpuwise", "estimate", source, "-b", str(micro), "--precision", v.config.precision]
+    if v.config.optimizer:
+        args += ["--optimizer", v.config.optimizer]
+    if v.config.checkpointing:
+        args.append("--checkpointing")
+    if v.modes.qlora:
+        args.append("--qlora")
+    elif v.modes.lora_rank:
+        args += ["--lora", str(v.modes.lora_rank)]
+    if v.modes.offload_optimizer:
+        args.append("--offload-optimizer")
+    if accum > 1:
+        args += ["--grad-accum", str(accum)]
+    if v.split.nproc > 1:
+        args += ["-n", str(v.split.nproc), "--strategy", v.split.strategy]
+    args += ["--gpu", gpu]
+    if margin_pct != DEFAULT_MARGIN_PCT:
+        args += ["--margin", f"{margin_pct:g}"]
+    return args + ["--no-max-batch"]
+
+
+def _source_args(workload: Any, wl: Any) -> list[str] | None:
+    """The workload as estimate's command line names it: a model config with its sequence length and
+    head; a workload file or examples:NAME as given; None for a model object."""
+    if getattr(wl, "hf_config", None) is not None:
+        return [str(wl.source), "--seq-len", str(wl.seq_len), "--task", str(wl.task)]
+    return [workload] if isinstance(workload, str) else None
+
+
 def _divisors(n: int) -> list[int]:
     return sorted({d for d in range(1, n + 1) if n % d == 0}, reverse=True)
 
 
 def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, *, precision: str = "fp32",
         optimizer: str | None = None, checkpointing: bool = False, seq_len: int | None = None,
-        task: str | None = None, margin_pct: float = DEFAULT_MARGIN_PCT, evaluator: Evaluator | None = None) -> FitResult:
+        task: str | None = None, margin_pct: float = DEFAULT_MARGIN_PCT, evaluator: Evaluator | None = None,
+        source: str | None = None) -> FitResult:
     """Rank the ways to run `workload` at `batch_size` samples per optimizer step (per rank) on `nproc`
-    x `gpu`: options that fit first, fastest first."""
+    x `gpu`: options that fit first, fastest first. Each option carries `estimate_cmd`, the `gpuwise
+    estimate` command of its step (`source`: the workload as the command line names it, when `workload`
+    is already loaded)."""
     started = time.perf_counter()
     if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
         raise GpuwiseError(f"-n must be a positive integer, got {nproc!r}")
@@ -250,13 +316,51 @@ def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, 
     ev.arch = spec.arch
     limit = spec.memory_bytes * (1 - margin_pct / 100)
     adapters = getattr(ev.wl, "hf_config", None) is not None
+    named = _source_args(source if source is not None else workload, ev.wl)
+    gpu_arg = gpu if isinstance(gpu, str) else spec.id
     options = []
     for v in variants(spec, nproc, precision, optimizer, checkpointing, adapters):
-        options.append(_best_micro_batch(ev, v, spec, batch_size, limit))
-    options.sort(key=lambda o: (not o.fits, -o.samples_per_s if o.fits else o.device_used_bytes))
+        lacking = missing(_untraceable_without(v))
+        if lacking:  # listed, not sized: the trace needs the library itself
+            options.append(_unsized(v, batch_size, lacking))
+            continue
+        needs = missing(_needed(v))
+        try:
+            option = _best_micro_batch(ev, v, spec, batch_size, limit)
+        except GpuwiseError:
+            if not needs:
+                raise
+            options.append(_unsized(v, batch_size, needs))  # a stand-in does not cover this model
+            continue
+        option.needs = needs
+        args = estimate_args("SOURCE", gpu_arg, v, option.micro_batch_size, option.grad_accum, margin_pct)
+        if args is not None and named is not None:
+            i = args.index("SOURCE")
+            option.estimate_cmd = shlex.join(args[:i] + named + args[i + 1:])
+        options.append(option)
+    options.sort(key=lambda o: (not o.fits, not o.sized, -o.samples_per_s if o.fits else o.device_used_bytes))
     name = ev.wl.spec if hasattr(ev.wl, "spec") else str(workload)
     return FitResult(name, spec.name, nproc, spec.memory_bytes, batch_size, options,
-                     round(time.perf_counter() - started, 3), ev.traces_run)
+                     round(time.perf_counter() - started, 3), ev.traces_run, getattr(ev.wl, "seq_len", None))
+
+
+def _needed(v: Variant) -> list[str]:
+    """The optional packages running `v` takes."""
+    out = ["bitsandbytes"] if v.config.optimizer == "adamw8bit" or v.modes.qlora else []
+    return out + (["peft"] if v.modes.adapters else [])
+
+
+def _untraceable_without(v: Variant) -> list[str]:
+    """The packages a trace of `v` cannot stand in for: QLoRA's (peft over bitsandbytes' 4-bit layers).
+    8-bit AdamW's state and LoRA's adapters on nn.Linear are sized without them (optional_libs.py)."""
+    return ["peft", "bitsandbytes"] if v.modes.qlora else []
+
+
+def _unsized(v: Variant, batch: int, lacking: list[str]) -> FitOption:
+    needs = missing(_needed(v))
+    note = f"not sized: tracing it needs {' and '.join(lacking)} ({install_hint(needs)})"
+    return FitOption(v.name, _changes(v, batch, 1, v.split.nproc), False, 0, 0.0, batch * v.split.data_parallel,
+                     [note] + [NOTES[k] for k in v.keys if k in NOTES], batch, 1, needs=needs, sized=False)
 
 
 def _option(ev: Evaluator, v: Variant, spec: GpuSpec, micro: int, accum: int, limit: float) -> FitOption:
@@ -266,7 +370,7 @@ def _option(ev: Evaluator, v: Variant, spec: GpuSpec, micro: int, accum: int, li
     point = ev.evaluate(micro, v.config, modes, v.split)
     point.micro_batch = micro  # type: ignore[attr-defined]
     samples = micro * accum
-    t = _step_time_s(point, v, spec, samples, v.split.nproc)
+    t = _step_time_s(point, v, spec, samples, v.split.nproc, ev.layers or 1)
     sps = samples * v.split.data_parallel / t if t > 0 else 0.0
     name = v.name if accum == 1 else f"{v.name} + accumulation {accum}x{micro}"
     return FitOption(name, _changes(v, micro, accum, v.split.nproc), point.device_used_bytes <= limit,
@@ -292,8 +396,27 @@ def _best_micro_batch(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limi
     return one
 
 
+def attach_costs(results: list[FitResult], tokens: float | None = None, samples: float | None = None,
+                 rent: dict[str, float] | None = None, buy: dict[str, float] | None = None) -> None:
+    """Each result's time and cost to train on `tokens` (sequence models) or `samples`, at its fastest
+    fitting option's predicted speed (plan/speed/cost.py prices unless `rent` / `buy` give them)."""
+    if (tokens is None) == (samples is None):
+        raise GpuwiseError("give the training length as tokens or as samples (one of them)")
+    for r in results:
+        if not r.fitting:
+            continue
+        if tokens is not None and not r.tokens_per_sample:
+            raise GpuwiseError("--tokens needs a sequence model (a model config with --seq-len); use --samples")
+        total = samples if samples is not None else tokens / r.tokens_per_sample
+        spec = lookup(r.gpu) if r.gpu not in {s.name for s in CATALOG.values()} else \
+            next(s for s in CATALOG.values() if s.name == r.gpu)
+        best = r.fitting[0]
+        r.cost = training_cost(spec.id, best.changes.get("nproc") or r.nproc, best.samples_per_s, total, rent, buy)
+
+
 def fit_all_gpus(workload: Any, nproc: int = 1, batch_size: int = 8, **kw) -> list[FitResult]:
     """`--gpu all`: every catalog GPU (x nproc); the traces are shared, only the replay differs."""
     wl, batch_size = resolve_inputs(workload, batch_size, seq_len=kw.pop("seq_len", None), task=kw.pop("task", None))
     ev = Evaluator(wl, "hopper")
-    return [fit(wl, spec, nproc, batch_size, evaluator=ev, **kw) for spec in CATALOG.values()]
+    source = workload if isinstance(workload, str) else None
+    return [fit(wl, spec, nproc, batch_size, evaluator=ev, source=source, **kw) for spec in CATALOG.values()]

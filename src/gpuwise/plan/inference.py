@@ -1,6 +1,6 @@
 """Inference memory: forward-only, and generation with a KV cache at a given batch and context.
 
-The same tracer as training (plan/trace.py: fake tensors, every storage followed from allocation to
+The same tracer as training (plan/tracing/trace.py: fake tensors, every storage followed from allocation to
 its last reference), over what `model.generate` does for a causal LM, written out so that nothing in
 it reads data: under `torch.no_grad()`, a prefill of `context_len` tokens with `use_cache=True` (and
 `logits_to_keep=1`, as generate asks), then
@@ -24,14 +24,14 @@ from ..errors import GpuwiseError
 from ..hf import hf_workload, is_config_source
 from ..profiling import cpu_memory_profile
 from ..workload import load_workload
-from .allocator import replay
-from .cpu_truth import _peak_from_profile
 from .estimate import resolve_gpu
-from .events import MemoryTrace, live_peak
-from .modes import fake_params_set_in_place
-from .overheads import DEFAULT_ARCH, add_workspaces
-from .scope import ModuleScope
-from .setup import build_model_for_trace
+from .memory.allocator import replay
+from .memory.events import MemoryTrace, live_peak
+from .memory.overheads import DEFAULT_ARCH, add_workspaces
+from .tracing.cpu_truth import peak_from_profile
+from .tracing.modes import fake_params_set_in_place
+from .tracing.scope import ModuleScope
+from .tracing.setup import build_model_for_trace
 
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 STEADY_MARK = "gpuwise::inference"
@@ -142,7 +142,7 @@ def estimate_inference(workload, batch_size: int = 1, context_len: int | None = 
     """Peak memory of a no-grad forward, or for a causal LM of prefill + decoding with a KV cache."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from .trace import _label, _settle, _TraceMode
+    from .tracing.trace import TraceMode, label, settle
 
     if dtype not in DTYPES:
         raise GpuwiseError(f"unknown dtype {dtype!r}; choose from: {', '.join(DTYPES)}")
@@ -155,18 +155,18 @@ def estimate_inference(workload, batch_size: int = 1, context_len: int | None = 
     wl = load_workload(workload)
     spec = resolve_gpu(gpu)
     tracker = ModuleScope()
-    mode = _TraceMode(target if target in ("cpu", "cuda") else "cuda", tracker, count_flops=False)
+    mode = TraceMode(target if target in ("cpu", "cuda") else "cuda", tracker, count_flops=False)
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
-    from .sdpa import sdpa_as_gpu_runs_it
+    from .tracing.sdpa import sdpa_as_gpu_runs_it
 
     with fake_mode, tracker, mode, (sdpa_as_gpu_runs_it() if target == "cuda" else contextlib.nullcontext()):
         with mode.paused():  # weights arrive in `dtype` (from_pretrained(torch_dtype=...)), not traced
             model = _cast(build_model_for_trace(wl, fake_mode, mode), dtype)
             model.eval()
             batch = wl.build_batch(batch_size)
-        _label(mode, list(model.parameters()), "parameters", create=True)
-        _label(mode, list(model.buffers()), "buffers", create=True)
-        _label(mode, batch, "inputs", create=True)
+        label(mode, list(model.parameters()), "parameters", create=True)
+        label(mode, list(model.buffers()), "buffers", create=True)
+        label(mode, batch, "inputs", create=True)
 
         def mark(phase):
             mode.phase = "forward"
@@ -175,8 +175,8 @@ def estimate_inference(workload, batch_size: int = 1, context_len: int | None = 
         marks: list[tuple[int, str]] = []
         cache, kv_bytes = run_generation(model, batch, new_tokens, mark)
         if cache is not None:
-            _label(mode, cache_tensors(cache), "activations")
-        events = _settle(mode)
+            label(mode, cache_tensors(cache), "activations")
+        events = settle(mode)
         del cache, model, batch
     start = marks[0][0] if marks else 0  # what is alive before generation (weights, inputs) is setup
     trace = MemoryTrace(events, start, target, "fake-trace", notes=[])
@@ -196,7 +196,7 @@ def estimate_inference(workload, batch_size: int = 1, context_len: int | None = 
 
 def measure_inference_cpu(workload, batch_size: int = 1, new_tokens: int = 1, dtype: str = "fp32") -> int:
     """The truth on the CPU: the same generation on real tensors under the profiler; its peak of live
-    CPU-allocator bytes from before the model is built (plan/cpu_truth.py's method)."""
+    CPU-allocator bytes from before the model is built (plan/tracing/cpu_truth.py's method)."""
     import torch
     from torch.profiler import record_function
 
@@ -209,4 +209,4 @@ def measure_inference_cpu(workload, batch_size: int = 1, new_tokens: int = 1, dt
         with record_function("gpuwise::steady_step"), contextlib.nullcontext():
             cache, _ = run_generation(model, batch, new_tokens)
         del cache, model, batch
-    return _peak_from_profile(prof).peak_bytes
+    return peak_from_profile(prof).peak_bytes

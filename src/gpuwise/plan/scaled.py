@@ -8,21 +8,23 @@ so `fit` can evaluate dozens of variants of a 7B or 70B model in seconds. Checke
 traces in tests/test_plan_fit.py. A workload that is not a model config is traced whole.
 
 `Evaluator` caches traces by (layers, micro-batch, step config, modes): sharding and offload are
-transforms of a trace (plan/sharding.py, plan/modes.py) and cost no new trace.
+transforms of a trace (plan/memory/sharding.py, plan/tracing/modes.py) and cost no new trace.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
-from ..hf import hf_workload, num_layers_of
+from ..hf import num_layers_of
 from ..step import StepConfig
 from ..workload import load_workload
-from .estimate import _cuda_memory, _trace
-from .events import CATEGORIES, MemoryTrace, live_peak
-from .modes import TrainingModes, apply_modes, offload_optimizer_state
-from .sharding import Split, shard_trace
+from .memory.cuda import cuda_memory
+from .memory.events import CATEGORIES, MemoryTrace, live_peak
+from .memory.sharding import Split, block_param_bytes, rank_trace, trainable_bytes
+from .tracer import trace_workload
+from .tracing.modes import TrainingModes, offload_optimizer_state
 
 
 @dataclass
@@ -39,6 +41,7 @@ class Point:
     phases: dict[str, tuple[int, dict[str, int]]] = field(default_factory=dict)  # phase -> (peak, categories)
     activations_bytes: int = 0      # most saved activations live at once
     batch_norm: bool = False        # the step runs batch norm (accumulation changes its statistics)
+    op_costs: Any = None            # plan/speed/ops.py OpCosts of the step (the speed model's input)
 
     def extrapolate(self, two: Point, layers: int) -> Point:
         """The step at `layers` from this 1-layer point and a 2-layer one. Each phase's peak is linear
@@ -57,9 +60,11 @@ class Point:
             if total > best[0]:
                 best = (total, {c: lin(c1.get(c, 0), c2.get(c, 0)) for c in CATEGORIES})
         above = lin(self.device_used_bytes - self.peak_allocated_bytes, two.device_used_bytes - two.peak_allocated_bytes)
+        costs = (self.op_costs.combine(two.op_costs, w)
+                 if self.op_costs is not None and two.op_costs is not None else None)
         return Point(best[0] + above, best[0], best[1], lin(self.flops_per_step, two.flops_per_step),
                      lin(self.trainable_bytes, two.trainable_bytes), two.block_param_bytes, list(two.notes),
-                     {}, lin(self.activations_bytes, two.activations_bytes), self.batch_norm or two.batch_norm)
+                     {}, lin(self.activations_bytes, two.activations_bytes), self.batch_norm or two.batch_norm, costs)
 
 
 def phase_peaks(trace: MemoryTrace, round_to: int = 512) -> tuple[dict[str, tuple[int, dict[str, int]]], int]:
@@ -101,43 +106,37 @@ class Evaluator:
         self.traces_run = 0
 
     # -- traces -----------------------------------------------------------------------------------
-    def _workload_at(self, layers: int | None):
-        if layers is None:
-            return self.wl
-        return hf_workload(self.wl.source, self.wl.seq_len, self.wl.task, num_layers=layers)
-
     def trace(self, layers: int | None, micro_batch: int, config: StepConfig, modes: TrainingModes) -> MemoryTrace:
         from dataclasses import replace
 
         traced_modes = replace(modes, offload_optimizer=False)  # offload is a transform of the trace
         key = (layers, micro_batch, config.optimizer, config.precision, config.checkpointing, traced_modes)
         if key not in self._traces:
-            wl = apply_modes(self._workload_at(layers), traced_modes, config.precision)
-            self._traces[key] = _trace(wl, micro_batch, config, "cuda")
+            self._traces[key] = trace_workload(self.wl, micro_batch, config, "cuda", modes=traced_modes, layers=layers)
             self.traces_run += 1
         return self._traces[key]
 
     # -- numbers ----------------------------------------------------------------------------------
     def _point(self, trace: MemoryTrace, modes: TrainingModes, split: Split, block_param_bytes: int) -> Point:
+        costs = trace.op_costs
         if modes.offload_optimizer:
             trace = offload_optimizer_state(trace)
-        steady = trace.events[trace.steady_start:]
-        trainable = sum(e.nbytes for e in steady if e.action == "alloc" and e.category == "gradients")
-        ranked = shard_trace(trace, split, block_param_bytes, trainable)
-        cuda = _cuda_memory(ranked, self.arch)
+        trainable = trainable_bytes(trace)
+        ranked = rank_trace(trace, split, block_param_bytes)
+        cuda = cuda_memory(ranked, self.arch)
         peak = live_peak(ranked)
         phases, acts = phase_peaks(ranked)
         top = max((b for b, _ in phases.values()), default=0)
         # the replay's allocated peak can differ from the rounded live peak by the workspaces: keep both consistent
         return Point(cuda.device_used_bytes, max(top, 0), dict(peak.by_category), int(trace.flops_per_step), trainable,
                      block_param_bytes, list(ranked.notes), phases, acts,
-                     any("batch_norm" in e.op for e in trace.events[trace.steady_start:]))
+                     any("batch_norm" in e.op for e in trace.events[trace.steady_start:]), costs)
 
     def evaluate(self, micro_batch: int, config: StepConfig, modes: TrainingModes, split: Split) -> Point:
         """One rank's numbers at `micro_batch` (FLOPs per optimizer step include the accumulation)."""
         if self.layers is None:
             point = self._point(self.trace(None, micro_batch, config, modes), modes, split,
-                                _block_bytes_guess(self.trace(None, micro_batch, config, modes)))
+                                block_param_bytes(self.trace(None, micro_batch, config, modes)))
         else:
             layers = self.layers
             if split.strategy == "pipeline":
@@ -155,14 +154,10 @@ class Evaluator:
                                    "activations (1F1B); embeddings and head counted in the stage")
         if modes.grad_accum > 1:
             point.flops_per_step = point.flops_per_step * modes.grad_accum // modes.traced_micro_steps
+            if point.op_costs is not None:
+                point.op_costs = point.op_costs.scaled(modes.grad_accum / modes.traced_micro_steps)
         return point
 
 
 def _param_bytes(trace: MemoryTrace) -> int:
     return live_peak(trace).by_category.get("parameters", 0)
-
-
-def _block_bytes_guess(trace: MemoryTrace) -> int:
-    """The FSDP unit of a model that is not a config: the largest module's parameters at the peak."""
-    peak = live_peak(trace)
-    return max(peak.by_category.get("parameters", 0) // 8, 0)

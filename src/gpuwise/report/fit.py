@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from ..plan.speed.cost import ELECTRICITY_USD_PER_KWH, LIFE_YEARS, PRICES_DATE
 from ..units import GIB, fmt_bytes
 from . import console
 
@@ -40,8 +41,14 @@ def render_fit(result, top_code: int = 3) -> None:
                           "`--gpu all`")
     for o in fitting[:top_code]:
         console.out.print(f"[bold]{o.name}[/bold]: " + " | ".join(o.changes.get("code", [])) or "(no change)")
-    console.out.print(f"[dim]{result.traces} traces, {result.seconds:.1f} s; samples/s are roofline bounds "
-                      "(+ recompute, communication, offload), not measurements[/dim]")
+    if result.cost is not None:
+        c = result.cost
+        console.out.print(f"time to train: {_hours(c.seconds)} on {c.nproc} x {result.gpu} ({c.gpu_hours:,.1f} GPU-hours); "
+                          f"rent ${c.rent_usd:,.0f}" if c.rent_usd is not None else "rent: no price (--price GPU=USD)")
+        if c.own_usd is not None:
+            console.out.print(f"own: ${c.own_usd:,.0f} (purchase over its life + power)")
+    console.out.print(f"[dim]{result.traces} traces, {result.seconds:.1f} s; samples/s are the speed model's "
+                      "predictions (plan/speed/), never above the roofline bound[/dim]")
 
 
 def gpus_table(results) -> Table:
@@ -53,12 +60,30 @@ def gpus_table(results) -> Table:
     t.add_column("best option")
     t.add_column("memory/GPU", justify="right")
     t.add_column("samples/s", justify="right")
+    costs = any(r.cost is not None for r in results)
+    if costs:
+        t.add_column("time", justify="right")
+        t.add_column("rent $", justify="right")
+        t.add_column("own $", justify="right")
     for r in sorted(results, key=lambda r: -(r.fitting[0].samples_per_s if r.fitting else -1)):
         best = r.fitting[0] if r.fitting else None
-        t.add_row(r.gpu, fmt_bytes(r.gpu_memory_bytes), f"{len(r.fitting)}/{len(r.options)}",
-                  best.name if best else "[red]none[/red]", fmt_bytes(best.device_used_bytes) if best else "",
-                  f"{best.samples_per_s:,.1f}" if best else "")
+        row = [r.gpu, fmt_bytes(r.gpu_memory_bytes), f"{len(r.fitting)}/{len(r.options)}",
+               best.name if best else "[red]none[/red]", fmt_bytes(best.device_used_bytes) if best else "",
+               f"{best.samples_per_s:,.1f}" if best else ""]
+        if costs:
+            c = r.cost
+            row += [_hours(c.seconds) if c else "", f"{c.rent_usd:,.0f}" if c and c.rent_usd is not None else "-",
+                    f"{c.own_usd:,.0f}" if c and c.own_usd is not None else "-"]
+        t.add_row(*row)
+    if costs:
+        t.caption = (f"time at the predicted speed; rent: on-demand $/GPU-hour (defaults dated {PRICES_DATE}, "
+                     f"--price GPU=USD); own: purchase over {LIFE_YEARS:g} years + board power at "
+                     f"${ELECTRICITY_USD_PER_KWH}/kWh (--buy GPU=USD); '-': no price known")
     return t
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:,.1f} h" if seconds >= 3600 else f"{seconds / 60:,.1f} min"
 
 
 def plot_fit(result, path: str) -> str:

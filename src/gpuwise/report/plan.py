@@ -55,6 +55,15 @@ def summary_table(est) -> Table:
                       f"{r.bound}-bound: {fmt_count(r.peak_flops, 'FLOP/s')} peak, "
                       f"{fmt_bytes(r.bytes_per_step)} moved at {fmt_count(r.bandwidth_bytes_per_s, 'B/s')}")
             t.add_row("samples/s bound", f"{r.samples_per_s:,.0f}", "upper bound at 100% of datasheet peak")
+        if est.speed is not None:
+            sp = est.speed
+            parts = ", ".join(f"{k.replace('_', ' ')} {fmt_duration(v)}" for k, v in sp.breakdown.items() if v > 0)
+            t.add_row("predicted step time", fmt_duration(sp.step_time_s),
+                      f"{sp.bound_by.replace('_', ' ')}-bound; MFU {100 * sp.mfu:.0f}%; {parts}"
+                      + (f"; {sp.strategy} x{sp.nproc}" if sp.nproc > 1 else ""))
+            rate = (f"{sp.tokens_per_s_per_gpu:,.0f} tokens/s/GPU" if sp.tokens_per_s_per_gpu
+                    else f"{sp.samples_per_s / max(sp.nproc, 1):,.1f} samples/s/GPU")
+            t.add_row("predicted samples/s", f"{sp.samples_per_s:,.1f}", rate)
     t.add_row("method", est.method, f"{est.seconds:.1f} s")
     return t
 

@@ -6,7 +6,7 @@ import os
 
 from rich.table import Table
 
-from ..plan.ddp import DdpMemoryPlan
+from ..plan.memory.ddp import DdpMemoryPlan
 from ..scaleout.scale import ScaleResult
 from ..units import fmt_bytes
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..plan.ddp import OPTIMIZER_STATE_COPIES, DdpMemoryPlan, model_state_sizes, plan_ddp
+from ..plan.memory.ddp import OPTIMIZER_STATE_COPIES, DdpMemoryPlan, model_state_sizes, plan_ddp
 from ..workload import Workload
 from .dataparallel import data_parallel_message
 

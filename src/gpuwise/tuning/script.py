@@ -8,8 +8,11 @@ those steps over their wall time. The warm-up skips the steps that the workers' 
 serves (1 + num_workers x prefetch_factor), which would flatter every trial with workers.
 
 Order, within the budget: the script as it is (baseline), then worker counts (1, 2, 4, ... while a
-doubling gains >= `GAIN`), then prefetch_factor and persistent_workers with the best count, then
-pin_memory where the script uses a GPU. Batch size and precision change what the script computes:
+doubling wins), then prefetch_factor and persistent_workers with the best count, then pin_memory where the
+script uses a GPU. Every trial's samples/s carries a 95% band (`tuning/noise_band.py`); a setting wins only
+when it beats the current best outside both bands and by >= 5%. The winner is then re-measured back to back
+with the script as written (winner, script, script, winner): it must beat the script outside the bands in
+both pairs, else the answer is the script as it is: "no change helps at this noise". Batch size and precision change what the script computes:
 they are measured and advised on (the best trial's monitor findings), never injected.
 Every finished trial is appended to `results` (JSON lines); a rerun reuses finished trials.
 """
@@ -28,12 +31,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..bootstrap import environment
+from ..bootstrap.noise import ENV_BUDGET as NOISE_BUDGET
 from ..errors import GpuwiseError
 from ..jsonl import append_line, read_lines
 from ..monitoring.hookfiles import read_hook_files
 from ..monitoring.summary import summarize
+from .noise_band import GAIN, Band, band, beats
 
-GAIN = 1.05          # a change must bring >= 5% more samples/s to count (run-to-run noise on a shared machine)
+CONFIRM_PAIRS = 2    # back-to-back re-measurements of the winner against the script as written
 KILL_GRACE_S = 3.0   # SIGTERM -> SIGKILL
 POLL_S = 0.25
 
@@ -43,6 +48,8 @@ class ScriptTrial:
     overrides: dict[str, Any]              # what the trial changed (empty: the script as it is)
     status: str = "ok"                     # ok | error | too_few_steps
     samples_per_s: float | None = None
+    samples_per_s_low: float | None = None   # 95% band of samples/s (noise_band.band: blocks of steady steps)
+    samples_per_s_high: float | None = None
     steps: int = 0                         # measured (steady) steps
     step_time_s: float | None = None       # median
     data_wait_fraction: float | None = None
@@ -54,9 +61,18 @@ class ScriptTrial:
     error: str | None = None
     resumed: bool = False
     advice: list[dict] = field(default_factory=list)  # the monitor's findings on this trial (batch, precision, ...)
+    repeat: int = 0                        # 0: the search's trial; 1, 2...: a back-to-back re-measurement
+    noise_scale: dict | None = None        # the trial's gradient_noise_scale (monitoring/noise_scale.py)
+    optimizer: str | None = None           # the optimizer class the hooks saw
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @property
+    def band(self) -> Band | None:
+        if self.samples_per_s is None or self.samples_per_s_low is None or self.samples_per_s_high is None:
+            return None
+        return Band(self.samples_per_s, self.samples_per_s_low, self.samples_per_s_high, 0)
 
 
 @dataclass
@@ -67,6 +83,7 @@ class ScriptTuneResult:
     trials: list[ScriptTrial]
     elapsed_s: float
     notes: list[str] = field(default_factory=list)
+    decision: dict[str, Any] = field(default_factory=dict)  # "changed", "reason", the re-measured pairs
 
     @property
     def speedup(self) -> float | None:
@@ -80,7 +97,8 @@ class ScriptTuneResult:
                 "baseline": {**self.baseline.loader, "samples_per_s": self.baseline.samples_per_s},
                 "speedup": self.speedup, "batch_size": self.baseline.batch_size, "device": self.baseline.device,
                 "framework": self.baseline.framework, "advice": self.best.advice,
-                "trials": [t.to_dict() for t in self.trials], "elapsed_s": self.elapsed_s, "notes": self.notes}
+                "trials": [t.to_dict() for t in self.trials], "elapsed_s": self.elapsed_s, "notes": self.notes,
+                "decision": self.decision}
 
 
 def _measured(steps: list, warmup: int) -> tuple[list, float]:
@@ -89,14 +107,19 @@ def _measured(steps: list, warmup: int) -> tuple[list, float]:
 
 
 def run_script_trial(cmd: list[str], overrides: dict[str, Any], measure_s: float = 3.0, min_steps: int = 5,
-                     timeout_s: float = 120.0, env: dict | None = None) -> ScriptTrial:
-    """Run `cmd` with DataLoader `overrides` until `min_steps` steady steps took `measure_s` (or it ends)."""
+                     timeout_s: float = 120.0, env: dict | None = None, noise: bool = False) -> ScriptTrial:
+    """Run `cmd` with DataLoader `overrides` until `min_steps` steady steps took `measure_s` (or it ends).
+
+    `noise`: also probe the gradient noise scale (bootstrap/noise.py); off by default, since a probed step
+    costs extra time that would blur the samples/s being compared."""
     folder = tempfile.mkdtemp(prefix="gpuwise-tune-")
     trial = ScriptTrial(dict(overrides))
     t0 = time.monotonic()
     err_path = os.path.join(folder, "stderr.txt")
     try:
         child_env = environment(folder, env, overrides=overrides, flush_every_s=0)
+        if not noise:
+            child_env[NOISE_BUDGET] = "0"
         with open(err_path, "wb") as err:
             try:
                 proc = subprocess.Popen(cmd, env=child_env, stdout=subprocess.DEVNULL, stderr=err,
@@ -136,6 +159,9 @@ def run_script_trial(cmd: list[str], overrides: dict[str, Any], measure_s: float
             return trial
         trial.steps = len(steady)
         trial.samples_per_s = sum(s.samples or 0 for s in steady) / seconds
+        spread = band([s.samples or 0 for s in steady], [s.total_s for s in steady])
+        if spread is not None:
+            trial.samples_per_s_low, trial.samples_per_s_high = spread.low, spread.high
         trial.step_time_s = statistics.median(s.total_s for s in steady)
         trial.data_wait_fraction = sum(s.data_s for s in steady) / seconds
         return trial
@@ -151,8 +177,11 @@ def _describe(trial: ScriptTrial, merged) -> None:
     trial.framework = meta.get("framework")
     sizes = [s.samples for s in merged.steps if s.samples]
     trial.batch_size = int(statistics.median(sizes)) if sizes else None
+    trial.optimizer = meta.get("optimizer")
     try:
-        found = summarize(merged).get("findings") or []
+        summary = summarize(merged)
+        found = summary.get("findings") or []
+        trial.noise_scale = summary.get("gradient_noise_scale")
     except Exception as exc:  # advice is extra: a summary that cannot be made must not lose the trial
         found = [{"kind": "note", "evidence": f"no advice: {type(exc).__name__}: {exc}", "fix": ""}]
     trial.advice = [f for f in found if f.get("kind") not in ("data_starvation", "compute_bound")]
@@ -183,10 +212,11 @@ def _last_line(path: str) -> str | None:
     return lines[-1][:300] if lines else None
 
 
-def _key(cmd: list[str], overrides: dict, measure_s: float) -> str:
+def _key(cmd: list[str], overrides: dict, measure_s: float, repeat: int = 0) -> str:
     import json
 
-    return json.dumps({"command": cmd, "overrides": overrides, "measure_s": measure_s}, sort_keys=True)
+    extra = {"repeat": repeat} if repeat else {}
+    return json.dumps({"command": cmd, "overrides": overrides, "measure_s": measure_s, **extra}, sort_keys=True)
 
 
 def tune_script(cmd: list[str], budget_s: float = 90.0, results: str | None = None, measure_s: float = 3.0,
@@ -214,13 +244,14 @@ def tune_script(cmd: list[str], budget_s: float = 90.0, results: str | None = No
     def left() -> float:
         return budget_s - (time.monotonic() - start)
 
-    def trial(overrides: dict) -> ScriptTrial:
-        key = _key(cmd, overrides, measure_s)
+    def trial(overrides: dict, repeat: int = 0) -> ScriptTrial:
+        key = _key(cmd, overrides, measure_s, repeat)
         if key in done:
             rec = {k: v for k, v in done[key].items() if k in ScriptTrial.__dataclass_fields__}
             t = ScriptTrial(**{**rec, "resumed": True})
         else:
             t = run_script_trial(cmd, overrides, measure_s=measure_s, timeout_s=max(left(), 20.0), env=env)
+            t.repeat = repeat
             if results:
                 append_line(results, {"key": key, "command": cmd, **t.to_dict()})
         trials.append(t)
@@ -234,11 +265,11 @@ def tune_script(cmd: list[str], budget_s: float = 90.0, results: str | None = No
     best = base
     per_trial_s = max(base.seconds, 1.0)
 
-    def room() -> bool:
-        return left() >= 0.8 * per_trial_s
+    def room() -> bool:  # once a setting has won, its back-to-back re-measurement (2 x CONFIRM_PAIRS trials) too
+        return left() >= (0.8 + (2 * CONFIRM_PAIRS if best is not base else 0)) * per_trial_s
 
     def better(t: ScriptTrial) -> bool:
-        return t.status == "ok" and (t.samples_per_s or 0) >= (best.samples_per_s or 0) * GAIN
+        return t.status == "ok" and beats(t.band, best.band)
 
     own = int(base.loader.get("num_workers") or 0)
     counts = [w for w in (1, 2, 4, 8, 16, 32, 64) if w <= max_w and w != own]
@@ -269,14 +300,43 @@ def tune_script(cmd: list[str], budget_s: float = 90.0, results: str | None = No
             best = t
     if not str(base.device or "").startswith("cuda"):
         notes.append("pin_memory not tried: the script trains on the CPU (pinning only speeds up copies to a GPU)")
-    return ScriptTuneResult(list(cmd), base, best, trials, time.monotonic() - start, notes)
+    if best is not base and left() < 2 * CONFIRM_PAIRS * per_trial_s:
+        notes.append("the back-to-back re-measurement of the winner may run past the budget")
+    best, decision = _confirm(best, base, trial)
+    return ScriptTuneResult(list(cmd), base, best, trials, time.monotonic() - start, notes, decision)
+
+
+def _confirm(best: ScriptTrial, base: ScriptTrial, trial: Callable[..., ScriptTrial]) -> tuple[ScriptTrial, dict]:
+    """Re-measure the winner and the script as written back to back (winner, script, script, winner, ...): the
+    winner stays only if it beats the script outside both bands in every pair."""
+    if best is base:
+        return base, {"changed": False, "reason": "no change helps at this noise: no setting beat the script as "
+                      f"written outside the bands and by >= {GAIN - 1:.0%}", "pairs": []}
+    pairs = []
+    for i in range(1, CONFIRM_PAIRS + 1):
+        runs = [trial(best.overrides, i), trial({}, i)] if i % 2 else [trial({}, i), trial(best.overrides, i)]
+        winner, script = runs if i % 2 else runs[::-1]
+        pairs.append({"setting": winner.samples_per_s, "setting_band": [winner.samples_per_s_low,
+                      winner.samples_per_s_high], "script": script.samples_per_s,
+                      "script_band": [script.samples_per_s_low, script.samples_per_s_high],
+                      "wins": winner.status == "ok" and script.status == "ok" and beats(winner.band, script.band)})
+    settings = ", ".join(f"{k}={v}" for k, v in best.overrides.items())
+    ratios = [p["setting"] / p["script"] for p in pairs if p["setting"] and p["script"]]
+    shown = ", ".join(f"x{r:.2f}" for r in ratios)
+    if all(p["wins"] for p in pairs):
+        return best, {"changed": True, "reason": f"{settings} beat the script as written outside the bands in all "
+                      f"{len(pairs)} back-to-back re-measurements ({shown})", "pairs": pairs}
+    return base, {"changed": False, "reason": f"no change helps at this noise: {settings} won the search "
+                  f"(x{best.samples_per_s / base.samples_per_s:.2f}) but not every back-to-back re-measurement "
+                  f"against the script as written ({shown})", "pairs": pairs}
 
 
 def code_change(result: ScriptTuneResult) -> str:
     """The change to paste, in the script's own terms (plain DataLoader, HF TrainingArguments, Lightning)."""
     changes = {k: v for k, v in result.best.overrides.items() if result.baseline.loader.get(k) != v}
     if not changes:
-        return "# keep your DataLoader settings: no trial was >= 5% faster than the script as it is"
+        return ("# keep your DataLoader settings: no change helps at this noise (none beat the script as it is "
+                "outside the measured bands, by >= 5%, in back-to-back re-measurements)")
     framework = result.baseline.framework
     if framework == "transformers":
         args = ", ".join(f"dataloader_{k}={v!r}" for k, v in changes.items())

@@ -169,13 +169,11 @@ def device_info(device: str) -> dict[str, Any]:
 
 
 def cpu_has_native_bf16() -> bool:
-    """AVX512-BF16 or AMX-BF16 in /proc/cpuinfo: without them CPU bf16 is emulated and slower than fp32."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = f.read()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+    """AVX512-BF16 or AMX-BF16 on the path oneDNN uses here (ONEDNN_MAX_CPU_ISA respected): without them
+    CPU bf16 is emulated and slower than fp32."""
+    from ..cpu_isa import native_bf16
+
+    return native_bf16()
 
 
 def step_threads(device_type: str, num_workers: int | None, cpus: int) -> int | None:

@@ -1,0 +1,360 @@
+"""Validate goodput (tuning/goodput.py) by training to a target loss: does steps(B) = S_min (1 + B_noise / B),
+with B_noise measured by gpuwise's own probe, predict the steps to the target and the fastest batch?
+
+    nice python benchmarks/goodput_validate.py            # ~ a few minutes on 2 shared CPU cores
+    python benchmarks/goodput_validate.py --tasks logreg  # one task
+
+Three small CPU tasks, each a plain SGD loop:
+  logreg  logistic regression on synthetic data (d=32, fresh samples every step);
+  mlp     an MLP (2 -> 64 -> 64 -> 1, tanh) fitting the grey levels of matplotlib's bundled sample image
+          grace_hopper.jpg (64 x 64 pixels) from their coordinates (mean-squared error);
+  lm      a tiny causal transformer LM (one layer, width 32) on text from a random first-order Markov chain
+          over 16 tokens (cross-entropy).
+For each task: (1) a reference run (a middle batch, lr_max / 8) reads the per-example gradient norms with the
+probe `gpuwise watch` uses (gpuwise/bootstrap/noise.py) until the target loss, and B_noise is the paper's EMA
+of B_simple at the end of it (at the target loss); (2) every batch size B trains from the same start to the
+target with the learning rate tuned around `goodput.scaled_lr`'s (the paper's eq. 2.7 for SGD:
+lr_max / (1 + B_noise / B)): doubled while the steps fall (up to lr_max), else halved; the fewest steps count
+(the paper's steps(B) assumes a tuned learning rate);
+(3) measured steps-to-target and time-to-target (steps x median step time) against the prediction.
+
+Writes benchmarks/results/goodput_validate.json and docs/goodput-validate.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
+
+from gpuwise.bootstrap.noise import ROW_KEYS, NoiseProbe  # noqa: E402
+from gpuwise.monitoring.noise_scale import noise_scale  # noqa: E402
+from gpuwise.tuning import goodput  # noqa: E402
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+
+
+@dataclass
+class Task:
+    name: str
+    model: object          # () -> nn.Module (same weights every call: seeded)
+    batch: object          # (B, generator) -> batch
+    loss: object           # (model, batch) -> scalar
+    eval_loss: object      # (model) -> float on a fixed evaluation set
+    target: float
+    lr_max: float
+    batch_sizes: list
+    eval_every: int = 5
+    max_steps: int = 20000
+
+
+# -- the tasks ------------------------------------------------------------------------------------------------
+
+def logreg_task() -> Task:
+    d = 32
+    g = torch.Generator().manual_seed(1)
+    w_star = torch.randn(d, generator=g) * (3.0 / math.sqrt(d))
+    x_eval = torch.randn(16384, d, generator=g)
+    y_eval = torch.bernoulli(torch.sigmoid(x_eval @ w_star), generator=g)
+    bce = torch.nn.functional.binary_cross_entropy_with_logits
+    best = float(bce(x_eval @ w_star, y_eval))
+
+    def model():
+        m = torch.nn.Linear(d, 1)
+        torch.nn.init.zeros_(m.weight)
+        torch.nn.init.zeros_(m.bias)
+        return m
+
+    def batch(b, gen):
+        x = torch.randn(b, d, generator=gen)
+        return x, torch.bernoulli(torch.sigmoid(x @ w_star), generator=gen)
+
+    def loss(m, bt):
+        return bce(m(bt[0]).squeeze(1), bt[1])
+
+    def eval_loss(m):
+        with torch.no_grad():
+            return float(bce(m(x_eval).squeeze(1), y_eval))
+
+    return Task("logreg", model, batch, loss, eval_loss, target=best + 0.01, lr_max=4.0,
+                batch_sizes=[16, 64, 256, 1024, 4096, 16384], eval_every=1)
+
+
+def mlp_task() -> Task:
+    import matplotlib.cbook
+    import matplotlib.image
+
+    with matplotlib.cbook.get_sample_data("grace_hopper.jpg") as fh:
+        img = torch.tensor(matplotlib.image.imread(fh, format="jpg"), dtype=torch.float32).mean(-1) / 255.0
+    img = torch.nn.functional.interpolate(img[None, None], size=(64, 64), mode="area")[0, 0]
+    ys, xs = torch.meshgrid(torch.linspace(-1, 1, 64), torch.linspace(-1, 1, 64), indexing="ij")
+    coords = torch.stack([xs.reshape(-1), ys.reshape(-1)], 1)
+    grey = (img.reshape(-1) - img.mean()) / img.std()
+    n = len(grey)
+
+    def model():
+        torch.manual_seed(2)
+        return torch.nn.Sequential(torch.nn.Linear(2, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(),
+                                   torch.nn.Linear(64, 1))
+
+    def batch(b, gen):
+        i = torch.randint(0, n, (b,), generator=gen)
+        return coords[i], grey[i]
+
+    def loss(m, bt):
+        return torch.nn.functional.mse_loss(m(bt[0]).squeeze(1), bt[1])
+
+    def eval_loss(m):
+        with torch.no_grad():
+            return float(torch.nn.functional.mse_loss(m(coords).squeeze(1), grey))
+
+    return Task("mlp", model, batch, loss, eval_loss, target=0.7, lr_max=0.25,
+                batch_sizes=[16, 32, 64, 128, 256, 512, 1024])
+
+
+def lm_task() -> Task:
+    vocab, seq = 16, 32
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(vocab, vocab, generator=g) * 2.0
+    trans = torch.softmax(logits, 1)
+    stationary = torch.full((vocab,), 1.0 / vocab)
+    for _ in range(200):
+        stationary = stationary @ trans
+    entropy = float(-(stationary[:, None] * trans * trans.log()).sum())
+
+    def text(b, gen):
+        out = torch.empty(b, seq + 1, dtype=torch.long)
+        out[:, 0] = torch.multinomial(stationary, b, replacement=True, generator=gen)
+        for t in range(seq):
+            out[:, t + 1] = torch.multinomial(trans[out[:, t]], 1, generator=gen)[:, 0]
+        return out
+
+    eval_text = text(256, torch.Generator().manual_seed(4))
+    mask = torch.nn.Transformer.generate_square_subsequent_mask(seq)
+
+    class LM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(vocab, 32)
+            self.pos = torch.nn.Parameter(torch.zeros(seq, 32))
+            self.block = torch.nn.TransformerEncoderLayer(32, 2, 64, dropout=0.0, batch_first=True)
+            self.head = torch.nn.Linear(32, vocab)
+
+        def forward(self, tokens):
+            h = self.emb(tokens) + self.pos
+            return self.head(self.block(h, src_mask=mask, is_causal=True))
+
+    def model():
+        torch.manual_seed(5)
+        return LM()
+
+    def loss(m, bt):
+        out = m(bt[:, :-1])
+        return torch.nn.functional.cross_entropy(out.reshape(-1, vocab), bt[:, 1:].reshape(-1))
+
+    def eval_loss(m):
+        with torch.no_grad():
+            return float(loss(m, eval_text))
+
+    return Task("lm", model, text, loss, eval_loss, target=entropy + 0.02, lr_max=2.0,
+                batch_sizes=[2, 4, 8, 16, 32, 64], eval_every=2, max_steps=6000)
+
+
+TASKS = {"logreg": logreg_task, "mlp": mlp_task, "lm": lm_task}
+
+
+# -- training to the target ------------------------------------------------------------------------------------
+
+def train_to_target(task: Task, b: int, lr: float, seed: int, probe: NoiseProbe | None = None) -> dict:
+    """Steps until the evaluation loss is <= the target (checked every `eval_every` steps), and the median
+    time of a training step (evaluation not counted)."""
+    m = task.model()
+    opt = torch.optim.SGD(m.parameters(), lr=lr)
+    gen = torch.Generator().manual_seed(seed)
+    times = []
+    for step in range(1, task.max_steps + 1):
+        t = time.perf_counter()
+        bt = task.batch(b, gen)
+        opt.zero_grad(set_to_none=True)
+        task.loss(m, bt).backward()
+        if probe is not None:
+            probe.on_step(opt, b)
+        opt.step()
+        times.append(time.perf_counter() - t)
+        if step % task.eval_every == 0:
+            value = task.eval_loss(m)
+            if not math.isfinite(value):
+                return {"steps": None, "step_time_s": statistics.median(times), "diverged": True}
+            if value <= task.target:
+                return {"steps": step, "step_time_s": statistics.median(times)}
+    return {"steps": None, "step_time_s": statistics.median(times)}
+
+
+def measure_b_noise(task: Task, seed: int) -> dict:
+    """B_noise at the target loss, as the paper compares them (McCandlish et al. 2018, section 3: B_crit for a
+    target against B_simple measured at that loss): the paper's EMA (of tr(Sigma) and of |G|^2, then their
+    ratio) of gpuwise's probe readings at the end of a reference run to the target. The run is slow
+    (lr_max / 8) at a middle batch, so that it follows the deterministic path with one reading per step; the
+    whole-run B_simple (what `watch` reports as b_simple) and the EMA at the start are kept for comparison."""
+    b = task.batch_sizes[len(task.batch_sizes) // 2]
+    probe = NoiseProbe(torch, budget_fraction=1.0)
+    try:
+        ref = train_to_target(task, b, task.lr_max / 8, seed, probe)
+    finally:
+        probe.examples.disarm()
+    whole = noise_scale([dict(zip(ROW_KEYS, r)) for r in probe.rows()])
+    evolution = [e["b_simple"] for e in whole["evolution"]]
+    return {"reference_batch": b, "reference_lr": task.lr_max / 8, "reference_steps": ref["steps"],
+            "b_noise": evolution[-1], "b_simple_whole_run": whole["b_simple"], "ci_low": whole["ci_low"],
+            "ci_high": whole["ci_high"], "b_simple_first": evolution[0], "steps_used": whole["steps_used"],
+            "estimator": whole["estimator"]}
+
+
+def run_task(task: Task, seeds: list[int]) -> dict:
+    noise = measure_b_noise(task, seeds[0] + 100)
+    bn = noise["b_noise"]
+    points = []
+    for b in task.batch_sizes:
+        rule = goodput.scaled_lr(task.lr_max, math.inf, b, bn, "linear")  # lr_max / (1 + B_noise / B)
+        # the paper's steps(B) assumes the learning rate tuned at each batch: from the rule, doubling while the
+        # steps fall (up to lr_max), else halving while they fall
+        tried = []
+
+        def attempt(lr, b=b, tried=tried):
+            runs = [train_to_target(task, b, lr, s) for s in seeds]
+            steps = [r["steps"] for r in runs]
+            ok = [s for s in steps if s]
+            tried.append({"lr": lr, "steps_runs": steps, "steps": statistics.mean(ok) if len(ok) == len(steps) else None,
+                          "step_time_s": statistics.median(r["step_time_s"] for r in runs)})
+            return tried[-1]["steps"] or math.inf
+
+        best_steps = attempt(rule)
+        for factor in (2.0, 0.5):
+            lr, moved = rule, False
+            while len(tried) < 6:
+                lr = min(lr * factor, task.lr_max)
+                if any(abs(t["lr"] - lr) < 1e-12 for t in tried):
+                    break
+                got = attempt(lr)
+                if got >= best_steps:
+                    break
+                best_steps, moved = got, True
+            if moved:
+                break
+        done_lr = [t for t in tried if t["steps"]]
+        pick = min(done_lr, key=lambda t: t["steps"]) if done_lr else tried[0]
+        point = {"batch_size": b, "lr": pick["lr"], "lr_rule": rule, "steps_runs": pick["steps_runs"],
+                 "steps": pick["steps"], "step_time_s": statistics.median(t["step_time_s"] for t in tried),
+                 "lr_grid": tried}
+        points.append(point)
+        print(f"  {task.name} B={b:5d} lr={pick['lr']:.4f} (rule {rule:.4f}) steps={pick['steps_runs']} "
+              f"step={point['step_time_s'] * 1e3:.2f} ms",
+              file=sys.stderr)
+    done = [p for p in points if p["steps"]]
+    # S_min: least squares of steps = S_min (1 + Bn/B) over the measured points (it does not move the ratios)
+    f = [goodput.steps_factor(p["batch_size"], bn) for p in done]
+    s_min = sum(fi * p["steps"] for fi, p in zip(f, done)) / sum(fi * fi for fi in f)
+    a, per = goodput.fit_step_time([(p["batch_size"], p["step_time_s"]) for p in points])
+    for p in points:
+        p["predicted_steps"] = s_min * goodput.steps_factor(p["batch_size"], bn)
+        p["time_to_target_s"] = p["steps"] * p["step_time_s"] if p["steps"] else None
+        p["predicted_time_to_target_s"] = p["predicted_steps"] * p["step_time_s"]  # step_time(B) measured
+    measured_best = min(done, key=lambda p: p["time_to_target_s"])["batch_size"]
+    predicted_best = min(points, key=lambda p: p["predicted_time_to_target_s"])["batch_size"]
+    lo, hi = done[0], done[-1]
+    measured_ratio = lo["steps"] / hi["steps"]
+    predicted_ratio = goodput.steps_factor(lo["batch_size"], bn) / goodput.steps_factor(hi["batch_size"], bn)
+    return {"task": task.name, "target_loss": task.target, "lr_max": task.lr_max, "noise": noise, "s_min": s_min,
+            "step_time_fit": {"fixed_s": a, "per_sample_s": per}, "points": points,
+            "measured_best_batch": measured_best, "predicted_best_batch": predicted_best,
+            "best_within_2x": max(measured_best, predicted_best) / min(measured_best, predicted_best) <= 2,
+            "steps_ratio": {"batches": [lo["batch_size"], hi["batch_size"]], "measured": measured_ratio,
+                            "predicted": predicted_ratio, "error": predicted_ratio / measured_ratio - 1},
+            "ratio_within_30pct": abs(predicted_ratio / measured_ratio - 1) <= 0.30}
+
+
+def plot(results: list[dict], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, len(results), figsize=(4.2 * len(results), 6.4), squeeze=False)
+    for j, r in enumerate(results):
+        pts = r["points"]
+        bs = [p["batch_size"] for p in pts]
+        grid = [bs[0] * (bs[-1] / bs[0]) ** (i / 60) for i in range(61)]
+        bn = r["noise"]["b_noise"]
+        ax = axes[0][j]
+        ax.plot(grid, [r["s_min"] * goodput.steps_factor(b, bn) for b in grid], "-", color="C0",
+                label=f"S_min(1 + B_noise/B), B_noise={bn:.0f}")
+        for p in pts:
+            ax.plot([p["batch_size"]] * len([s for s in p["steps_runs"] if s]), [s for s in p["steps_runs"] if s],
+                    ".", color="C1", alpha=0.5)
+        ax.plot([p["batch_size"] for p in pts if p["steps"]], [p["steps"] for p in pts if p["steps"]], "o", color="C1",
+                label="measured (mean of seeds)")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(f"{r['task']}: steps to loss {r['target_loss']:.3f}")
+        ax.set_xlabel("batch size")
+        ax.legend(fontsize=7)
+        ax = axes[1][j]
+        ax.plot(bs, [p["predicted_time_to_target_s"] for p in pts], "-", color="C0",
+                label="predicted: S_min(1 + B_noise/B) x measured step time")
+        ax.plot([p["batch_size"] for p in pts if p["steps"]], [p["time_to_target_s"] for p in pts if p["steps"]],
+                "o", color="C1", label="measured")
+        ax.axvline(r["predicted_best_batch"], color="C0", ls=":", label=f"predicted best {r['predicted_best_batch']}")
+        ax.axvline(r["measured_best_batch"], color="C1", ls="--", label=f"measured best {r['measured_best_batch']}")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("batch size")
+        ax.set_ylabel("seconds to target (CPU)")
+        ax.legend(fontsize=7)
+    fig.suptitle("gpuwise goodput: steps and time to a target loss vs batch (LR tuned from lr_max/(1 + B_noise/B) by doubling/halving)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--tasks", default=",".join(TASKS))
+    p.add_argument("--seeds", type=int, default=3, help="training runs per batch size (default 3)")
+    p.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "goodput_validate.json"))
+    p.add_argument("--plot", default=os.path.join(ROOT, "docs", "goodput-validate.png"))
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    t0 = time.time()
+    results = []
+    for name in args.tasks.split(","):
+        task = TASKS[name]()
+        print(f"{name}: target loss {task.target:.4f}", file=sys.stderr)
+        r = run_task(task, list(range(args.seeds)))
+        print(f"  B_noise {r['noise']['b_noise']:.1f} (EMA at the start {r['noise']['b_simple_first']:.1f}, whole run "
+              f"{r['noise']['b_simple_whole_run']:.1f}); best batch "
+              f"measured {r['measured_best_batch']} predicted {r['predicted_best_batch']}; steps ratio "
+              f"{r['steps_ratio']['batches']}: measured {r['steps_ratio']['measured']:.2f} predicted "
+              f"{r['steps_ratio']['predicted']:.2f}", file=sys.stderr)
+        results.append(r)
+    out = {"command": "python benchmarks/goodput_validate.py " + " ".join(argv or sys.argv[1:]),
+           "torch": torch.__version__, "cpu_count": os.cpu_count(), "seconds": time.time() - t0,
+           "load_average": os.getloadavg(), "tasks": results}
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as fh:
+        json.dump(out, fh, indent=1)
+    plot(results, args.plot)
+    print(json.dumps({r["task"]: {"best_within_2x": r["best_within_2x"], "ratio_within_30pct": r["ratio_within_30pct"]}
+                      for r in results}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

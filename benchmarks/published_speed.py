@@ -1,0 +1,177 @@
+"""Predicted training throughput against published measurements (benchmarks/published/*.jsonl).
+
+    nice python benchmarks/published_speed.py            # every throughput row with gpuwise_args
+    nice python benchmarks/published_speed.py --ids ID1,ID2
+
+For each published throughput row that gpuwise can express (`gpuwise_args` not null) it runs the one
+`gpuwise.estimate` call those flags stand for (the CUDA target on the named GPU, -n ranks under
+--strategy) and compares `speed.tokens_per_s_per_gpu` (or samples/s) with the published number; the
+roofline's rate (plan/flops.py: 100 % of datasheet peak) is reported beside it as the bound.
+Rows that cannot be expressed are listed with their reason. Nothing is fitted to these rows: the model's
+constants are cited in src/gpuwise/plan/speed/ and plan/catalog.py.
+
+Results: benchmarks/results/published_speed.json (written atomically) and the table between the
+`published_speed` markers in benchmarks/published/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+RESULTS = os.path.join(HERE, "results", "published_speed.json")
+README = os.path.join(HERE, "published", "README.md")
+BEGIN, END = "<!-- published_speed:begin -->", "<!-- published_speed:end -->"
+SPEED_METRICS = {"tokens_per_s_per_gpu", "tokens_per_s", "samples_per_s"}
+
+sys.path.insert(0, os.path.join(HERE, "published"))
+sys.path.insert(0, os.path.join(ROOT, "src"))
+
+
+def parse_args(argv: list[str]) -> dict:
+    """The estimate flags a row uses -> gpuwise.estimate keyword arguments."""
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("-b", "--batch-size", type=int, default=1)
+    p.add_argument("--seq-len", type=int)
+    p.add_argument("--precision", default="fp32")
+    p.add_argument("--gpu")
+    p.add_argument("-n", "--nproc", type=int, default=1)
+    p.add_argument("--strategy")
+    p.add_argument("--checkpointing", nargs="?", const="full", default="none")
+    p.add_argument("--layer-checkpointing", type=int)
+    p.add_argument("--lora", type=int, nargs="?", const=16)
+    p.add_argument("--qlora", action="store_true")
+    p.add_argument("--grad-accum", type=int, default=1)
+    p.add_argument("--optimizer")
+    p.add_argument("--task")
+    p.add_argument("--attn")
+    a = p.parse_args(argv)
+    return {"batch_size": a.batch_size, "seq_len": a.seq_len, "precision": a.precision, "gpu": a.gpu,
+            "nproc": a.nproc, "strategy": a.strategy, "checkpointing": a.checkpointing, "lora": a.lora,
+            "layer_checkpointing": a.layer_checkpointing, "task": a.task, "attn": a.attn,
+            "qlora": a.qlora, "grad_accum": a.grad_accum, "optimizer": a.optimizer}
+
+
+def predict_row(row: dict) -> dict:
+    from gpuwise.plan import estimate
+
+    kw = parse_args(row["gpuwise_args"])
+    workload = os.path.join(ROOT, row["setting"]["workload"])
+    started = time.perf_counter()
+    est = estimate(workload, kw.pop("batch_size"), target="cuda", search_max_batch=False, **kw)
+    sp, rl = est.speed, est.roofline
+    tokens = (kw["seq_len"] or 0) * est.batch_size * est.grad_accum
+    if row["metric"] in ("tokens_per_s_per_gpu", "tokens_per_s"):  # tokens_per_s: all GPUs together
+        ranks = 1 if row["metric"] == "tokens_per_s_per_gpu" else max(sp.nproc, 1)
+        predicted = sp.tokens_per_s_per_gpu * ranks
+        bound = tokens * ranks / rl.time_s if rl and rl.time_s else None
+    else:
+        predicted = sp.samples_per_s
+        bound = rl.samples_per_s * max(sp.nproc, 1) if rl else None
+    measured = float(row["value"])
+    return {"id": row["id"], "source": row["source"]["name"], "document": row["source"].get("url"), "gpu": row["setting"]["gpu"],
+            "gpus": row["setting"]["gpus"], "model": row["setting"]["model"], "metric": row["metric"],
+            "measured": measured, "predicted": predicted, "error_pct": 100 * (predicted - measured) / measured,
+            "roofline": bound, "roofline_ratio": measured / bound if bound else None,
+            "bound_by": sp.bound_by, "mfu": sp.mfu, "breakdown_s": sp.breakdown, "step_time_s": sp.step_time_s,
+            "estimate_s": round(time.perf_counter() - started, 1), "args": row["gpuwise_args"]}
+
+
+def summary(results: list[dict]) -> dict:
+    errs = [abs(r["error_pct"]) for r in results]
+    return {"rows": len(results), "projects": sorted({r["source"] for r in results}),
+            "documents": len({r["document"] for r in results}),
+            "gpu_types": sorted({r["gpu"] for r in results}), "gpus_min": min((r["gpus"] for r in results), default=0),
+            "gpus_max": max((r["gpus"] for r in results), default=0),
+            "median_abs_error_pct": statistics.median(errs) if errs else None,
+            "max_abs_error_pct": max(errs) if errs else None}
+
+
+def table(results: list[dict], skipped: list[dict], summ: dict) -> str:
+    lines = ["Predicted vs published throughput (`python benchmarks/published_speed.py`; the roofline's rate is "
+             "the bound at 100 % of datasheet peak, `measured/roofline` how much of it the real run reached).", "",
+             "| row | GPUs | measured | predicted | error | roofline | measured/roofline | bound by |",
+             "|---|---:|---:|---:|---:|---:|---:|---|"]
+    for r in results:
+        lines.append(f"| {r['id']} | {r['gpus']} x {r['gpu']} | {r['measured']:,.0f} | {r['predicted']:,.0f} | "
+                     f"{r['error_pct']:+.1f} % | {r['roofline']:,.0f} | {r['roofline_ratio']:.2f} | {r['bound_by']} |")
+    lines += ["", f"{summ['rows']} rows from {summ['documents']} documents of {', '.join(summ['projects'])}, GPU types {', '.join(summ['gpu_types'])}, {summ['gpus_min']} to "
+              f"{summ['gpus_max']} GPUs: median |error| {summ['median_abs_error_pct']:.1f} %, max "
+              f"{summ['max_abs_error_pct']:.1f} %.", "", "Not expressible (recorded, not predicted):", ""]
+    lines += [f"- {r['id']}: {r['why_not']}" for r in skipped]
+    return "\n".join(lines)
+
+
+def write_readme(body: str) -> None:
+    text = open(README).read()
+    block = f"{BEGIN}\n{body}\n{END}"
+    if BEGIN in text:
+        text = text[:text.index(BEGIN)] + block + text[text.index(END) + len(END):]
+    else:
+        text = text.rstrip("\n") + "\n\n## Throughput results\n\n" + block + "\n"
+    write_atomic(README, text)
+
+
+def write_atomic(path: str, text: str) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ids", help="comma-separated row ids (default: all throughput rows)")
+    ap.add_argument("--render", action="store_true", help="only rewrite the README table from the results file")
+    args = ap.parse_args()
+    from corpus import load_rows
+
+    if args.render:
+        saved = json.load(open(RESULTS))
+        for r in saved["rows"]:  # results written before the document key existed
+            r.setdefault("document", next((x["source"].get("url") for x in load_rows() if x["id"] == r["id"]), None))
+        summ = summary(saved["rows"])
+        skipped = [{"id": r["id"], "why_not": r["why_not"]} for r in load_rows()
+                   if r["metric"] in SPEED_METRICS and r["gpuwise_args"] is None]
+        write_readme(table(saved["rows"], skipped, summ))
+        write_atomic(RESULTS, json.dumps({**saved, "summary": summ}, indent=1) + "\n")
+        print(json.dumps(summ, indent=1))
+        return 0
+
+    rows = [r for r in load_rows() if r["metric"] in SPEED_METRICS]
+    if args.ids:
+        wanted = set(args.ids.split(","))
+        rows = [r for r in rows if r["id"] in wanted]
+    skipped = [r for r in rows if r["gpuwise_args"] is None]
+    results = []
+    for row in rows:
+        if row["gpuwise_args"] is None:
+            continue
+        print(f"{row['id']} ...", file=sys.stderr, flush=True)
+        res = predict_row(row)
+        print(f"  measured {res['measured']:,.0f} predicted {res['predicted']:,.0f} ({res['error_pct']:+.1f} %)",
+              file=sys.stderr, flush=True)
+        results.append(res)
+    if args.ids and os.path.exists(RESULTS):  # merge into the saved results: the other rows keep theirs
+        saved = {r["id"]: r for r in json.load(open(RESULTS))["rows"]}
+        saved.update({r["id"]: r for r in results})
+        results = list(saved.values())
+    summ = summary(results)
+    os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
+    write_atomic(RESULTS, json.dumps({"summary": summ, "rows": results,
+                                      "not_expressible": [{"id": r["id"], "why_not": r["why_not"]} for r in skipped]},
+                                     indent=1) + "\n")
+    skipped = [r for r in load_rows() if r["metric"] in SPEED_METRICS and r["gpuwise_args"] is None]
+    write_readme(table(results, [{"id": r["id"], "why_not": r["why_not"]} for r in skipped], summ))
+    print(json.dumps(summ, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

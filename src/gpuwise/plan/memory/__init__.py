@@ -1,0 +1,6 @@
+"""Memory: the step's events (`events.py`, the interface the tracer writes) and what is computed from them.
+
+`allocator.py` replays them through a model of the CUDA caching allocator; `overheads.py` adds library
+workspaces and the CUDA context; `warmup.py` the warm-up step; `synth.py` events at an untraced batch size;
+`sharding.py` per-rank events across N GPUs; `ddp.py` the data-parallel formula.
+"""

@@ -1,0 +1,99 @@
+"""The plan's internal interface: a training step as a list of memory events.
+
+The tracer writes it; the allocator simulator, the breakdowns and the charts read it; a real CUDA
+memory snapshot (`torch.cuda.memory._record_memory_history`) is converted into the same shape so the
+two can be compared event by event.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...errors import GpuwiseError
+
+CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "temporary", "buffers", "inputs")
+PHASES = ("setup", "forward", "backward", "optimizer", "zero_grad")
+TARGETS = ("cuda", "cpu")  # the devices a trace's tensors stand for (MemoryTrace.device_type)
+
+
+def check_target(target: str) -> str:
+    if target not in TARGETS:
+        raise GpuwiseError(f"unknown target {target!r}; choose from: {', '.join(TARGETS)}")
+    return target
+
+
+@dataclass(frozen=True, slots=True)
+class MemEvent:
+    action: str      # "alloc" | "free"
+    block: int       # identity of the storage: unique over the trace, shared by its alloc and its free
+    nbytes: int      # bytes asked of the allocator (storage size, before the allocator's rounding)
+    category: str    # one of CATEGORIES
+    phase: str       # one of PHASES
+    module: str = ""  # dotted path of the innermost module running when it happened ("" outside modules)
+    op: str = ""      # the aten op (or "kernel workspace: <op>") that caused it
+    stream: int = 0
+
+
+@dataclass
+class MemoryTrace:
+    """Events from building the model on the device through warm-up step(s) to the steady-state step.
+
+    `events[steady_start:]` is the steady-state step (optimizer state already alive); everything before
+    it is setup and warm-up, replayed so that an allocator simulation sees the same history as a process.
+    """
+
+    events: list[MemEvent]
+    steady_start: int
+    device_type: str          # "cuda" | "cpu"
+    method: str = "fake-trace"
+    notes: list[str] = field(default_factory=list)
+    flops_per_step: int = 0   # FLOPs of the steady-state step (torch.utils.flop_counter formulas)
+    layers: Any = field(default=None, repr=False)  # plan/tracing/repeat_tags.py's EventLayers, when blocks were followed
+    op_costs: Any = field(default=None, repr=False)  # plan/speed/ops.py's OpCosts of the steady step (fake traces)
+
+
+@dataclass(frozen=True)
+class Peak:
+    """The highest total of live bytes in the steady-state step, and what was live then."""
+
+    allocated_bytes: int
+    event_index: int
+    phase: str
+    op: str
+    module: str
+    by_category: dict[str, int]
+    by_module: dict[str, int]
+
+
+def live_peak(trace: MemoryTrace, round_to: int = 1) -> Peak:
+    """Replay the events and find the steady-state peak of live bytes (each size rounded up to `round_to`)."""
+    live: dict[int, MemEvent] = {}
+    total = 0
+    best_total, best_i = -1, trace.steady_start
+    for i, ev in enumerate(trace.events):
+        size = -(-ev.nbytes // round_to) * round_to
+        if ev.action == "alloc":
+            live[ev.block] = ev
+            total += size
+        elif ev.block in live:
+            del live[ev.block]
+            total -= size
+        if i >= trace.steady_start and total > best_total:
+            best_total, best_i = total, i
+    # second pass to the peak, for the breakdown of what was live there
+    live.clear()
+    for ev in trace.events[: best_i + 1]:
+        if ev.action == "alloc":
+            live[ev.block] = ev
+        else:
+            live.pop(ev.block, None)
+    by_cat: Counter[str] = Counter({c: 0 for c in CATEGORIES})
+    by_mod: Counter[str] = Counter()
+    for ev in live.values():
+        size = -(-ev.nbytes // round_to) * round_to
+        by_cat[ev.category] += size
+        by_mod[ev.module.split(".")[0] if ev.module else "(outside modules)"] += size
+    at = trace.events[best_i] if trace.events else MemEvent("alloc", 0, 0, "temporary", "setup")
+    return Peak(max(best_total, 0), best_i, at.phase, at.op, at.module, dict(by_cat), dict(by_mod.most_common()))

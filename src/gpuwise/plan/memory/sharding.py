@@ -1,0 +1,182 @@
+"""Per-rank memory across N GPUs: transforms of one traced step, for each way of splitting the job.
+
+The single-GPU trace says when every block lives and what it is (parameters, gradients, optimizer
+state, activations, ...). A rank of a data-parallel job runs the same step on its own micro-batch, so
+its events are the same with the sharded categories shrunk, plus what the library adds:
+
+    ddp        + DDP's gradient buckets, allocated when DDP wraps the model (a second copy of every
+               gradient; plan/memory/ddp.py `plan_ddp`, torch/nn/parallel/distributed.py)
+    zero1      optimizer state / N                          (ZeRO stage 1, DeepSpeed `stage: 1`)
+    zero2      + gradients / N                              (ZeRO-2; FSDP `SHARD_GRAD_OP` keeps the
+                                                             parameters whole from forward to backward)
+    fsdp       + parameters / N, + the unsharded parameters of the block being all-gathered and of the
+    (zero3)    next one (FSDP2 `fully_shard`, reshard_after_forward=True, prefetches one block ahead),
+               + one block's unsharded gradients before its reduce-scatter
+    fsdp-grad-op  FSDP2 `fully_shard(reshard_after_forward=False)`: parameters sharded at rest but all
+               unsharded from forward until backward has used them; gradients and state / N
+    hsdp       FSDP within a node of `node_size` GPUs, replicated across nodes (HYBRID_SHARD)
+    pipeline   N stages of L/N layers (1F1B schedule: the first stage keeps N micro-batches' activations)
+
+Sharding follows Rajbhandari et al. 2020 (ZeRO, sec. 5 and Figure 1) and the FSDP2 docs
+(torch.distributed.fsdp.fully_shard: "reshard_after_forward"). Activations are per rank and unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ...errors import GpuwiseError
+from .events import MemEvent, MemoryTrace, live_peak
+
+STRATEGIES = ("single", "ddp", "zero1", "zero2", "fsdp", "fsdp-grad-op", "hsdp", "pipeline")
+DEFAULT_NODE_SIZE = 8
+FSDP_BLOCKS_IN_FLIGHT = 2  # the block in use and the one prefetched (FSDP2 implicit prefetching)
+
+
+@dataclass(frozen=True)
+class Split:
+    strategy: str = "single"
+    nproc: int = 1
+    node_size: int = DEFAULT_NODE_SIZE
+
+    @property
+    def shards(self) -> int:
+        if self.strategy == "hsdp":
+            return min(self.nproc, self.node_size)
+        return self.nproc
+
+    @property
+    def data_parallel(self) -> int:
+        """Ranks that each process their own micro-batch."""
+        return 1 if self.strategy == "pipeline" else self.nproc
+
+    def describe(self) -> str:
+        if self.strategy == "single":
+            return "one GPU"
+        return f"{self.strategy} over {self.nproc} GPUs"
+
+
+SHARDED = {
+    "zero1": ("optimizer_state",),
+    "zero2": ("optimizer_state", "gradients"),
+    "fsdp": ("optimizer_state", "gradients", "parameters"),
+    "fsdp-grad-op": ("optimizer_state", "gradients"),
+    "hsdp": ("optimizer_state", "gradients", "parameters"),
+}
+
+
+def make_split(nproc: int = 1, strategy: str | None = None, node_size: int = DEFAULT_NODE_SIZE) -> Split:
+    """The split that `-n/--nproc N --strategy S` names (S defaults to ddp over N > 1 GPUs)."""
+    if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
+        raise GpuwiseError(f"-n must be a positive integer, got {nproc!r}")
+    if strategy is None:
+        strategy = "ddp" if nproc > 1 else "single"
+    strategy = {"zero3": "fsdp"}.get(strategy, strategy)  # ZeRO-3 is FSDP's sharding (both names are used)
+    if strategy not in STRATEGIES:
+        raise GpuwiseError(f"--strategy {strategy!r}: expected one of {', '.join(STRATEGIES)}")
+    if strategy == "single" and nproc > 1:
+        raise GpuwiseError(f"--strategy single runs on one GPU: use -n 1 or a strategy for {nproc} GPUs")
+    return Split(strategy, nproc, node_size)
+
+
+def trainable_bytes(trace: MemoryTrace) -> int:
+    """Gradient bytes the steady step produces (one per trainable parameter and micro-step)."""
+    return sum(e.nbytes for e in trace.events[trace.steady_start:] if e.action == "alloc" and e.category == "gradients")
+
+
+def block_param_bytes(trace: MemoryTrace, layers: int | None = None) -> int:
+    """The FSDP unit: a model config's parameters at the peak over its `layers` blocks; a model that is
+    not a config: an eighth of them (the largest module's, guessed)."""
+    params = live_peak(trace).by_category.get("parameters", 0)
+    return max(params // (layers or 8), 0)
+
+
+def rank_trace(trace: MemoryTrace, split: Split, block_param_bytes: int = 0) -> MemoryTrace:
+    """One rank's events under `split`: the single-GPU trace transformed (the one data-parallel memory
+    model; `fit` and `estimate -n N --strategy S` both call it)."""
+    return shard_trace(trace, split, block_param_bytes, trainable_bytes(trace))
+
+
+def shard_trace(trace: MemoryTrace, split: Split, block_param_bytes: int = 0,
+                gradients_bytes: int = 0) -> MemoryTrace:
+    """One rank's events under `split` (data-parallel strategies; pipeline is handled by layer count)."""
+    s = split.strategy
+    if s in ("single", "pipeline") or split.nproc == 1:
+        return trace
+    events = list(trace.events)
+    steady = trace.steady_start
+    notes = list(trace.notes)
+    if s == "ddp":
+        # buckets are allocated when DDP wraps the model, before any step: one block at the start
+        bucket = MemEvent("alloc", _new_block(events), gradients_bytes, "gradients", "setup", "", "DDP buckets")
+        events.insert(0, bucket)
+        steady += 1
+        notes.append(f"DDP: + {gradients_bytes} bytes of gradient buckets (gradient_as_bucket_view=True removes them)")
+    else:
+        n = split.shards
+        cats = SHARDED[s]
+        # the optimizer updates only this rank's shard: its temporaries (foreach intermediates) shrink too
+        events = [replace(e, nbytes=-(-e.nbytes // n))
+                  if e.category in cats or (e.phase == "optimizer" and e.category == "temporary") else e
+                  for e in events]
+        gathered = 0
+        if s in ("fsdp", "hsdp"):
+            gathered = FSDP_BLOCKS_IN_FLIGHT * block_param_bytes + block_param_bytes  # + 1 block of grads
+            notes.append(f"{s}: parameters, gradients and optimizer state / {n}; + {FSDP_BLOCKS_IN_FLIGHT} "
+                         "blocks' unsharded parameters (all-gather, prefetch) and one block's gradients; with "
+                         "torch.autocast its cache keeps every block's 16-bit weight copy through forward "
+                         "(MixedPrecisionPolicy(param_dtype=bf16) avoids that: not modelled)")
+        elif s == "fsdp-grad-op":
+            param_total = sum(e.nbytes for e in trace.events if e.action == "alloc" and e.category == "parameters")
+            gathered = param_total - -(-param_total // n)
+            notes.append("fsdp-grad-op: parameters unsharded from forward to backward; gradients and state / N")
+        else:
+            notes.append(f"{s}: {' and '.join(c.replace('_', ' ') for c in cats)} / {n}")
+        if gathered:
+            events, steady = _hold_during_forward_backward(events, steady, gathered)
+    return MemoryTrace(events, steady, trace.device_type, trace.method, notes, trace.flops_per_step,
+                       op_costs=trace.op_costs)
+
+
+def _new_block(events: list[MemEvent]) -> int:
+    return max((e.block for e in events), default=-1) + 1
+
+
+def _hold_during_forward_backward(events: list[MemEvent], steady: int, nbytes: int) -> tuple[list[MemEvent], int]:
+    """Insert a block of `nbytes` alive from the first forward event to the end of backward, in every
+    step (warm-up and steady)."""
+    out: list[MemEvent] = []
+    block = _new_block(events)
+    holding = False
+    new_steady = steady
+    for i, e in enumerate(events):
+        if i == steady:
+            new_steady = len(out)
+        if e.phase in ("forward", "backward") and not holding:
+            out.append(MemEvent("alloc", block, nbytes, "temporary", e.phase, "", "FSDP all-gather"))
+            holding = True
+        elif e.phase not in ("forward", "backward") and holding:
+            out.append(MemEvent("free", block, nbytes, "temporary", e.phase, "", "FSDP reshard"))
+            holding = False
+            block += 1
+        out.append(e)
+    if holding:
+        out.append(MemEvent("free", block, nbytes, "temporary", "backward", "", "FSDP reshard"))
+    return out, new_steady
+
+
+# -- communication per optimizer step (bytes each rank sends), for the speed estimate ----------------
+
+def comm_bytes_per_step(split: Split, param_bytes_16: int, activation_bytes: int = 0) -> int:
+    """Bytes one rank moves over its links per step: ring all-reduce 2(N-1)/N x gradients (DDP, ZeRO-1);
+    reduce-scatter + all-gather (N-1)/N each (ZeRO-2); FSDP adds a second all-gather of the
+    parameters in backward: 3(N-1)/N (ZeRO paper sec. 7: 1.5x DDP's volume). Pipeline: activations
+    between stages."""
+    n = split.nproc
+    if n <= 1 or split.strategy == "single":
+        return 0
+    ring = (n - 1) / n
+    if split.strategy == "pipeline":
+        return 2 * activation_bytes
+    factor = {"ddp": 2, "zero1": 2, "zero2": 2, "fsdp-grad-op": 2, "fsdp": 3, "hsdp": 3}[split.strategy]
+    return int(factor * ring * param_bytes_16)

@@ -1,0 +1,11 @@
+"""Step-time model: a predicted training step time from the traced ops (not a roofline bound).
+
+    ops.py            what the trace saw: GEMM shapes, attention kernels, memory-bound bytes, kernel counts
+    gemm.py           tile and wave quantisation on the SMs at the best-shape matmul efficiency (MAMF)
+    attention.py      fused SDPA kernels at their published fraction of peak
+    memory_bound.py   bytes at the achievable bandwidth
+    launch.py         per-kernel gap and host dispatch per aten op
+    comm.py           NCCL all-reduce / reduce-scatter / all-gather time by bytes, ranks and link
+    overlap.py        what DDP buckets / FSDP prefetch hide behind backward and forward
+    model.py          predict(): the step, its breakdown, MFU, bound_by
+"""

@@ -1,0 +1,38 @@
+"""Fused attention time: the SDPA kernel the trace says runs, at its published fraction of peak.
+
+    flash (FlashAttention-2, what torch's SDPA flash backend runs):
+        Ampere/Ada: "reaching 50-73% of the theoretical maximum FLOPs/s on A100" (Dao, FlashAttention-2,
+        ICLR 2024, abstract); forward at the top of that range, backward lower (its Fig. 5/6): 0.70 / 0.50.
+        Hopper: "FlashAttention-2 achieves only 35% utilization on the H100" (Shah et al.,
+        FlashAttention-3, NeurIPS 2024, sec. 1): 0.35 forward and backward.
+    efficient (xformers / CUTLASS memory-efficient attention): FlashAttention-2 is ~2x faster than it
+        on A100 (FlashAttention-2 paper, sec. 4.1, "1.3-2.5x faster than ... xformers", 2x taken): half
+        of flash's fraction.
+    cudnn (cuDNN fused attention, sm90+): at FlashAttention-3's level (FA3 paper compares cuDNN
+        9 as on par): 0.60 forward (FA3: "up to 740 TFLOPs/s (75% utilization)" in FP16 forward, short
+        and causal sequences lower), 0.45 backward.
+The math backend is not a fused kernel: the trace records its bmm / softmax ops, priced as GEMMs and
+memory-bound ops.
+"""
+
+from __future__ import annotations
+
+# (kernel, architecture family) -> (forward, backward) fraction of the GPU's peak matmul FLOP/s
+EFFICIENCY = {
+    ("flash", "ampere"): (0.70, 0.50),
+    ("flash", "hopper"): (0.35, 0.35),
+    ("efficient", "ampere"): (0.35, 0.25),
+    ("efficient", "hopper"): (0.175, 0.175),
+    ("cudnn", "hopper"): (0.60, 0.45),
+    ("cudnn", "ampere"): (0.70, 0.50),  # cuDNN on sm80 runs FlashAttention-2-class kernels
+}
+ARCH_FAMILY = {"ampere": "ampere", "ada": "ampere", "turing": "ampere", "volta": "ampere",
+               "hopper": "hopper", "blackwell": "hopper", "cdna3": "hopper"}
+
+
+def attention_s(flops: float, kernel: str, phase: str, arch: str, peak_flops: float) -> float:
+    """Seconds for `flops` of fused attention `kernel` ("flash" | "efficient" | "cudnn") in `phase`."""
+    if flops <= 0 or peak_flops <= 0:
+        return 0.0
+    fwd, bwd = EFFICIENCY.get((kernel, ARCH_FAMILY.get(arch, "ampere")), EFFICIENCY[("efficient", "ampere")])
+    return flops / (peak_flops * (bwd if phase == "backward" else fwd))

@@ -1,0 +1,145 @@
+"""The step-time model: price each traced op on a GPU, add communication and host dispatch.
+
+    step = max(GPU time, host dispatch time)
+    GPU time = forward + backward + optimizer kernels (GEMMs: gemm.py; fused attention: attention.py;
+               convolutions at the matmul efficiency; everything else: memory_bound.py; + a gap per
+               kernel: launch.py) + exposed communication (overlap.py over comm.py)
+
+The roofline (plan/flops.py) stays beside it as the bound: the predicted step is never shorter.
+`mfu` = FLOPs of the step / (step time x peak FLOP/s), FLOPs as traced (recomputation included).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...errors import GpuwiseError
+from ..catalog import GpuSpec, speed_spec
+from . import launch
+from .attention import attention_s
+from .gemm import gemm_s
+from .memory_bound import memory_bound_s
+from .ops import OpCosts
+from .overlap import comm_time
+
+PARTS = ("matmul", "attention", "memory_bound", "communication", "optimizer", "launch_overhead")
+
+
+@dataclass
+class Speed:
+    step_time_s: float
+    samples_per_s: float                 # all ranks together (data-parallel ranks x samples per rank)
+    tokens_per_s_per_gpu: float | None   # sequence models
+    mfu: float
+    breakdown: dict[str, float]
+    bound_by: str
+    nproc: int = 1
+    strategy: str = "single"
+    roofline_step_s: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"step_time_s": self.step_time_s, "samples_per_s": self.samples_per_s,
+                "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "mfu": self.mfu,
+                "breakdown": dict(self.breakdown), "bound_by": self.bound_by, "nproc": self.nproc,
+                "strategy": self.strategy, "roofline_step_s": self.roofline_step_s, "notes": list(self.notes)}
+
+
+def peak_for(gpu: GpuSpec, itemsize: int, precision: str) -> float:
+    """Peak FLOP/s of a GEMM with `itemsize`-byte operands: 2 bytes -> bf16/fp16 tensor cores; 4 bytes ->
+    TF32 only when asked (`--precision tf32`; torch's default for fp32 matmul is full fp32)."""
+    if itemsize <= 2:
+        return gpu.peak_flops("bf16" if gpu.flops.get("bf16") and precision != "fp16" else "fp16")
+    return gpu.peak_flops("tf32" if precision == "tf32" else "fp32")
+
+
+def recompute_parts(forward: dict[str, float], selective: str | None) -> dict[str, float]:
+    """Forward work redone in backward under torchtitan's selective activation checkpointing
+    (torchtitan/distributed/activation_checkpoint.py):
+        "op"  op-level SAC: outputs of mm and SDPA are saved "except every second mm" (`mm_count % 2 == 0`
+              recomputes); every other op is recomputed -> half the forward matmuls + all memory-bound
+              ops and their launches
+        "N"   layer-level SAC: every N-th transformer block is wrapped in full checkpointing -> 1/N of the forward
+    """
+    if not selective:
+        return {}
+    if selective == "op":
+        return {"matmul": 0.5 * forward.get("matmul", 0.0), "memory_bound": forward.get("memory_bound", 0.0),
+                "launch_overhead": forward.get("launch_overhead", 0.0)}
+    try:
+        every = int(selective)
+    except ValueError:
+        every = 0
+    if every < 1:
+        raise GpuwiseError(f"selective checkpointing {selective!r}: 'op' or a layer frequency N >= 1")
+    return {part: seconds / every for part, seconds in forward.items()}
+
+
+def predict(costs: OpCosts, gpu: GpuSpec, precision: str, *, samples_per_rank: int, flops_per_step: float,
+            tokens_per_sample: int | None = None, nproc: int = 1, strategy: str = "single",
+            grad_bytes: float = 0, param_bytes: float = 0, blocks: int = 1,
+            roofline_step_s: float | None = None, selective: str | None = None) -> Speed:
+    """Predicted steady-state step of one rank on `gpu` (see the module docstring). `selective`: selective
+    activation checkpointing the trace did not run, added as backward recomputation (`recompute_parts`)."""
+    sp = speed_spec(gpu)
+    bw = gpu.bandwidth_bytes_per_s
+    half_peak = peak_for(gpu, 2, precision)
+    phases: dict[str, dict[str, float]] = {}
+
+    def add(phase: str, part: str, seconds: float) -> None:
+        group = "optimizer" if phase not in ("forward", "backward") else phase
+        phases.setdefault(group, {}).setdefault(part, 0.0)
+        phases[group][part] += seconds
+
+    for (phase, batch, m, n, k, itemsize), calls in costs.gemms.items():
+        add(phase, "matmul", calls * gemm_s(batch, m, n, k, itemsize, peak_for(gpu, itemsize, precision),
+                                            sp.sm_count, sp.matmul_efficiency, bw * sp.memory_efficiency))
+    for (phase, kernel), flops in costs.attention.items():
+        add(phase, "attention", attention_s(flops, kernel, phase, gpu.arch, half_peak))
+    for phase, flops in costs.conv_flops.items():
+        conv_peak = half_peak if precision in ("bf16", "fp16", "bf16-pure") else peak_for(gpu, 4, precision)
+        add(phase, "matmul", flops / (conv_peak * sp.matmul_efficiency) if conv_peak else 0.0)
+    for phase, nbytes in costs.memory_bytes.items():
+        add(phase, "memory_bound", memory_bound_s(nbytes, bw, sp.memory_efficiency))
+    for phase, kernels in costs.kernels.items():
+        add(phase, "launch_overhead", launch.gpu_gaps_s(kernels))
+
+    for part, seconds in recompute_parts(phases.get("forward", {}), selective).items():
+        add("backward", part, seconds)
+    # ZeRO / FSDP shard the optimizer state: each rank updates 1/N of the parameters (same kernel count)
+    shards = {"zero1": nproc, "zero2": nproc, "fsdp": nproc, "zero3": nproc, "fsdp-grad-op": nproc,
+              "hsdp": min(nproc, 8)}.get(strategy, 1)
+    if shards > 1:
+        opt = phases.get("optimizer", {})
+        for part in opt:
+            if part != "launch_overhead":
+                opt[part] /= shards
+    fwd_s = sum(phases.get("forward", {}).values())
+    bwd_s = sum(phases.get("backward", {}).values())
+    opt_s = sum(phases.get("optimizer", {}).values())
+    plan = comm_time(strategy, nproc, sp.link, grad_bytes, param_bytes, fwd_s, bwd_s, blocks)
+    gpu_s = fwd_s + bwd_s + opt_s + plan.exposed_s
+    host_s = launch.host_s(sum(costs.host_ops.values()))
+    step_s = max(gpu_s, host_s)
+
+    breakdown = dict.fromkeys(PARTS, 0.0)
+    for group in ("forward", "backward"):
+        for part, seconds in phases.get(group, {}).items():
+            breakdown[part] += seconds
+    breakdown["optimizer"] = opt_s
+    breakdown["communication"] = plan.exposed_s
+    breakdown["launch_overhead"] += max(0.0, host_s - gpu_s)
+    notes = []
+    if roofline_step_s is not None and step_s < roofline_step_s:
+        notes.append("the op model came under the roofline bound: the bound is taken")
+        step_s = roofline_step_s
+    if host_s > gpu_s:
+        notes.append(f"host-bound: Python/dispatch of {sum(costs.host_ops.values()):.0f} ops takes longer than the GPU")
+    data_parallel = 1 if strategy == "pipeline" else max(nproc, 1)
+    samples_per_s = samples_per_rank * data_parallel / step_s if step_s > 0 else 0.0
+    tokens = samples_per_rank * tokens_per_sample / step_s if tokens_per_sample and step_s > 0 else None
+    peak = half_peak if precision in ("bf16", "fp16", "bf16-pure") else peak_for(gpu, 4, precision)
+    mfu = flops_per_step / (step_s * peak) if step_s > 0 and peak else 0.0
+    return Speed(step_s, samples_per_s, tokens, mfu, breakdown, max(breakdown, key=breakdown.get), nproc,
+                 strategy, roofline_step_s, notes)

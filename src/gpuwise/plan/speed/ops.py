@@ -1,0 +1,157 @@
+"""What the GPU runs in one step, as the trace saw it: GEMM shapes, attention kernels, bytes of the
+memory-bound ops, and kernel counts, per phase. The trace's dispatch mode calls `OpCosts.record` for
+every aten op of the steady-state step; the speed model (plan/speed/model.py) prices them.
+
+Keys are hashable tuples and values counts, so two traces combine linearly: a model rebuilt from 3
+and 4 traced blocks (plan/repeat.py) gets `c3 + (L - 3) x (c4 - c3)`, like its FLOPs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+GEMM_OPS = {"aten.mm", "aten.addmm", "aten.bmm", "aten.baddbmm", "aten._scaled_mm"}
+CONV_OPS = {"aten.convolution", "aten.convolution_backward", "aten.cudnn_convolution"}
+# SDPA's fused kernels, forward and backward (torch/_meta_registrations.py names them)
+ATTENTION_KERNELS = {
+    "aten._scaled_dot_product_flash_attention": "flash",
+    "aten._scaled_dot_product_flash_attention_backward": "flash",
+    "aten._flash_attention_forward": "flash",
+    "aten._flash_attention_backward": "flash",
+    "aten._scaled_dot_product_efficient_attention": "efficient",
+    "aten._scaled_dot_product_efficient_attention_backward": "efficient",
+    "aten._efficient_attention_forward": "efficient",
+    "aten._efficient_attention_backward": "efficient",
+    "aten._scaled_dot_product_cudnn_attention": "cudnn",
+    "aten._scaled_dot_product_cudnn_attention_backward": "cudnn",
+}
+# no kernel at all: allocation or a host-side read
+NO_KERNEL_OPS = {"aten.empty", "aten.empty_strided", "aten.empty_like", "aten._local_scalar_dense",
+                 "aten.lift_fresh", "aten.set_", "aten.resize_", "aten.sym_size", "aten.sym_stride"}
+# torch's multi_tensor_apply launches one kernel per chunk of tensors: at most 110 / 64 / 48 / 36 / 30
+# tensors for 1..5 tensor lists (aten/src/ATen/native/cuda/MultiTensorApply.cuh depth_to_max_tensors)
+FOREACH_MAX_TENSORS = (110, 64, 48, 36, 30)
+
+
+@dataclass
+class OpCosts:
+    gemms: Counter = field(default_factory=Counter)       # (phase, batch, m, n, k, itemsize) -> calls
+    attention: Counter = field(default_factory=Counter)   # (phase, kernel) -> FLOPs
+    conv_flops: Counter = field(default_factory=Counter)  # phase -> FLOPs
+    memory_bytes: Counter = field(default_factory=Counter)  # phase -> bytes read + written by other kernels
+    kernels: Counter = field(default_factory=Counter)     # phase -> kernels launched (all kinds)
+    host_ops: Counter = field(default_factory=Counter)    # phase -> aten ops dispatched (views included)
+
+    PARTS = ("gemms", "attention", "conv_flops", "memory_bytes", "kernels", "host_ops")
+
+    def record(self, name: str, phase: str, args: tuple, kwargs: dict, out: Any, flops: int, func: Any = None) -> None:
+        """One aten op of the steady step (`name` as 'aten.mm'; `flops` from torch's flop formulas; `func`
+        the OpOverload, whose schema says where `is_causal` is)."""
+        self.host_ops[phase] += 1
+        if name in NO_KERNEL_OPS or name.startswith("prim.") or _is_view(name, out, args):
+            return
+        if not _tensors(out) and not name.endswith("_"):  # metadata queries (is_same_size, ...): no kernel
+            return
+        if name in GEMM_OPS:
+            self.gemms[(phase, *_gemm_shape(name, args))] += 1
+            self.kernels[phase] += 1
+        elif name in ATTENTION_KERNELS:
+            # torch's flop formulas count the full L x S score matrix; a causal kernel skips the masked half
+            # (the FlashAttention papers count causal FLOPs as half of the full ones)
+            self.attention[(phase, ATTENTION_KERNELS[name])] += flops / 2 if _causal(func, args, kwargs) else flops
+            self.kernels[phase] += 1
+        elif name in CONV_OPS or flops:
+            self.conv_flops[phase] += flops
+            self.kernels[phase] += 1
+        else:
+            tensors = _tensors((args, kwargs)) + _tensors(out)
+            self.memory_bytes[phase] += sum(_bytes(t) for t in tensors)
+            self.kernels[phase] += _foreach_launches(name, args)
+
+    def combine(self, other: OpCosts, weight: float) -> OpCosts:
+        """self + weight x (other - self): linear extrapolation between two traces (values kept >= 0)."""
+        out = OpCosts()
+        for part in self.PARTS:
+            a, b = getattr(self, part), getattr(other, part)
+            getattr(out, part).update({k: max(a.get(k, 0) + weight * (b.get(k, 0) - a.get(k, 0)), 0)
+                                       for k in set(a) | set(b)})
+        return out
+
+    def scaled(self, factor: float, phases: tuple[str, ...] = ("forward", "backward")) -> OpCosts:
+        """Counts of `phases` times `factor` (gradient accumulation: N micro-steps per optimizer step)."""
+        out = OpCosts()
+        for part in self.PARTS:
+            getattr(out, part).update({k: v * factor if _phase(k) in phases else v
+                                       for k, v in getattr(self, part).items()})
+        return out
+
+
+def _causal(func, args, kwargs) -> bool:
+    if "is_causal" in kwargs:
+        return bool(kwargs["is_causal"])
+    names = [a.name for a in getattr(getattr(func, "_schema", None), "arguments", [])]
+    if "is_causal" in names and names.index("is_causal") < len(args):
+        return bool(args[names.index("is_causal")])
+    return False
+
+
+def _phase(key) -> str:
+    return key[0] if isinstance(key, tuple) else key
+
+
+def _tensors(obj) -> list:
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (list, tuple)):
+        return [t for o in obj for t in _tensors(o)]
+    if isinstance(obj, dict):
+        return [t for o in obj.values() for t in _tensors(o)]
+    return []
+
+
+def _bytes(t) -> int:
+    """Bytes a kernel touches in `t`: its elements, but no more than its storage (a broadcast view
+    reads its small storage again and again from cache)."""
+    nbytes = t.numel() * t.element_size()
+    try:
+        return min(nbytes, t.untyped_storage().nbytes())
+    except Exception:  # noqa: BLE001 - tensors without storage (sparse, nested)
+        return nbytes
+
+
+def _is_view(name: str, out, args) -> bool:
+    """An op whose output shares an input's storage without a kernel (view, transpose, expand...).
+    In-place ops (`aten.add_`) also return their input's storage, but run one."""
+    import torch
+
+    if not isinstance(out, torch.Tensor) or name.endswith("_"):
+        return False
+    return id(out.untyped_storage()) in {id(t.untyped_storage()) for t in _tensors(args)}
+
+
+def _gemm_shape(name: str, args) -> tuple[int, int, int, int, int]:
+    """(batch, m, n, k, itemsize) of a GEMM call."""
+    if name in ("aten.addmm", "aten.baddbmm"):
+        a, b = args[1], args[2]
+    else:
+        a, b = args[0], args[1]
+    shape_a, shape_b = tuple(a.shape), tuple(b.shape)
+    batch = shape_a[0] if len(shape_a) == 3 else 1
+    m, k = shape_a[-2], shape_a[-1]
+    n = shape_b[-1]
+    return batch, int(m), int(n), int(k), a.element_size()
+
+
+def _foreach_launches(name: str, args) -> int:
+    if not name.startswith("aten._foreach_") and not name.startswith("aten._fused_"):
+        return 1
+    lists = [a for a in args if isinstance(a, (list, tuple)) and a and hasattr(a[0], "shape")]
+    if not lists:
+        return 1
+    depth = min(len(lists), len(FOREACH_MAX_TENSORS))
+    return max(1, math.ceil(len(lists[0]) / FOREACH_MAX_TENSORS[depth - 1]))

@@ -1,0 +1,70 @@
+"""Communication of a data-parallel step, and how much of it the backward (or forward) hides.
+
+    ddp           all-reduce of the gradients in 25 MiB buckets as backward produces them
+                  (DistributedDataParallel bucket_cap_mb=25, torch docs): hidden behind backward except
+                  the last bucket, which is reduced after backward ends
+    zero1         as ddp, then an all-gather of the updated parameters after the optimizer (exposed)
+    zero2         reduce-scatter of the gradients during backward (last bucket exposed), then the
+                  all-gather of the updated parameters after the optimizer (DeepSpeed ZeRO-2; exposed)
+    fsdp-grad-op  all-gather of each block's parameters in forward, prefetched one block ahead (the first
+                  block's is exposed), reduce-scatter of the gradients in backward (the last block's exposed)
+    fsdp / zero3  as fsdp-grad-op plus a second all-gather in backward (FSDP2 reshard_after_forward=True;
+                  backward prefetch one block ahead)
+    hsdp          fsdp within a node, then an all-reduce of each rank's gradient shard across nodes
+Communication hidden behind compute still costs what exceeds that compute: exposed = max(0, comm -
+compute) + the part that cannot overlap (Rajbhandari et al., ZeRO, SC'20, sec. 7 volumes; FSDP2 docs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import comm
+
+DDP_BUCKET_BYTES = 25 * 2**20
+STRATEGIES = ("single", "ddp", "zero1", "zero2", "fsdp", "zero3", "fsdp-grad-op", "hsdp", "pipeline")
+
+
+@dataclass(frozen=True)
+class CommPlan:
+    total_s: float     # all collectives of the step, back to back
+    exposed_s: float   # what the step waits for
+
+
+def comm_time(strategy: str, nproc: int, link: str, grad_bytes: float, param_bytes: float,
+              forward_s: float, backward_s: float, blocks: int = 1, gpus_per_node: int = comm.GPUS_PER_NODE,
+              ) -> CommPlan:
+    """Collectives per step of one rank under `strategy` on `nproc` ranks. `grad_bytes`: gradients as
+    reduced (fp32 for fp32 master weights); `param_bytes`: parameters as gathered (bf16 under mixed
+    precision); `blocks`: the FSDP units (transformer blocks) the parameters are split into."""
+    s = "fsdp" if strategy == "zero3" else strategy
+    if nproc <= 1 or s in ("single", "pipeline"):
+        return CommPlan(0.0, 0.0)
+    blocks = max(1, blocks)
+    kw = {"gpus_per_node": gpus_per_node}
+    if s in ("ddp", "zero1"):
+        ar = comm.all_reduce_s(grad_bytes, nproc, link, **kw)
+        last = comm.all_reduce_s(min(DDP_BUCKET_BYTES, grad_bytes), nproc, link, **kw)
+        exposed = max(0.0, ar - backward_s) + last
+        total = ar
+        if s == "zero1":
+            ag = comm.all_gather_s(param_bytes, nproc, link, **kw)
+            total, exposed = total + ag, exposed + ag
+        return CommPlan(total, exposed)
+    if s == "zero2":
+        rs = comm.reduce_scatter_s(grad_bytes, nproc, link, **kw)
+        last = comm.reduce_scatter_s(min(DDP_BUCKET_BYTES, grad_bytes), nproc, link, **kw)
+        ag = comm.all_gather_s(param_bytes, nproc, link, **kw)
+        return CommPlan(rs + ag, max(0.0, rs - backward_s) + last + ag)
+    shard_ranks = min(nproc, gpus_per_node) if s == "hsdp" else nproc
+    ag = comm.all_gather_s(param_bytes, shard_ranks, link, **kw)
+    rs = comm.reduce_scatter_s(grad_bytes, shard_ranks, link, **kw)
+    ag_block, rs_block = ag / blocks, rs / blocks
+    fwd_comm, bwd_comm = ag, rs + (ag if s in ("fsdp", "hsdp") else 0.0)
+    exposed = max(0.0, fwd_comm - forward_s) + ag_block + max(0.0, bwd_comm - backward_s) + rs_block
+    total = fwd_comm + bwd_comm
+    if s == "hsdp" and nproc > shard_ranks:
+        across = comm.all_reduce_s(grad_bytes / shard_ranks, nproc // shard_ranks, comm.network_for_link(link),
+                                   gpus_per_node=1)
+        total, exposed = total + across, exposed + across
+    return CommPlan(total, exposed)

@@ -1,0 +1,71 @@
+"""The one way into the tracer: a workload's training step at a batch size, with its modes, at a depth.
+
+    trace_workload(workload, batch_size, config, target, modes=..., layers=..., repeat=...) -> MemoryTrace
+
+`estimate`, `fit` (plan/scaled.py's Evaluator) and, through `estimate`, the hint and the largest-batch
+search ask here; nothing else in plan/ imports the tracer's insides. What it does, in order:
+- `layers`: a model config is rebuilt with that many blocks (fit's 1- and 2-block traces);
+- `modes` (plan/tracing/modes.py): LoRA / QLoRA / freezing / accumulation wrap the model and loss and are
+  traced with the real libraries; offloading the optimizer is a transform of the trace, not a new one;
+- `repeat`: a model config without modes may be rebuilt exactly from its 3- and 4-block traces
+  (plan/tracing/repeat.py); the notes say when it was traced whole instead, and why;
+- the step is traced on fake tensors (plan/tracing/trace.py), with a fallback where that cannot run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from ..errors import GpuwiseError
+from ..hf import hf_workload
+from ..step import StepConfig
+from ..workload import Workload, load_workload
+from .memory.events import MemoryTrace
+from .tracing.modes import TrainingModes, apply_modes, offload_optimizer_state
+from .tracing.repeat import repeated_trace
+
+Progress = Callable[[str], None]  # told each stage as it starts
+
+
+def trace_workload(workload: Workload | str, batch_size: int, config: StepConfig, target: str, repeat: bool = False,
+                   progress: Progress | None = None, *, modes: TrainingModes | None = None,
+                   layers: int | None = None) -> MemoryTrace:
+    """The step's events (see the module's docstring)."""
+    wl = load_workload(workload)
+    if layers is not None:
+        wl = hf_workload(wl.source, wl.seq_len, wl.task, num_layers=layers)
+    offload = modes is not None and modes.offload_optimizer
+    if modes is not None:
+        moded = apply_modes(wl, replace(modes, offload_optimizer=False), config.precision)
+        repeat = repeat and moded is wl  # the repeated blocks are rebuilt for a model as loaded only
+        wl = moded
+    trace = _traced(wl, batch_size, config, target, repeat, progress)
+    if not offload:
+        return trace
+    off = offload_optimizer_state(trace)
+    off.op_costs = trace.op_costs
+    return off
+
+
+def _traced(wl: Workload, batch_size: int, config: StepConfig, target: str, repeat: bool,
+            progress: Progress | None) -> MemoryTrace:
+    from .tracing.trace import trace_step  # deferred: trace.py imports torch, `import gpuwise.plan` must not
+
+    why = ""
+    if repeat:
+        rebuilt, why = repeated_trace(wl, batch_size, config, target, progress)
+        if rebuilt is not None:
+            return rebuilt
+    if progress is not None:
+        progress(f"tracing the step at batch {batch_size}")
+    try:
+        trace = trace_step(wl, batch_size, config, target=target)
+        if why:
+            trace.notes.append(f"traced whole: repeated blocks not reused ({why})")
+        return trace
+    except GpuwiseError:
+        raise
+    except Exception as exc:  # the user's model failed in its step: one line, the cause chained for --debug
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise GpuwiseError(f"{wl.spec}: the training step raised {type(exc).__name__}: {first}") from exc

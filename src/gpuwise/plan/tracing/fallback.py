@@ -1,0 +1,115 @@
+"""When a fake trace cannot run the step: get the estimate another way, and say which.
+
+Order of attempts (the first that works is used; `MemoryTrace.method` names it):
+1. "fake-trace": fake tensors, no memory (plan/tracing/trace.py). A model whose *construction* reads data is
+   built with real weights and copied into fake tensors; that is still a fake trace of the step.
+2. "real-trace": the same tracer on real CPU tensors, so data-dependent ops (`.item()`, `torch.all(x)`
+   checks, nonzero / dynamic shapes) just run. It costs real host memory, so it first traces batch 1
+   and 2 and extrapolates every event's size linearly to the requested batch; when that predicts a peak
+   under `REAL_TRACE_RAM_FRACTION` of the available host memory, it traces the requested batch itself.
+3. "real-trace-extrapolated": the extrapolated events, when the requested batch would not fit in RAM
+   (or its event sequence differs from batch 1 and 2's, e.g. a data-dependent number of steps).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from ...errors import GpuwiseError
+from ..memory.events import MemoryTrace, live_peak
+
+# a tracer bound to one workload, config, target and warm-up: batch size -> trace (plan/tracing/trace.py's run_fake
+# and run_real); passed in, so that this module needs nothing from the tracer that calls it
+TraceAt = Callable[[int], MemoryTrace]
+
+# exceptions from fake tensors that mean "needs real data", not "the user's model is broken"
+FAKE_LIMITS = ("DataDependentOutputException", "DynamicOutputShapeException", "UnsupportedOperatorException",
+               "GuardOnDataDependentSymNode", "UnsupportedFakeTensorException")
+REAL_TRACE_RAM_FRACTION = 0.25  # at most a quarter of the free host memory for a real trace
+
+
+def is_fake_limit(exc: BaseException) -> bool:
+    seen = 0
+    e: BaseException | None = exc
+    while e is not None and seen < 8:
+        if type(e).__name__ in FAKE_LIMITS:
+            return True
+        e = e.__cause__ or e.__context__
+        seen += 1
+    return False
+
+
+def trace_with_fallback(fake: TraceAt, real: TraceAt, batch_size: int, workload) -> MemoryTrace:
+    """`fake(batch_size)`; when it fails for any reason but a bad workload (a data-dependent op, a fake or
+    meta kernel stricter than the CPU one, e.g. `_grouped_mm` asking for bf16), `real_trace(real, ...)`,
+    with a note saying why. If the real step fails too, its error is the user's and is raised."""
+    try:
+        return fake(batch_size)
+    except GpuwiseError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any limit of fake tensors: try real ones
+        kind = "needs real data" if is_fake_limit(exc) else "fake tensors failed"
+        first = (str(exc).strip().splitlines() or [""])[0][:160]
+        why = f"fake tensors could not run the step ({kind}: {type(exc).__name__}: {first}): traced on real CPU tensors"
+        cause = exc
+    _check_fits_in_ram(workload, why)
+    try:
+        trace = real_trace(real, batch_size)
+    except GpuwiseError:
+        raise
+    except Exception as exc:
+        raise exc from cause
+    trace.notes.insert(0, why)
+    return trace
+
+
+def _check_fits_in_ram(workload, why: str) -> None:
+    """A real-tensor trace holds the parameters, their gradients and optimizer state in host memory:
+    refuse ("cannot tell", one line) rather than swap or be killed when they would not fit."""
+    try:
+        import torch
+
+        with torch.device("meta"):
+            model = workload.build_model()
+        param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    except Exception:  # noqa: BLE001 - a model that cannot be built on meta: let the real trace try
+        return
+    need = 4 * param_bytes  # parameters, gradients, two Adam moments
+    if need > REAL_TRACE_RAM_FRACTION * _available_bytes():
+        raise GpuwiseError(f"cannot tell: {why.split(': traced')[0]}, and a real-tensor trace would need about "
+                           f"{need / 2**30:.1f} GiB of host memory (more than {REAL_TRACE_RAM_FRACTION:.0%} "
+                           f"of what is free)")
+
+
+def real_trace(real: TraceAt, batch_size: int) -> MemoryTrace:
+    """`real(batch_size)`, or the events extrapolated from batch 1 and 2 when that would not fit in RAM."""
+    if batch_size <= 2:
+        return real(batch_size)
+    one = real(1)
+    two = real(2)
+    guess = extrapolate(one, two, batch_size)
+    if guess is not None and live_peak(guess).allocated_bytes > REAL_TRACE_RAM_FRACTION * _available_bytes():
+        return guess
+    return real(batch_size)
+
+
+def extrapolate(one: MemoryTrace, two: MemoryTrace, batch_size: int) -> MemoryTrace | None:
+    """Events at `batch_size` from the same events at batch 1 and 2 (sizes linear in the batch);
+    None when the two traces do not line up event by event."""
+    if len(one.events) != len(two.events) or one.steady_start != two.steady_start:
+        return None
+    events = []
+    for a, b in zip(one.events, two.events, strict=True):
+        if (a.action, a.block, a.op) != (b.action, b.block, b.op):
+            return None
+        events.append(replace(b, nbytes=max(a.nbytes + (b.nbytes - a.nbytes) * (batch_size - 1), 0)))
+    flops = one.flops_per_step + (two.flops_per_step - one.flops_per_step) * (batch_size - 1)
+    notes = list(two.notes) + [f"sizes extrapolated linearly from real traces at batch 1 and 2 to {batch_size}"]
+    return MemoryTrace(events, two.steady_start, two.device_type, "real-trace-extrapolated", notes, flops)
+
+
+def _available_bytes() -> int:
+    import psutil
+
+    return int(psutil.virtual_memory().available)

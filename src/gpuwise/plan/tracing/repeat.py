@@ -1,0 +1,273 @@
+"""A deep model's step from a 3-layer trace: the events of L identical blocks, rebuilt exactly.
+
+A model config with L repeated blocks (a decoder's layers) runs the same ops in every block: the step's
+events are the embeddings' and head's, and in each phase a run over the blocks (ascending in forward and
+in the optimizer's per-parameter loops, descending in backward). Tracing 80 blocks with fake tensors
+costs 80 times one block; here the model is traced with 3 blocks (first, middle, last: a first or last
+block can differ from the others, e.g. in what it frees of its neighbour) and each phase's run is
+rebuilt for L blocks: block 0 from the first, blocks 1..L-2 from the middle one, block L-1 from the last.
+Events are tagged with their block while tracing (plan/tracing/repeat_tags.py); an event that refers to a
+storage of another block (a backward freeing the previous block's saved output) keeps its distance.
+
+When is that exact? When every one of the L blocks is built alike (checked on the full-depth model built
+on the meta device: module types, parameter shapes and dtypes, plain attributes except the block's
+index, e.g. a sliding-window flag set per layer), and the rebuild reproduces a real trace: the
+4-layer model is traced too and must come out event for event as rebuilt from the 3-layer one (sizes,
+categories, phases, modules, ops, and which free ends which allocation). Otherwise the model is traced
+whole, and the estimate says why. tests/test_plan_repeat.py compares rebuilt and full traces of
+decoders (byte-exact peaks) and checks that blocks which differ are traced whole.
+
+FLOPs are per-op sums: L blocks' FLOPs are the 3-layer trace's plus (L - 3) times the difference
+between the 4- and 3-layer traces.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from ...hf import TASKS, hf_workload, num_layers_of
+from ...step import StepConfig
+from ..memory.events import MemEvent, MemoryTrace
+
+TRACED = 3        # blocks in the trace the events are rebuilt from: first, middle, last
+CHECKED = 4       # blocks in the trace the rebuild is checked against
+MIN_LAYERS = 6    # below this, tracing the model whole costs about as much as the 3- and 4-block traces
+
+
+class NotRepeating(Exception):
+    """The events cannot be rebuilt from the traced blocks (the message says why)."""
+
+
+def _index_of(module: str, prefix: str) -> int | None:
+    if not module.startswith(prefix):
+        return None
+    head = module[len(prefix):].split(".", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def _moved(module: str, prefix: str, shift: int) -> str:
+    """`module` with its block index moved by `shift` (unchanged outside the blocks)."""
+    j = _index_of(module, prefix)
+    if j is None or not shift:
+        return module
+    rest = module[len(prefix):].split(".", 1)
+    return prefix + str(j + shift) + ("." + rest[1] if len(rest) > 1 else "")
+
+
+def rebuild(trace: MemoryTrace, layers: int) -> MemoryTrace:
+    """The events of the same step with `layers` blocks, from `trace` (traced with 3, events tagged)."""
+    info = trace.layers
+    if info is None or info.count != TRACED:
+        raise NotRepeating("the trace has no block tags")
+    if layers < TRACED:
+        raise NotRepeating(f"{layers} blocks: fewer than the traced {TRACED}")
+    events, tags, block_layer, prefix = trace.events, info.event_layer, info.block_layer, info.prefix
+    last = TRACED - 1
+
+    # a storage of block i is known by what it is and the how-manieth such it is in its block: the same
+    # storage of another block has the same role (the 4-block check proves the pairing)
+    role: dict[int, tuple] = {}
+    seen: dict[tuple, int] = {}
+    for e in events:
+        if e.action == "alloc":
+            i = block_layer.get(e.block)
+            if i is not None:
+                what = (e.nbytes, e.category, e.phase, e.op, _moved(e.module, prefix, -i))
+                seen[(i, what)] = seen.get((i, what), -1) + 1
+                role[e.block] = (what, seen[(i, what)])
+
+    chunks = _chunks(events, tags)
+    out: list[MemEvent] = []
+    ids: dict[tuple, int] = {}
+    freed: set[int] = set()
+    steady = None
+    for c, (t, start, end) in enumerate(chunks):
+        if t is None or t == 0:
+            targets = [t]
+        elif t == last:
+            targets = [layers - 1]
+        else:
+            before = chunks[c - 1][0] if c > 0 else None
+            after = chunks[c + 1][0] if c + 1 < len(chunks) else None
+            up, down = before == 0 or after == last, before == last or after == 0
+            if up == down:
+                raise NotRepeating(f"events of the middle block at {start} are not in a run over the blocks")
+            targets = list(range(1, layers - 1)) if up else list(range(layers - 2, 0, -1))
+        for target in targets:
+            shift = 0 if t is None else target - t
+            if steady is None and start <= trace.steady_start < end:
+                steady = len(out) + trace.steady_start - start
+            for e in events[start:end]:
+                owner = block_layer.get(e.block)
+                moved = shift
+                if owner is None:
+                    key: tuple = ("outside", e.block)
+                else:
+                    at = owner + shift if t is not None else 0 if owner == 0 else layers - 1 if owner == last else -1
+                    if not 0 <= at < layers:
+                        raise NotRepeating(f"an event refers to block {at} of {layers}")
+                    key = (at, role.get(e.block, ("not allocated", e.block)))
+                    if e.action == "free" and not e.op:  # freed by its last reference: named by where it was made
+                        moved = at - owner
+                if e.action == "alloc":
+                    if key in ids:
+                        raise NotRepeating("a storage would be allocated twice")
+                    ids[key] = len(ids)
+                elif key not in ids or ids[key] in freed:
+                    raise NotRepeating("a free does not match one allocation")
+                else:
+                    freed.add(ids[key])
+                out.append(MemEvent(e.action, ids[key], e.nbytes, e.category, e.phase,
+                                    _moved(e.module, prefix, moved), e.op, e.stream))
+    if steady is None:
+        steady = len(out)
+    return MemoryTrace(out, steady, trace.device_type, trace.method, list(trace.notes), trace.flops_per_step)
+
+
+def _chunks(events: list[MemEvent], tags: list[int | None]) -> list[tuple[int | None, int, int]]:
+    """Runs of consecutive events of one block: (block or None, first event, end). Frees alone that a run
+    over the blocks makes late join the run they happen in: between two runs of one block (a loop over
+    parameters freeing the previous one's temporary), or right after the run of the next block in the
+    run's direction (a model's loop dropping the previous block's output once the next one returns)."""
+    def runs(tags):
+        found: list[tuple[int | None, int, int]] = []
+        for i, t in enumerate(tags):
+            if found and found[-1][0] == t:
+                found[-1] = (t, found[-1][1], i + 1)
+            else:
+                found.append((t, i, i + 1))
+        return found
+
+    chunks = runs(tags)
+    out: list[tuple[int | None, int, int]] = []
+    for c, (t, start, end) in enumerate(chunks):
+        if out and t is not None and all(e.action == "free" for e in events[start:end]):
+            a = out[-1][0]
+            p = out[-2][0] if len(out) >= 2 else None
+            b = chunks[c + 1][0] if c + 1 < len(chunks) else None
+            if a is not None and (a == b or (p is not None and p - a == t - a and abs(t - a) == 1)):
+                out[-1] = (a, out[-1][1], end)
+                continue
+        if out and out[-1][0] == t:
+            out[-1] = (t, out[-1][1], end)
+        else:
+            out.append((t, start, end))
+    return out
+
+
+def canonical(trace: MemoryTrace) -> tuple[int, list[tuple]]:
+    """The events with blocks numbered in order of first appearance: equal for equal steps."""
+    ids: dict[int, int] = {}
+    return trace.steady_start, [(e.action, ids.setdefault(e.block, len(ids)), e.nbytes, e.category, e.phase,
+                                 e.module, e.op, e.stream) for e in trace.events]
+
+
+# -- is every block alike? -----------------------------------------------------------------------------
+
+
+def _signature(block) -> list[tuple]:
+    """Module types, parameter / buffer shapes, dtypes, trainability, and plain attributes of one block."""
+    sig = []
+    for name, m in block.named_modules():
+        attrs = tuple(sorted((k, v) for k, v in vars(m).items()
+                             if isinstance(v, (bool, int, float, str, type(None))) and not k.startswith("_")))
+        sig.append((name, type(m).__qualname__, attrs))
+    for name, p in block.named_parameters():
+        sig.append((name, tuple(p.shape), str(p.dtype), p.requires_grad))
+    for name, b in block.named_buffers():
+        sig.append((name, tuple(b.shape), str(b.dtype)))
+    return sig
+
+
+def blocks_alike(hf_config, task: str, layers: int) -> str | None:
+    """None when the full-depth model's `layers` blocks are built alike; else why not. Attributes that
+    only number the blocks (their values run 0, 1, 2, ...: a `layer_idx`) are left out. Remembered per
+    config (a batch sweep asks again for each batch)."""
+    try:
+        text = hf_config.to_json_string()
+    except (TypeError, ValueError):  # a config attribute JSON cannot hold: ask without remembering
+        return _blocks_alike.__wrapped__(None, hf_config, task, layers)
+    return _blocks_alike(text, type(hf_config), task, layers)
+
+
+@functools.lru_cache(maxsize=16)
+def _blocks_alike(config_json: str, config_class, task: str, layers: int) -> str | None:
+    import json
+
+    import torch
+    import transformers
+
+    hf_config = config_class if config_json is None else config_class.from_dict(json.loads(config_json))
+    with torch.device("meta"):
+        model = getattr(transformers, TASKS[task]).from_config(hf_config)
+    lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == layers]
+    if len(lists) != 1:
+        return f"{len(lists)} lists of {layers} blocks (reuse needs exactly one)"
+    sigs = [_signature(b) for b in lists[0]]
+    for i, sig in enumerate(sigs):
+        if len(sig) != len(sigs[0]):
+            return f"block {i} has other modules than block 0"
+    for pos in range(len(sigs[0])):
+        column = [sig[pos] for sig in sigs]
+        plain = _without_numbering(column)
+        for i, c in enumerate(plain):
+            if c != plain[0]:
+                return f"block {i} differs from block 0 (in {c[0] or 'the block itself'})"
+    return None
+
+
+def _without_numbering(column: list[tuple]) -> list[tuple]:
+    """One signature entry across the blocks, less the attributes that only count the blocks (the value in
+    block k is the value in block 0 plus k: a `layer_idx`)."""
+    if len(column[0]) != 3 or any(len(c) != 3 or c[:2] != column[0][:2] for c in column):
+        return column
+    attrs = [dict(c[2]) for c in column]
+    numbering = {k for k in attrs[0] if all(type(a.get(k)) is int and a[k] - attrs[0][k] == j
+                                            for j, a in enumerate(attrs))} if len(attrs) > 1 else set()
+    return [(c[0], c[1], tuple((k, v) for k, v in c[2] if k not in numbering)) for c in column]
+
+
+# -- the estimate's entry ------------------------------------------------------------------------------
+
+
+def repeated_trace(wl, batch_size: int, config: StepConfig, target: str,
+                   progress=None) -> tuple[MemoryTrace | None, str]:
+    """The step of `wl` (a model config with L blocks) rebuilt from 3- and 4-block traces, or (None, why)."""
+    from .trace import trace_step
+
+    cfg = getattr(wl, "hf_config", None)
+    layers = num_layers_of(cfg) if cfg is not None else None
+    if layers is None or layers < MIN_LAYERS:
+        return None, ""  # not a model config, or too shallow to gain: nothing to say
+    if progress is not None:
+        progress(f"comparing the {layers} blocks (built on the meta device)")
+    why = blocks_alike(cfg, wl.task, layers)
+    if why is not None:
+        return None, why
+    warmup = "copy" if target == "cuda" else "optimizer"
+    traces = {}
+    for n in (TRACED, CHECKED):
+        if progress is not None:
+            progress(f"tracing {n} of {layers} blocks at batch {batch_size}")
+        small = hf_workload(wl.source, wl.seq_len, wl.task, num_layers=n)
+        try:
+            traces[n] = trace_step(small, batch_size, config, target, fallback=False, warmup=warmup, layers=n)
+        except Exception as exc:  # noqa: BLE001 - whatever the fake trace cannot do, the whole trace handles
+            return None, f"the {n}-block trace failed ({type(exc).__name__})"
+    try:
+        if canonical(rebuild(traces[TRACED], CHECKED)) != canonical(traces[CHECKED]):
+            return None, f"the {CHECKED}-block trace differs from its rebuild from {TRACED} blocks"
+        if progress is not None:
+            progress(f"rebuilding {layers} blocks")
+        full = rebuild(traces[TRACED], layers)
+    except NotRepeating as exc:
+        return None, str(exc)
+    f3, f4 = traces[TRACED].flops_per_step, traces[CHECKED].flops_per_step
+    full.flops_per_step = f3 + (layers - TRACED) * (f4 - f3)
+    c3, c4 = traces[TRACED].op_costs, traces[CHECKED].op_costs
+    if c3 is not None and c4 is not None:
+        full.op_costs = c3.combine(c4, layers - TRACED)
+    full.notes.append(f"repeated blocks: traced with {TRACED} and {CHECKED} of {layers} blocks; the events of "
+                      f"blocks 1..{layers - 2} are the middle block's (exact: the {CHECKED}-block trace matched "
+                      "its rebuild event for event)")
+    return full, ""

@@ -1,0 +1,117 @@
+"""Which repeated block (layer) each traced memory event belongs to: what plan/tracing/repeat.py needs to
+rebuild the events of an L-layer model from a 3-layer trace.
+
+An event belongs to layer i when it happens while `<blocks>.i` (or a module inside it) runs, forward or
+backward. Outside every module (the optimizer, zero_grad, the model's construction) an allocation belongs
+to the layer its inputs belong to: a parameter to the block it sits in (by name), a gradient or
+optimizer state to its parameter's block, the i-th output of a foreach op to the layer of the i-th
+element of its input lists; a free outside the blocks to the layer of the storage it frees. Events of
+the embeddings, head, loss and anything mixing layers belong to none (None).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...step import tensors_in
+
+
+@dataclass
+class EventLayers:
+    """Per event of a trace (same order): the layer it belongs to; per block: the layer of its storage."""
+
+    prefix: str                      # dotted path of the blocks' ModuleList, with a trailing "."
+    count: int                       # how many blocks the traced model had
+    event_layer: list[int | None]
+    block_layer: dict[int, int | None]
+
+
+class LayerTags:
+    """Attached to the tracer (`_TraceMode.layers`) while a model with repeated blocks is traced."""
+
+    def __init__(self, prefix: str, count: int):
+        self.prefix, self.count = prefix, count
+        self.block_layer: dict[int, int | None] = {}
+        self._inputs: list = []           # per input: a layer, or a list of layers (a foreach list)
+        self.output_index: int | None = None
+
+    @classmethod
+    def follow(cls, mode, model, count: int) -> LayerTags | None:
+        """Tags for `model`'s one ModuleList of `count` blocks (None when there is not exactly one)."""
+        import torch
+
+        found = [name for name, m in model.named_modules() if isinstance(m, torch.nn.ModuleList) and len(m) == count]
+        if len(found) != 1 or not found[0]:
+            return None
+        tags = cls(found[0] + ".", count)
+        tags.tag_parameters(mode, model)
+        return tags
+
+    def layer_of(self, module: str) -> int | None:
+        if not module.startswith(self.prefix):
+            return None
+        head = module[len(self.prefix):].split(".", 1)[0]
+        return int(head) if head.isdigit() else None
+
+    def tag_parameters(self, mode, model) -> None:
+        """Parameters and buffers belong to the block they sit in (they are built outside any forward)."""
+        for name, t in list(model.named_parameters(remove_duplicate=False)) + list(model.named_buffers()):
+            block = mode.block_of(t) if t is not None else None
+            if block is not None:
+                self.block_layer[block] = self.layer_of(name.rsplit(".", 1)[0])
+
+    def tag_optimizer_state(self, mode, optimizer) -> None:
+        """A parameter's optimizer state (its step counter too, made from no input) is its block's."""
+        for p, state in optimizer.state.items():
+            block = mode.block_of(p)
+            layer = None if block is None else self.block_layer.get(block)
+            for t in tensors_in(list(state.values())):
+                b = mode.block_of(t)
+                if b is not None:
+                    self.block_layer[b] = layer
+
+    # --- called by the tracer ------------------------------------------------------------------------
+    def set_inputs(self, mode, args, kwargs) -> None:
+        import torch
+
+        def layer(t):
+            block = mode.block_of(t)
+            return None if block is None else self.block_layer.get(block)
+
+        inputs: list = []
+        for a in list(args) + list(kwargs.values()):
+            if isinstance(a, torch.Tensor):
+                inputs.append(layer(a))
+            elif isinstance(a, (list, tuple)) and a and all(isinstance(t, torch.Tensor) for t in a):
+                inputs.append([layer(t) for t in a])
+        self._inputs = inputs
+        self.output_index = None
+
+    def op_done(self) -> None:
+        self._inputs = []
+        self.output_index = None
+
+    def _provenance(self) -> int | None:
+        found = set()
+        for x in self._inputs:
+            if isinstance(x, list):
+                i = self.output_index
+                if i is not None and i < len(x):
+                    found.add(x[i])
+                elif i is None:
+                    found.update(x)
+            else:
+                found.add(x)
+        found.discard(None)
+        return found.pop() if len(found) == 1 else None
+
+    def on_alloc(self, block: int, module: str) -> int | None:
+        """A new block: its layer (the running block's; outside every module, its inputs'); returns the event's."""
+        here = self.layer_of(module)
+        self.block_layer[block] = here if here is not None else None if module else self._provenance()
+        return here
+
+    def finish(self, raw_events) -> EventLayers:
+        """Each event's layer: the block running when it happened, else the layer of its storage."""
+        out = [here if here is not None else self.block_layer.get(e[1]) for e in raw_events for here in (e[5],)]
+        return EventLayers(self.prefix, self.count, out, dict(self.block_layer))

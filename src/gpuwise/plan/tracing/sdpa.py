@@ -1,0 +1,262 @@
+"""Scaled-dot-product attention as a GPU runs it, for tracing on fake CUDA tensors.
+
+On a CPU-only torch, `F.scaled_dot_product_attention` on fake CUDA tensors can abort the process
+(its backend choice asks the CUDA runtime). And the math backend it would fall back to keeps the
+(L, S) attention matrix, which flash / memory-efficient attention on a GPU never materialise: they
+keep the output and a float32 logsumexp. So, for the cuda target, the call is intercepted and routed
+to the aten kernel the GPU would pick, whose meta kernel gives the true output and saved tensors.
+
+Backend choice follows torch/csrc/transformers/cuda/sdp_utils.cpp (`select_sdp_backend`, priority
+flash > efficient > math; the `check_*` rules below, each named after torch's), for the target GPU's
+compute capability (`attention_target`, set by the estimate from the catalog; sm80 when no GPU is
+named). Every choice is recorded with its reason (`decisions()`), for the estimate's notes and JSON.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from dataclasses import dataclass, field
+
+from torch.overrides import TorchFunctionMode
+
+from ...errors import GpuwiseError
+
+DEFAULT_CAPABILITY = (8, 0)
+KERNELS = ("flash", "efficient", "math")
+
+
+@dataclass
+class AttentionTarget:
+    """What decides the kernel besides the tensors: the GPU and a kernel the user forces."""
+
+    capability: tuple[int, int] = DEFAULT_CAPABILITY
+    gpu: str = ""
+    attn: str | None = None             # --attn: eager / sdpa / flash (None: the model's own default)
+    decisions: dict[tuple[str, str], int] = field(default_factory=dict)  # (kernel, why) -> calls
+    implementation: str | None = None   # the traced model's config._attn_implementation (transformers)
+
+    @property
+    def force(self) -> str | None:
+        """"flash": the flash kernel forced (torch.nn.attention.sdpa_kernel(FLASH_ATTENTION)), as --attn flash."""
+        return "flash" if self.attn == "flash" else None
+
+
+_TARGET: contextvars.ContextVar[AttentionTarget | None] = contextvars.ContextVar("gpuwise_attention", default=None)
+
+
+@contextlib.contextmanager
+def attention_target(capability: tuple[int, int] | None = None, gpu: str = "", attn: str | None = None):
+    """Inside: SDPA kernels are chosen for a GPU of this compute capability and models get `attn`; yields
+    the AttentionTarget whose `decisions` fill as attention runs."""
+    if attn is not None and attn not in ATTN_CHOICES:
+        raise GpuwiseError(f"unknown attention {attn!r}; choose from: {', '.join(ATTN_CHOICES)}")
+    target = AttentionTarget(capability or DEFAULT_CAPABILITY, gpu, attn)
+    token = _TARGET.set(target)
+    try:
+        yield target
+    finally:
+        _TARGET.reset(token)
+
+
+@contextlib.contextmanager
+def using_target(target: AttentionTarget):
+    """Inside: `target` (one estimate's, shared by all its traces) decides and records the kernels."""
+    token = _TARGET.set(target)
+    try:
+        yield target
+    finally:
+        _TARGET.reset(token)
+
+
+def current_target() -> AttentionTarget:
+    return _TARGET.get() or AttentionTarget()
+
+
+def active_target() -> AttentionTarget | None:
+    """The target set by `attention_target` / `using_target` around this trace, if any."""
+    return _TARGET.get()
+
+
+def _sm(cap: tuple[int, int]) -> str:
+    return f"sm{cap[0]}{cap[1]}"
+
+
+# backend -> rule(q, k, v, attn_mask, dropout_p, enable_gqa, capability) -> None when it runs, else why not,
+# in torch's priority order
+BACKENDS: dict[str, object] = {}
+
+
+def register_backend(name: str):
+    def deco(fn):
+        BACKENDS[name] = fn
+        return fn
+    return deco
+
+
+@register_backend("flash")
+def _flash_why_not(q, k, v, attn_mask, dropout_p, enable_gqa, cap=DEFAULT_CAPABILITY) -> str | None:
+    import torch
+
+    if not (8, 0) <= cap <= (12, 1):  # check_flash_attention_hardware_support
+        return f"flash needs sm80..sm121, {_sm(cap)} has none"
+    if attn_mask is not None:  # check_for_attn_mask
+        return "flash takes no attention mask (an explicit mask is given)"
+    if q.dtype not in (torch.float16, torch.bfloat16):  # check_flash_attention_datatype
+        return f"flash runs fp16/bf16 only, the inputs are {str(q.dtype).replace('torch.', '')}"
+    if q.dim() != 4:  # check_tensor_shapes
+        return "flash needs 4-D inputs"
+    if q.shape[-1] > 256 or q.shape[-1] != v.shape[-1] or q.shape[-1] % 8:  # check_head_dim_size_flash
+        return f"flash needs head dim <= 256, a multiple of 8 (head dim {q.shape[-1]})"
+    if cap in ((8, 6), (8, 7), (8, 9), (12, 0)) and q.shape[-1] > 192 and q.requires_grad:
+        return f"flash backward on {_sm(cap)} takes head dim <= 192"  # ..._gt192_constraints_on_sm86_89_or_120
+    # grouped-query attention (fewer k/v heads, enable_gqa=True): flash reads the shared k/v heads
+    # in place on sm80+ (check_grouped_query_attention), nothing is repeated
+    heads_ok = q.shape[1] == k.shape[1] == v.shape[1] or (
+        enable_gqa and k.shape[1] == v.shape[1] and q.shape[1] % k.shape[1] == 0)
+    if not heads_ok:  # check_batch_size_and_num_heads_dense
+        return "flash needs equal heads (or grouped-query heads with enable_gqa)"
+    return None
+
+
+@register_backend("efficient")
+def _efficient_why_not(q, k, v, attn_mask, dropout_p, enable_gqa, cap=DEFAULT_CAPABILITY) -> str | None:
+    import torch
+
+    if not (5, 0) <= cap <= (12, 1):  # check_mem_efficient_hardware_support
+        return f"memory-efficient attention needs sm50..sm121, not {_sm(cap)}"
+    if q.dtype not in (torch.float32, torch.float16, torch.bfloat16) or (q.dtype == torch.bfloat16 and cap < (8, 0)):
+        return f"memory-efficient attention does not run {str(q.dtype).replace('torch.', '')} on {_sm(cap)}"
+    align = 4 if q.dtype == torch.float32 else 8  # check_head_dim_size_mem_efficient
+    if q.dim() != 4 or q.shape[-1] % align or v.shape[-1] % align:
+        return f"memory-efficient attention needs 4-D inputs, head dim a multiple of {align}"
+    if not q.shape[1] == k.shape[1] == v.shape[1] or enable_gqa:  # no grouped-query support
+        return "memory-efficient attention takes no grouped-query heads"
+    return None
+
+
+def choose_backend(q, k, v, attn_mask=None, dropout_p: float = 0.0, enable_gqa: bool = False,
+                   capability: tuple[int, int] | None = None, force: str | None = None) -> tuple[str, str]:
+    """(kernel, why): the kernel torch's dispatcher picks for these inputs on a GPU of `capability`."""
+    cap = capability or current_target().capability
+    passed = []
+    for name, why_not in BACKENDS.items():
+        if force is not None and name != force:
+            continue
+        reason = why_not(q, k, v, attn_mask, dropout_p, enable_gqa, cap)
+        if reason is None:
+            forced = " (forced)" if force else ""
+            return name, f"{name}{forced} on {_sm(cap)}" + (f"; {'; '.join(passed)}" if passed else "")
+        passed.append(reason)
+    if force is not None:
+        return "math", f"{force} was asked for but cannot run: {'; '.join(passed)}; math kernel instead"
+    return "math", "; ".join(passed)
+
+
+def _sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    import torch
+
+    # CUDA autocast casts SDPA's inputs to the autocast dtype before the backend is chosen; the trace
+    # runs CPU tensors, so that cast is done here (the CPU autocast state carries the dtype)
+    if torch.is_autocast_enabled("cpu"):
+        dtype = torch.get_autocast_dtype("cpu")
+        q, k, v = (t.to(dtype) if t.is_floating_point() else t for t in (q, k, v))
+    target = current_target()
+    backend, why = choose_backend(q, k, v, attn_mask, dropout_p, enable_gqa, target.capability, target.force)
+    target.decisions[(backend, why)] = target.decisions.get((backend, why), 0) + 1
+    if backend == "flash":
+        return torch.ops.aten._scaled_dot_product_flash_attention(
+            q, k, v, dropout_p, is_causal, False, scale=scale)[0]
+    if backend == "efficient":
+        need_grad = q.requires_grad or k.requires_grad or v.requires_grad
+        bias = attn_mask
+        if bias is not None and bias.dtype == torch.bool:  # efficient takes an additive bias
+            bias = torch.zeros(bias.shape, dtype=q.dtype, device=q.device).masked_fill(~bias, float("-inf"))
+        if bias is not None:
+            bias = bias.expand(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+        return torch.ops.aten._scaled_dot_product_efficient_attention(
+            q, k, v, bias, need_grad, dropout_p, is_causal, scale=scale)[0]
+    return None  # math: let torch decompose it as it would
+
+
+class _SdpaMode(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        import torch
+
+        kwargs = kwargs or {}
+        if func is torch._C._nn.scaled_dot_product_attention:
+            q = args[0]
+            if q.device.type in ("cuda", "cpu"):  # CPU tensors stand for CUDA ones while this mode is on
+                out = _sdpa(*args, **kwargs)
+                if out is not None:
+                    return out
+                return torch.ops.aten._scaled_dot_product_attention_math(*args, **kwargs)[0]
+        return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def sdpa_as_gpu_runs_it():
+    """Inside: scaled_dot_product_attention runs the kernel a GPU would choose.
+
+    Two hooks: `torch.nn.functional.scaled_dot_product_attention` itself is replaced (what transformers
+    and most models call, looked up at call time), because torch-function modes are not active in
+    the autograd engine, where activation checkpointing recomputes the forward; and a torch-function
+    mode catches callers that imported the builtin before the trace began."""
+    import torch.nn.functional as F
+
+    original = F.scaled_dot_product_attention
+
+    def gpu_sdpa(*args, **kwargs):
+        out = _sdpa(*args, **kwargs)
+        return original(*args, **kwargs) if out is None else out
+
+    F.scaled_dot_product_attention = gpu_sdpa
+    try:
+        with _SdpaMode():
+            yield
+    finally:
+        F.scaled_dot_product_attention = original
+
+
+# --attn: transformers' attn_implementation (config._attn_implementation) as the model is built
+ATTN_CHOICES = {
+    "eager": "the model's own attention code: the (L, L) scores and probabilities are kept (transformers < 4.36)",
+    "sdpa": "torch's scaled_dot_product_attention: the kernel its dispatcher picks for the GPU (transformers >= 4.36)",
+    "flash": "scaled_dot_product_attention with the flash kernel forced (sm80+, fp16/bf16; as flash_attention_2)",
+}
+
+
+def set_attn_implementation(model, target: AttentionTarget) -> str | None:
+    """Give a transformers model the target's `attn` ("eager" / "sdpa"; "flash" runs sdpa with the flash
+    kernel forced) and record the implementation it runs. Returns a note for a model that has no such
+    setting (not a transformers model), else None."""
+    config = getattr(model, "config", None)
+    is_hf = config is not None and hasattr(config, "_attn_implementation") and hasattr(model, "set_attn_implementation")
+    if target.attn is not None:
+        impl = "sdpa" if target.attn == "flash" else target.attn
+        if not is_hf:
+            return f"--attn {target.attn}: not a transformers model; its attention code runs as written"
+        if config._attn_implementation != impl:
+            model.set_attn_implementation(impl)
+    target.implementation = config._attn_implementation if is_hf else None
+    return None
+
+
+def attention_note(target: AttentionTarget) -> str:
+    """One line: which attention kernel(s) the trace assumed and why."""
+    impl = f"attn_implementation {target.implementation}: " if target.implementation else ""
+    if not target.decisions:
+        if target.implementation not in (None, "sdpa"):
+            return (f"attention: {impl}the model's own attention code, no scaled_dot_product_attention call "
+                    "(the (L, L) scores are kept)")
+        return f"attention: {impl}no scaled_dot_product_attention call in the step"
+    kinds = "; ".join(why for (_kernel, why) in target.decisions)
+    return f"attention: {impl}{kinds}"
+
+
+def attention_summary(target: AttentionTarget) -> dict:
+    """The estimate's JSON `attention` object: implementation, kernels chosen and why."""
+    kernels = sorted({k for k, _ in target.decisions}, key=KERNELS.index)
+    return {"implementation": target.implementation, "requested": target.attn, "kernels": kernels,
+            "why": [why for _, why in target.decisions],
+            "compute_capability": f"{target.capability[0]}.{target.capability[1]}"}

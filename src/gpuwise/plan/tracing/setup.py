@@ -1,0 +1,120 @@
+"""Setting up gpuwise's training step for a trace: the model, the warm-up, CUDA's optimizer defaults.
+
+Fake tensors need a few things done differently from a real process, without changing what the step
+allocates: a model whose initialisation reads data is built for real and copied into fake tensors;
+`Module.to()` cannot swap fake parameters while FakeTensorMode holds weakrefs to them, so the model is
+moved by hand; the warm-up can create the optimizer state without a first forward/backward; and
+CPU tensors that stand for CUDA ones get CUDA's foreach optimizer default.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+
+from ...step import StepConfig, TrainStep, enable_checkpointing
+from .fallback import is_fake_limit
+
+WARMUPS = ("optimizer", "step", "copy")  # "copy": plan/memory/warmup.py
+
+
+def build_model_for_trace(workload, fake_mode, mode):
+    """The workload's model: built under fake tensors, or, when its construction needs real data
+    (e.g. initialisers calling `.item()`), built with real weights and copied into fake tensors."""
+    if fake_mode is None:
+        return workload.build_model()
+    try:
+        return workload.build_model()
+    except Exception as exc:  # noqa: BLE001 - only fake-tensor limits are handled here
+        if not is_fake_limit(exc):
+            raise
+    import copy
+
+    from torch._subclasses.fake_tensor import FakeCopyMode, unset_fake_temporarily
+
+    with unset_fake_temporarily(), mode.paused():
+        real = workload.build_model()
+    with FakeCopyMode(fake_mode):
+        model = copy.deepcopy(real)
+    mode.notes.append("model built with real weights (its initialisation reads data), then traced with fake tensors")
+    return model
+
+
+def warm_up_optimizer(step: TrainStep) -> None:
+    """What the first step leaves behind, without its forward and backward: every trainable
+    parameter gets a gradient, the optimizer steps (creating its state) and the gradients are freed;
+    a GradScaler gets its scale and growth tracker. WARMUPS["step"] runs a whole step instead."""
+    import torch
+
+    for group in step.optimizer.param_groups:
+        for p in group["params"]:
+            if p.requires_grad:
+                p.grad = torch.zeros_like(p)
+    if step.scaler is not None:
+        step.scaler.scale(torch.zeros((), device=step.device))
+    step.optimizer.step()
+    step.optimizer.zero_grad(set_to_none=step.config.zero_grad == "none")
+
+
+@contextlib.contextmanager
+def foreach_by_default():
+    """torch.optim picks foreach by default for CUDA parameters (optimizer.py `_default_to_fused_or_foreach`,
+    from `_get_foreach_kernels_supported_devices`): let CPU tensors standing for CUDA ones get the same."""
+    import torch.optim.optimizer as opt_mod
+    import torch.utils._foreach_utils as fu
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    saved = fu._get_foreach_kernels_supported_devices
+    devices = list(saved()) + ["cpu"]
+    fu._get_foreach_kernels_supported_devices = lambda: devices
+    saved_opt = getattr(opt_mod, "_get_foreach_kernels_supported_devices", None)
+    if saved_opt is not None:
+        opt_mod._get_foreach_kernels_supported_devices = fu._get_foreach_kernels_supported_devices
+    types = getattr(opt_mod, "_foreach_supported_types", [])
+    added = FakeTensor not in types  # fake parameters stand for real ones, which qualify
+    if added:
+        types.append(FakeTensor)
+    try:
+        yield
+    finally:
+        fu._get_foreach_kernels_supported_devices = saved
+        if saved_opt is not None:
+            opt_mod._get_foreach_kernels_supported_devices = saved_opt
+        if added:
+            types.remove(FakeTensor)
+
+
+def fake_train_step(workload, config: StepConfig, model) -> TrainStep:
+    """TrainStep on a fake model: move it ourselves (Module.to swaps fake parameters, which fails when
+    FakeTensorMode holds a weakref to them), keeping tied parameters tied, then let TrainStep's own
+    `.to()` calls be no-ops."""
+    import torch
+
+    if config.checkpointing:  # wrap blocks before moving, as TrainStep does
+        enable_checkpointing(model, "selective" if config.checkpointing == "selective" else "full")
+        config = dataclasses.replace(config, checkpointing=False)
+    dtype = torch.bfloat16 if config.precision == "bf16-pure" else None
+    memo: dict[int, torch.Tensor] = {}
+
+    def move(t, is_param: bool):
+        if id(t) not in memo:
+            with torch.no_grad():
+                new = t.to(dtype) if dtype is not None and t.is_floating_point() else t
+            if is_param:  # a new Parameter keeps the old one's attributes (bitsandbytes' quant_state, ...)
+                new = torch.nn.Parameter(new, requires_grad=t.requires_grad)
+                new.__dict__.update(t.__dict__)
+            memo[id(t)] = new
+        return memo[id(t)]
+
+    for m in model.modules() if dtype is not None else ():
+        for k, p in m._parameters.items():
+            if p is not None:
+                m._parameters[k] = move(p, True)
+        for k, b in m._buffers.items():
+            if b is not None:
+                m._buffers[k] = move(b, False)
+    model.to = lambda *a, **k: model
+    try:
+        return TrainStep(workload, config, device="cpu", model=model)
+    finally:
+        del model.to

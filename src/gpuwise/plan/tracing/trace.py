@@ -1,0 +1,432 @@
+"""Trace one steady-state training step into memory events, without real memory (fake tensors).
+
+The step is `gpuwise.step.TrainStep`'s own: the model and optimizer are built on the target device,
+one warm-up step creates the optimizer state, then the steady step (forward, loss, backward,
+optimizer.step, zero_grad(set_to_none=True)) is the one the peak is read from. Every tensor an aten op
+creates on the target device is followed by its storage: views share it, it is counted once, and it is
+freed when its last reference dies (a weakref on the fake tensor's untyped storage, as
+torch.distributed._tools.mem_tracker does). Memory kernels take below the dispatcher comes from the
+registry in `plan/tracing/kernels.py`; FLOPs of the steady step come from torch.utils.flop_counter's formulas
+in the same pass.
+
+When the fake trace cannot run (a data-dependent op, an op with no fake kernel, an abort on a
+CPU-only build), `plan/tracing/fallback.py` gets an estimate another way and says which in `method`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...errors import GpuwiseError
+from ...step import StepConfig, TrainStep, tensors_in
+from ...workload import check_batch_size, load_workload
+from ..memory.events import MemEvent, MemoryTrace, check_target
+from ..memory.warmup import DeferredWarmUp, NotCopyable, warm_up_step_from_steady
+from ..speed.ops import OpCosts
+from .accumulation import InputBufferSums, node_prehooks
+from .compiled import compiled_notes
+from .cuda_autocast import cuda_autocast_policy
+from .fallback import trace_with_fallback
+from .kernels import FRESH_ZEROS_OPS, INPLACE_WITHOUT_MODE, output_bytes, promotion_copies_bytes, workspace
+from .probe import PROBED_OPS, probe
+from .repeat_tags import LayerTags
+from .scope import ModuleScope
+from .sdpa import (
+    active_target,
+    attention_note,
+    attention_target,
+    sdpa_as_gpu_runs_it,
+    set_attn_implementation,
+)
+from .setup import WARMUPS, build_model_for_trace, fake_train_step, foreach_by_default
+from .stochastic import every_layer_runs
+
+
+@dataclass
+class _Block:
+    nbytes: int
+    phase: str
+    module: str
+    op: str
+    freed: bool = False
+    category: str = ""
+
+
+@dataclass
+class _Recorder:
+    """Raw events as they happen; categories are settled at the end, once grads and state are known."""
+
+    # action, block, phase, module, op, layer (the repeated block running, when plan/tracing/repeat.py follows them)
+    events: list[tuple[str, int, str, str, str, int | None]] = field(default_factory=list)
+    blocks: list[_Block] = field(default_factory=list)
+
+
+def _dispatch_mode_base():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    return TorchDispatchMode
+
+
+class _TraceMode(_dispatch_mode_base()):
+    """A dispatch mode on top of FakeTensorMode: sees every aten op and the storages it creates."""
+
+    def __init__(self, target: str, tracker, count_flops: bool = True):
+        super().__init__()
+        import torch.utils.flop_counter as fc
+
+        self.device_type = "cpu"  # tensors live on the CPU (fake); `target` is the device they stand for
+        self.target = target
+        self.tracker = tracker
+        self.rec = _Recorder()
+        self.phase = "setup"
+        self.live: dict[int, tuple[int, Any]] = {}  # id(storage) -> (block, weakref)
+        self.flops = 0
+        self.count_flops = False
+        self.costs = OpCosts()  # the steady step's ops for the speed model (plan/speed/ops.py)
+        self._flop_registry = fc.flop_registry if count_flops else {}
+        self.item_default: Any = None  # value for .item() while a GradScaler asks whether grads are finite
+        self.saved: set[int] = set()  # forward blocks still alive when backward starts: saved activations
+        self.notes: list[str] = []
+        self.sums = InputBufferSums()  # the engine's in-place gradient sums (plan/tracing/accumulation.py)
+        self._paused = False
+        self.layers = None  # plan/tracing/repeat.py's LayerTags: which repeated block each event belongs to
+
+    @contextlib.contextmanager
+    def paused(self):
+        """Ops run inside are not recorded (e.g. building a real model that is then copied to fake)."""
+        self._paused = True
+        try:
+            yield
+        finally:
+            self._paused = False
+
+    # --- storages -------------------------------------------------------------------------------
+    def module(self) -> str:
+        return self.tracker.current()
+
+    def alloc(self, nbytes: int, op: str, storage=None) -> int:
+        block = len(self.rec.blocks)
+        module = self.module()
+        self.rec.blocks.append(_Block(nbytes, self.phase, module, op))
+        layer = None if self.layers is None else self.layers.on_alloc(block, module)
+        self.rec.events.append(("alloc", block, self.phase, module, op, layer))
+        if storage is not None:
+            key = id(storage)
+            self.live[key] = (block, weakref.ref(storage, lambda _r, k=key: self.free_key(k)))
+        return block
+
+    def free_block(self, block: int, op: str = "") -> None:
+        b = self.rec.blocks[block]
+        if not b.freed:
+            b.freed = True
+            now = self.module() if op or self.layers is not None else ""
+            layer = None if self.layers is None else self.layers.layer_of(now)
+            self.rec.events.append(("free", block, self.phase, now if op else b.module, op, layer))
+            self.sums.freed(block, self.rec.events)
+
+    def free_key(self, key: int) -> None:
+        entry = self.live.pop(key, None)
+        if entry is not None:
+            self.free_block(entry[0])
+
+    def see(self, t, op: str, nbytes: int | None = None) -> None:
+        if t.device.type != self.device_type:
+            return
+        st = t.untyped_storage()
+        if id(st) in self.live:
+            return
+        nbytes = st.nbytes() if nbytes is None else nbytes
+        if nbytes:
+            self.alloc(nbytes, op, st)
+
+    def _as_in_place(self, zeros, out, op: str) -> None:
+        """`out` replaces the fresh zeros tensor it was computed from (in place in a plain process):
+        the zeros' block ends here and `out` is counted from now."""
+        block = self.block_of(zeros)
+        if block is not None and self.rec.blocks[block].op in FRESH_ZEROS_OPS:
+            self.free_block(block, op)
+
+    def block_of(self, t) -> int | None:
+        entry = self.live.get(id(t.untyped_storage()))
+        return None if entry is None else entry[0]
+
+    # --- dispatch -------------------------------------------------------------------------------
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        import torch
+
+        kwargs = kwargs or {}
+        if self._paused:
+            return func(*args, **kwargs)
+        if self.phase in ("forward", "backward") and torch._C._current_graph_task_id() != -1:
+            if self.phase == "forward":
+                self.tracker.backward_starts()
+                self.saved |= {i for i, b in enumerate(self.rec.blocks) if b.phase == "forward" and not b.freed}
+            self.phase = "backward"
+        elif self.phase == "backward":
+            self.phase = "optimizer"
+        if func is torch.ops.aten._local_scalar_dense.default and self.item_default is not None:
+            try:  # constants (e.g. an optimizer's step count) still have values under fake tensors
+                return func(*args, **kwargs)
+            except Exception as exc:  # noqa: BLE001
+                if type(exc).__name__ != "DataDependentOutputException":
+                    raise
+                return self.item_default
+        name = str(func.overloadpacket) if hasattr(func, "overloadpacket") else str(func)
+        summed = (self.sums.candidate(name, args, kwargs, self.block_of, self.rec.blocks)
+                  if self.phase == "backward" else None)
+        measured = probe(func, name, args, kwargs) if self.target == "cpu" and name in PROBED_OPS else None
+        scratch = measured.workspace if measured is not None else workspace(name, self.target, args, kwargs)
+        if self.layers is not None:
+            self.layers.set_inputs(self, args, kwargs)
+        if scratch.before_bytes:
+            self.free_block(self.alloc(scratch.before_bytes, f"kernel workspace: {name}"), name)
+        during_bytes = scratch.during_bytes
+        if measured is None:
+            during_bytes += promotion_copies_bytes(func, name, self.target, args)
+        during = self.alloc(during_bytes, f"kernel workspace: {name}") if during_bytes else None
+        out = func(*args, **kwargs)
+        if self.count_flops:
+            formula = self._flop_registry.get(func.overloadpacket)
+            op_flops = int(formula(*args, **kwargs, out_val=out)) if formula is not None else 0
+            self.flops += op_flops
+            self.costs.record(name, self.phase, args, kwargs, out, op_flops, func)
+        if isinstance(out, torch.Tensor):
+            if self.phase == "backward" and name in INPLACE_WITHOUT_MODE:
+                self._as_in_place(args[INPLACE_WITHOUT_MODE[name]], out, name)
+            self.see(out, name, measured.output_bytes.get(0) if measured is not None else None)
+            if summed is not None and self.block_of(out) == len(self.rec.blocks) - 1:
+                self.sums.watch(summed, len(self.rec.events) - 1)
+        elif isinstance(out, (tuple, list)):
+            sizes = measured.output_bytes if measured is not None else output_bytes(name, self.target, args, kwargs)
+            for i, t in enumerate(out):
+                if self.layers is not None:
+                    self.layers.output_index = i
+                if isinstance(t, torch.Tensor):
+                    self.see(t, name, sizes.get(i))
+                elif isinstance(t, (tuple, list)):
+                    for u in t:
+                        if isinstance(u, torch.Tensor):
+                            self.see(u, name)
+        if during is not None:
+            self.free_block(during, name)
+        if self.layers is not None:
+            self.layers.op_done()
+        return out
+
+
+def _storages(obj, device_type: str):
+    """Untyped storages of every tensor in a (nested) batch / state structure on `device_type`."""
+    return [t.untyped_storage() for t in tensors_in(obj) if t.device.type == device_type]
+
+
+def _label(mode: _TraceMode, objs, category: str, create: bool = False) -> None:
+    """Set the category of these tensors' blocks; `create` registers storages no traced op made."""
+    for st in _storages(objs, mode.device_type):
+        entry = mode.live.get(id(st))
+        if entry is None and create and st.nbytes():
+            mode.alloc(st.nbytes(), "(built outside the trace)", st)
+            entry = mode.live.get(id(st))
+        if entry is not None and not mode.rec.blocks[entry[0]].category:
+            mode.rec.blocks[entry[0]].category = category
+
+
+@contextlib.contextmanager
+def _phase_hooks(mode: _TraceMode, step: TrainStep):
+    """Mark optimizer and zero_grad phases, and label gradients and optimizer state as they appear."""
+    opt = step.optimizer
+    params = [p for g in opt.param_groups for p in g["params"]]
+
+    def pre(*_a, **_k):
+        _label(mode, [p.grad for p in params if p.grad is not None], "gradients")
+        mode.phase = "optimizer"
+
+    def post(*_a, **_k):
+        _label(mode, [list(s.values()) for s in opt.state.values()], "optimizer_state")
+
+    h1, h2 = opt.register_step_pre_hook(pre), opt.register_step_post_hook(post)
+    original_zero_grad = opt.zero_grad
+
+    def zero_grad(*a, **k):
+        _label(mode, [p.grad for p in params if p.grad is not None], "gradients")
+        mode.phase = "zero_grad"
+        return original_zero_grad(*a, **k)
+
+    opt.zero_grad = zero_grad
+    scaler_step = None
+    if step.scaler is not None:
+        scaler_step = step.scaler.step
+
+        def guarded_step(*a, **k):  # found_inf.item(): fake tensors have no data; grads are finite
+            mode.item_default = 0.0
+            try:
+                return scaler_step(*a, **k)
+            finally:
+                mode.item_default = None
+
+        step.scaler.step = guarded_step
+    try:
+        yield
+    finally:
+        h1.remove()
+        h2.remove()
+        del opt.zero_grad
+        if scaler_step is not None:
+            del step.scaler.step
+
+
+def _settle(mode: _TraceMode) -> list[MemEvent]:
+    """Turn the raw events into MemEvents, with each block's category decided from what it became."""
+    out = []
+    for action, block, phase, module, op, _layer in mode.rec.events:
+        b = mode.rec.blocks[block]
+        if not b.category:
+            if b.phase == "setup":
+                b.category = "temporary" if b.freed else "buffers"
+            elif b.phase == "forward":
+                b.category = "activations" if block in mode.saved else "temporary"
+            else:
+                b.category = "temporary"
+        out.append(MemEvent(action, block, b.nbytes, b.category, phase, module, op))
+    return out
+
+
+def run_fake(workload, batch_size: int, config: StepConfig, target: str, warmup: str = "optimizer") -> MemoryTrace:
+    """Trace with fake tensors (no memory is used)."""
+    return _run(workload, batch_size, config, target, fake=True, warmup=warmup)
+
+
+def run_real(workload, batch_size: int, config: StepConfig, target: str, warmup: str = "optimizer") -> MemoryTrace:
+    """Trace the same step on real CPU tensors (data-dependent ops just run); sizes stand for `target`."""
+    trace = _run(workload, batch_size, config, target, fake=False, warmup=warmup)
+    trace.method = "real-trace"
+    return trace
+
+
+def _run(workload, batch_size: int, config: StepConfig, target: str, fake: bool,
+         warmup: str = "optimizer", layers: int | None = None) -> MemoryTrace:
+    """`_trace_once`; a warm-up step that cannot be copied from the steady one (plan/memory/warmup.py) is traced."""
+    if config.zero_grad == "zeros" and warmup in ("copy", "optimizer"):
+        warmup = "step"  # the first step leaves every gradient allocated: trace it whole
+    if warmup == "copy":
+        try:
+            return _trace_once(workload, batch_size, config, target, fake, "copy", layers)
+        except NotCopyable:
+            warmup = "step"
+    return _trace_once(workload, batch_size, config, target, fake, warmup, layers)
+
+
+def _trace_once(workload, batch_size: int, config: StepConfig, target: str, fake: bool,
+                warmup: str = "optimizer", layers: int | None = None) -> MemoryTrace:
+    """The tracer. Tensors are CPU tensors (fake or real) standing for `target`'s: autograd on fake CUDA
+    tensors aborts a CPU-only torch (no CUDA device guard), so what differs on CUDA is emulated instead:
+    attention runs the kernel the GPU would pick (plan/tracing/sdpa.py), optimizers default to foreach as on
+    CUDA, and kernel workspaces come from the target's registry entries. `layers`: the model has that
+    many repeated blocks in one ModuleList; each event is tagged with the block it belongs to
+    (`trace.layers`, read by plan/tracing/repeat.py)."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    tracker = ModuleScope()
+    mode = _TraceMode(target, tracker)
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=True) if fake else contextlib.nullcontext()
+    cuda_like = target == "cuda"
+    with fake_mode, tracker, mode, contextlib.ExitStack() as stack:
+        attn = active_target() or stack.enter_context(attention_target())  # the estimate's GPU, else sm80
+        if cuda_like:
+            stack.enter_context(sdpa_as_gpu_runs_it())
+            stack.enter_context(foreach_by_default())
+            if config.precision in ("fp16", "bf16"):
+                stack.enter_context(cuda_autocast_policy())
+        stack.enter_context(node_prehooks(mode.sums, lambda: len(mode.rec.blocks)))
+        model = build_model_for_trace(workload, fake_mode if fake else None, mode)
+        attn_note = set_attn_implementation(model, attn)
+        if attn_note:
+            mode.notes.append(attn_note)
+        mode.notes.extend(stack.enter_context(every_layer_runs(model)) + compiled_notes(model))
+        if layers is not None:
+            mode.layers = LayerTags.follow(mode, model, layers)
+        step = fake_train_step(workload, config, model) if fake else TrainStep(workload, config, "cpu", model)
+        if mode.layers is not None:
+            mode.layers.tag_parameters(mode, step.model)
+        batch = step.to_device(workload.build_batch(batch_size))
+        _label(mode, list(step.model.parameters()), "parameters", create=True)
+        _label(mode, list(step.model.buffers()), "buffers", create=True)
+        _label(mode, batch, "inputs", create=True)
+        deferred = None
+        if warmup in ("optimizer", "copy"):
+            if step.scaler is not None:  # the scale and growth tracker a first step leaves behind
+                step.scaler.scale(torch.zeros((), device=step.device))
+            deferred = DeferredWarmUp(mode, step, len(mode.rec.events))
+        else:
+            mode.phase = "forward"
+            with _phase_hooks(mode, step):
+                step.step(batch, on_device=True)
+        steady_start = len(mode.rec.events)
+        mode.phase = "forward"
+        mode.count_flops = True
+        with deferred or contextlib.nullcontext(), _phase_hooks(mode, step):
+            step.step(batch, on_device=True)
+        mode.count_flops = False
+        if deferred is not None and warmup == "copy":
+            steady_start = warm_up_step_from_steady(mode, deferred, step.scaler is not None)
+        elif deferred is not None:
+            steady_start += deferred.splice()
+        if step.scaler is not None:
+            _label(mode, [step.scaler._scale, step.scaler._growth_tracker], "optimizer_state")
+        _label(mode, [list(s.values()) for s in step.optimizer.state.values()], "optimizer_state")
+        flops = mode.flops
+        events = _settle(mode)
+        if mode.layers is not None:
+            mode.layers.tag_optimizer_state(mode, step.optimizer)
+        tags = None if mode.layers is None else mode.layers.finish(mode.rec.events)
+        del step, batch, model
+    trace = MemoryTrace(events, steady_start, target, "fake-trace", notes=list(mode.notes), flops_per_step=flops)
+    trace.layers = tags
+    trace.op_costs = mode.costs
+    if cuda_like:
+        trace.notes.append(attention_note(attn))
+        trace.notes.append("cuda: traced on CPU tensors with CUDA's attention kernels and optimizer defaults"
+                           + ("; autocast applies CUDA's cast policy (plan/tracing/cuda_autocast.py)"
+                              if config.precision in ("fp16", "bf16") else ""))
+    return trace
+
+
+def trace_step(workload, batch_size: int, config: StepConfig | None = None, target: str = "cpu",
+               *, fallback: bool = True, warmup: str | None = None, layers: int | None = None) -> MemoryTrace:
+    """Trace setup, a warm-up step and the steady-state step of `workload` at `batch_size` on `target`.
+
+    Returns the events (`events[steady_start:]` is the steady step) and `flops_per_step`. Falls back to
+    `plan/tracing/fallback.py` when fake tensors cannot run the step; `method` says which way was used.
+    `warmup="step"` runs a whole first step, as a training process does (the caching-allocator model
+    must see the same history); `"copy"` gives the same events with the first step's forward and
+    backward copied from the steady step's instead of traced (plan/memory/warmup.py; the default for "cuda",
+    traced as "step" where a copy would differ); `"optimizer"` only creates the optimizer state, without
+    the first forward/backward (the default for "cpu", whose live-bytes peak does not depend on
+    history). "copy" and "optimizer" trace one forward/backward instead of two. `layers` (with
+    `fallback=False`): the model has that many repeated blocks; each event is tagged with its block
+    (plan/tracing/repeat.py's rebuild).
+    """
+    check_target(target)
+    check_batch_size(batch_size)
+    workload = load_workload(workload)
+    config = config or StepConfig()
+    if warmup is None:
+        warmup = "copy" if target == "cuda" else "optimizer"
+    if warmup not in WARMUPS:
+        raise GpuwiseError(f"unknown warm-up {warmup!r}; choose from: {', '.join(WARMUPS)}")
+    if not fallback:
+        return _run(workload, batch_size, config, target, fake=True, warmup=warmup, layers=layers)
+    if layers is not None:
+        raise ValueError("layers= tags a fake trace's events: pass fallback=False")
+    return trace_with_fallback(lambda b: run_fake(workload, b, config, target, warmup),
+                               lambda b: run_real(workload, b, config, target, warmup), batch_size, workload)
+
+
+# -- what a trace of another kind (plan/inference.py's generation) uses of the tracer: its dispatch mode,
+# the labelling of storages built outside it, and the settled events --
+TraceMode = _TraceMode
+label = _label
+settle = _settle

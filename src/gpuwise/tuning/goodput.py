@@ -1,0 +1,172 @@
+"""Goodput: the batch size (and learning rate) that reaches a target loss soonest, from the gradient noise scale.
+
+McCandlish et al. 2018 ("An Empirical Model of Large-Batch Training", eq. 2.11 and section 2.3): with the
+learning rate tuned at each batch size, the optimizer steps to a given loss follow
+
+    steps(B) = S_min (1 + B_noise / B)
+
+so time to target = steps(B) x step_time(B). S_min does not change where the minimum is, so the answer only
+needs B_noise (here B_simple, measured by `gpuwise watch`, monitoring/noise_scale.py) and step_time(B)
+(measured, or from the planner). With step_time(B) = a + b B (a fixed cost per step plus a cost per sample,
+as on one device below its saturation), the minimum is at B* = sqrt(B_noise a / b).
+
+The learning rate at the new batch: the same paper's eq. 2.7 gives the best SGD step at B as
+lr_max / (1 + B_noise / B): linear in B well below B_noise (Goyal et al. 2017, "Accurate, Large Minibatch
+SGD"), flat above it. Adam-like optimizers scale closer to sqrt(B) (Malladi et al. 2022, "On the SDEs and
+Scaling Rules for Adaptive Gradient Algorithms"; Hoffer et al. 2017), with the same saturation. A learning
+rate raised by more than 2x is warmed up linearly (Goyal et al. 2017: 5 epochs, here 5% of the steps).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+
+WARMUP_ABOVE = 2.0       # warm up when the learning rate grows by more than this factor (Goyal et al. 2017)
+WARMUP_FRACTION = 0.05   # ... linearly over this share of the run's steps
+ADAPTIVE = ("adam", "adamw", "adamax", "nadam", "radam", "adagrad", "adafactor", "rmsprop", "lamb", "lion")
+
+
+def steps_factor(batch: float, b_noise: float) -> float:
+    """steps(B) / S_min = 1 + B_noise / B (McCandlish et al. 2018, eq. 2.11)."""
+    return 1.0 + b_noise / batch
+
+
+def best_batch_linear_time(b_noise: float, fixed_s: float, per_sample_s: float) -> float:
+    """The B minimising (1 + B_noise/B)(a + b B): d/dB = 0 at B = sqrt(B_noise a / b)."""
+    if per_sample_s <= 0:
+        return math.inf
+    return math.sqrt(b_noise * max(fixed_s, 0.0) / per_sample_s)
+
+
+def fit_step_time(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """(a, b) of step_time(B) = a + b B, least squares over measured (B, seconds) points, a and b >= 0."""
+    n = len(points)
+    if n == 0:
+        raise ValueError("no step times to fit")
+    if n == 1:
+        b0, t0 = points[0]
+        return 0.0, t0 / b0
+    mb = sum(b for b, _ in points) / n
+    mt = sum(t for _, t in points) / n
+    var = sum((b - mb) ** 2 for b, _ in points)
+    slope = sum((b - mb) * (t - mt) for b, t in points) / var if var > 0 else mt / mb
+    slope = max(slope, 0.0)
+    return max(mt - slope * mb, 0.0), slope
+
+
+def lr_rule(optimizer: str | None) -> tuple[str, str]:
+    """("linear" | "sqrt", why) for an optimizer class name (SGD, AdamW, ...)."""
+    name = (optimizer or "").lower()
+    if any(name.startswith(a) for a in ADAPTIVE):
+        return "sqrt", (f"{optimizer} normalises by the gradient's second moment: its learning rate scales about as "
+                        "sqrt(B) (Malladi et al. 2022; Hoffer et al. 2017), saturating above B_noise")
+    if name:
+        return "linear", (f"{optimizer} is plain/momentum SGD: the best learning rate is lr_max / (1 + B_noise/B) "
+                          "(McCandlish et al. 2018, eq. 2.7): linear in B below B_noise (Goyal et al. 2017), flat above")
+    return "sqrt", "optimizer unknown: square-root scaling, the more cautious of the two rules"
+
+
+def scaled_lr(lr: float, batch_from: float, batch_to: float, b_noise: float, rule: str) -> float:
+    """The learning rate at `batch_to` given a good one at `batch_from`: eq. 2.7's lr_max/(1 + B_noise/B) for
+    SGD (linear far below B_noise), its square root for Adam-like optimizers."""
+    ratio = steps_factor(batch_from, b_noise) / steps_factor(batch_to, b_noise)
+    return lr * (ratio if rule == "linear" else math.sqrt(ratio))
+
+
+@dataclass
+class GoodputPoint:
+    batch_size: int
+    step_time_s: float
+    steps_factor: float          # steps(B) / S_min
+    time_factor_s: float         # steps_factor x step_time_s: time to target / S_min
+    measured: bool = True
+
+
+@dataclass
+class GoodputAdvice:
+    b_noise: float
+    batch_size: int              # the recommendation (global batch)
+    current_batch_size: int | None
+    per_gpu_batch_size: int
+    n_gpus: int
+    lr_rule: str
+    lr_rule_why: str
+    lr_factor: float             # multiply the current learning rate by this
+    warmup: str | None
+    speedup: float | None        # predicted time to target, current / recommended
+    points: list[GoodputPoint] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def advise(b_noise: float, step_time: Callable[[int], float], candidates: Sequence[int],
+           current_batch: int | None = None, n_gpus: int = 1, optimizer: str | None = None,
+           measured: Sequence[int] = ()) -> GoodputAdvice:
+    """The candidate global batch with the least predicted time to target, steps(B) x step_time(B).
+
+    `step_time(B)` is the time of one optimizer step at global batch B on `n_gpus` (measured or planned);
+    candidates should be multiples of `n_gpus`."""
+    if b_noise <= 0 or not math.isfinite(b_noise):
+        raise ValueError(f"the noise scale must be positive and finite, got {b_noise}")
+    if n_gpus < 1:
+        raise ValueError(f"n_gpus must be at least 1, got {n_gpus}")
+    points = []
+    for b in sorted(set(candidates)):
+        t = step_time(b)
+        f = steps_factor(b, b_noise)
+        points.append(GoodputPoint(b, t, f, f * t, b in measured))
+    if not points:
+        raise ValueError("no candidate batch sizes")
+    best = min(points, key=lambda p: p.time_factor_s)
+    rule, why = lr_rule(optimizer)
+    base = current_batch or best.batch_size
+    factor = scaled_lr(1.0, base, best.batch_size, b_noise, rule)
+    warmup = (f"warm up linearly from the current learning rate over the first {WARMUP_FRACTION:.0%} of the steps "
+              f"(the rate grows x{factor:.2f}; Goyal et al. 2017)") if factor > WARMUP_ABOVE else None
+    speedup = None
+    if current_batch:
+        now = steps_factor(current_batch, b_noise) * step_time(current_batch)
+        speedup = now / best.time_factor_s
+    return GoodputAdvice(b_noise, best.batch_size, current_batch, max(best.batch_size // n_gpus, 1), n_gpus,
+                         rule, why, factor, warmup, speedup, points)
+
+
+def from_trials(trials, b_noise: float, current_batch: int | None, n_gpus: int = 1,
+                optimizer: str | None = None) -> GoodputAdvice:
+    """`tune WORKLOAD --objective goodput`: step_time(B) = B / samples_per_s of the tune's measured trials (the
+    end-to-end `train` trials where there are, else `compute`), at each batch size measured."""
+    compute: dict[int, float] = {}
+    train: dict[int, float] = {}
+    for t in trials:
+        rate = t.rate
+        if rate and t.kind in ("compute", "train"):
+            into = train if t.kind == "train" else compute
+            into[t.batch_size] = max(into.get(t.batch_size, 0.0), rate)
+    rates = {**compute, **train}  # the end-to-end rate (loader included) where it was measured
+    if not rates:
+        raise ValueError("no batch size was measured: nothing to weigh the noise scale against")
+    batches = [b for b in sorted(rates) if b % n_gpus == 0] or sorted(rates)
+    adv = advise(b_noise, lambda b: b / rates[b] if b in rates else math.inf, batches, current_batch
+                 if current_batch in rates else None, n_gpus, optimizer, measured=batches)
+    adv.notes.append(f"step time measured at batch sizes {batches} (B / samples_per_s of the tune's trials)")
+    return adv
+
+
+def from_one_batch(b_noise: float, current_batch: int, n_gpus: int = 1, optimizer: str | None = None) -> GoodputAdvice:
+    """`tune --objective goodput -- CMD`: the script's batch is its own, so step time is known at that batch only.
+    Without step_time(B) the balanced choice is B = B_noise (the critical batch: twice the minimum steps and
+    twice the minimum samples, McCandlish et al. 2018 eq. 2.13), in a power of two and in whole per-GPU batches."""
+    target = max(n_gpus, round(2 ** round(math.log2(max(b_noise, 1.0))) / n_gpus) * n_gpus)
+    rule, why = lr_rule(optimizer)
+    factor = scaled_lr(1.0, current_batch, target, b_noise, rule)
+    warmup = (f"warm up linearly from the current learning rate over the first {WARMUP_FRACTION:.0%} of the steps "
+              f"(the rate grows x{factor:.2f}; Goyal et al. 2017)") if factor > WARMUP_ABOVE else None
+    fewer = steps_factor(current_batch, b_noise) / steps_factor(target, b_noise)
+    return GoodputAdvice(b_noise, target, current_batch, target // n_gpus, n_gpus, rule, why, factor, warmup, None,
+                         [], [f"step time known at the script's batch ({current_batch}) only: batch B_noise is the "
+                              f"critical batch (x2 the minimum steps and x2 the minimum samples); steps to the same "
+                              f"loss x{1 / fewer:.2f} of now, samples x{(target + b_noise) / (current_batch + b_noise):.2f}"])

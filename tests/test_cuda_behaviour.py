@@ -1,0 +1,104 @@
+"""What the CUDA target models that a CPU trace cannot see: the attention kernel each GPU runs (--attn),
+the CUDA context by module loading, and the step settings of older torch versions (--optimizer-impl,
+--zero-grad)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gpuwise.errors import GpuwiseError  # noqa: E402
+from gpuwise.plan import estimate  # noqa: E402
+from gpuwise.plan.memory.events import MemoryTrace  # noqa: E402
+from gpuwise.plan.memory.overheads import MIB, add_workspaces  # noqa: E402
+from gpuwise.plan.tracing.sdpa import choose_backend  # noqa: E402
+
+
+def _qkv(dtype=torch.float16, head_dim=64, heads=(8, 8, 8)):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        return tuple(torch.empty(2, h, 128, head_dim, dtype=dtype) for h in heads)
+
+
+@pytest.mark.parametrize("cap,dtype,mask,kernel,why", [
+    ((9, 0), torch.float16, False, "flash", "flash on sm90"),
+    ((8, 0), torch.bfloat16, False, "flash", "flash on sm80"),
+    ((7, 0), torch.float16, False, "efficient", "flash needs sm80..sm121, sm70 has none"),   # V100
+    ((7, 5), torch.float16, False, "efficient", "flash needs sm80..sm121, sm75 has none"),   # T4
+    ((7, 5), torch.bfloat16, False, "math", "does not run bfloat16 on sm75"),
+    ((8, 0), torch.float32, False, "efficient", "flash runs fp16/bf16 only"),
+    ((9, 0), torch.float16, True, "efficient", "flash takes no attention mask"),
+])
+def test_kernel_follows_the_gpu_dtype_and_mask(cap, dtype, mask, kernel, why):
+    q, k, v = _qkv(dtype)
+    attn_mask = torch.ones(128, 128, dtype=torch.bool) if mask else None
+    got, reason = choose_backend(q, k, v, attn_mask, capability=cap)
+    assert got == kernel
+    assert why in reason
+
+
+def test_flash_backward_head_dim_limit_on_sm86():
+    q, k, v = _qkv(head_dim=256)
+    q.requires_grad_(True)
+    assert choose_backend(q, k, v, capability=(8, 6))[0] == "efficient"
+    assert choose_backend(q, k, v, capability=(8, 0))[0] == "flash"
+
+
+def test_forced_flash_on_a_gpu_without_it_says_why():
+    q, k, v = _qkv()
+    kernel, why = choose_backend(q, k, v, capability=(7, 0), force="flash")
+    assert kernel == "math" and "flash was asked for but cannot run" in why and "sm70" in why
+
+
+def _tiny_bert(tmp_path):
+    cfg = {"model_type": "bert", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "intermediate_size": 128, "vocab_size": 128, "max_position_embeddings": 64, "type_vocab_size": 2,
+           "attention_probs_dropout_prob": 0.1, "hidden_dropout_prob": 0.1}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    return str(path)
+
+
+def test_attn_eager_keeps_the_scores_and_the_estimate_says_which_kernel(tmp_path):
+    cfg = _tiny_bert(tmp_path)
+    kw = dict(task="seq-cls", seq_len=64, batch_size=2, precision="fp16", gpu="v100-16gb", search_max_batch=False)
+    eager = estimate(cfg, attn="eager", **kw)
+    sdpa = estimate(cfg, attn="sdpa", **kw)
+    flash = estimate(cfg, attn="flash", **kw)
+    assert eager.attention["implementation"] == "eager" and eager.attention["kernels"] == []
+    assert any("the (L, L) scores are kept" in n for n in eager.notes)
+    assert sdpa.attention["kernels"] == ["efficient"] and sdpa.attention["compute_capability"] == "7.0"
+    assert any("flash needs sm80" in w for w in sdpa.attention["why"])
+    assert flash.attention["kernels"] == ["math"]  # a V100 has no flash kernel: the math path, said so
+    assert any("flash was asked for but cannot run" in w for w in flash.attention["why"])
+    assert eager.to_dict()["attention"]["implementation"] == "eager"
+    # eager keeps the (L, L) probabilities for backward; memory-efficient attention keeps a logsumexp
+    assert eager.by_category["activations"] > sdpa.by_category["activations"]
+    with pytest.raises(GpuwiseError):
+        estimate(cfg, attn="paged", **kw)
+
+
+def test_kept_gradients_are_live_through_the_forward(tmp_path):
+    cfg = _tiny_bert(tmp_path)
+    kw = dict(task="seq-cls", seq_len=64, batch_size=2, target="cpu")
+    freed = estimate(cfg, **kw)
+    kept = estimate(cfg, zero_grad="zeros", **kw)
+    params = freed.by_category["parameters"]
+    assert kept.by_category["gradients"] >= params > freed.by_category["gradients"]
+    assert kept.peak_allocated_bytes > freed.peak_allocated_bytes
+    with pytest.raises(GpuwiseError):
+        estimate(cfg, zero_grad="never", **kw)
+
+
+def test_context_follows_cuda_module_loading():
+    trace = MemoryTrace([], 0, "cuda", "fake-trace")
+    _, lazy = add_workspaces(trace, "volta", env={})
+    _, eager = add_workspaces(trace, "volta", env={"CUDA_MODULE_LOADING": "EAGER"})
+    _, named = add_workspaces(trace, "volta", env={}, loading="eager")
+    assert lazy.module_loading == "lazy" and eager.module_loading == named.module_loading == "eager"
+    # Hugging Face's V100 page (2022): 1343 MiB after torch.ones((1, 1)).to("cuda"), 2 MiB of it the tensor's segment
+    assert eager.context_bytes == named.context_bytes == 1341 * MIB > lazy.context_bytes

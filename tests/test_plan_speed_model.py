@@ -1,0 +1,145 @@
+"""The step-time model (plan/speed/): each mechanism's arithmetic on CPU, no timing."""
+
+import pytest
+import torch
+
+from gpuwise.plan.catalog import lookup, speed_spec
+from gpuwise.plan.speed import launch
+from gpuwise.plan.speed.attention import attention_s
+from gpuwise.plan.speed.gemm import gemm_s
+from gpuwise.plan.speed.model import predict
+from gpuwise.plan.speed.ops import OpCosts
+from gpuwise.plan.speed.overlap import DDP_BUCKET_BYTES, comm_time
+
+TF = 1e12
+
+
+def test_gemm_full_waves_run_at_the_matmul_efficiency():
+    # 132 SMs, 128x128 tiles: m = n = 128 x 132... take m = 128 x 12, n = 128 x 11 -> 132 tiles = 1 wave
+    # time = 1 wave x 2 x 128 x 128 x 4096 / (1000 TF x 0.8 / 132) = 22.14 us; FLOPs 2 m n k / time = 800 TF
+    m, n, k = 128 * 12, 128 * 11, 4096
+    t = gemm_s(1, m, n, k, 2, 1000 * TF, 132, 0.8, 3e12)
+    assert 2 * m * n * k / t == pytest.approx(800 * TF)
+
+
+def test_gemm_wave_quantisation():
+    # one tile more than the SMs: 133 tiles -> 2 waves, twice the time of 132 tiles
+    # (bandwidth made huge so that only compute counts)
+    one = gemm_s(1, 128 * 12, 128 * 11, 4096, 2, 1000 * TF, 132, 0.8, 1e18)
+    two = gemm_s(1, 128 * 133, 128, 4096, 2, 1000 * TF, 132, 0.8, 1e18)
+    assert two == pytest.approx(2 * one)
+
+
+def test_gemm_tile_quantisation():
+    # m = 129 costs two tile rows: as much as m = 256
+    assert gemm_s(1, 129, 128, 8192, 2, 1000 * TF, 1, 0.8, 1e15) == gemm_s(1, 256, 128, 8192, 2, 1000 * TF, 1, 0.8, 1e15)
+
+
+def test_skinny_gemm_is_memory_bound():
+    # m = 1 (a matrix-vector product): 4096 x 4096 x 2 bytes of B read at 1 TB/s -> >= 33.5 us
+    t = gemm_s(1, 1, 4096, 4096, 2, 1000 * TF, 132, 0.8, 1e12)
+    assert t == pytest.approx((4096 + 4096 * 4096 + 4096) * 2 / 1e12)
+
+
+def test_attention_kernel_fractions():
+    # flash on Hopper at 35 % of 1000 TF: 350e12 FLOPs take 1 s; efficient is half as fast
+    assert attention_s(350 * TF, "flash", "forward", "hopper", 1000 * TF) == pytest.approx(1.0)
+    assert attention_s(350 * TF, "efficient", "forward", "hopper", 1000 * TF) == pytest.approx(2.0)
+    # flash on Ampere: forward 70 %, backward 50 %
+    assert attention_s(700 * TF, "flash", "forward", "ampere", 1000 * TF) == pytest.approx(1.0)
+    assert attention_s(500 * TF, "flash", "backward", "ampere", 1000 * TF) == pytest.approx(1.0)
+
+
+def test_ddp_hides_all_but_the_last_bucket_behind_backward():
+    # 1 GB of gradients on 8 x NVLink4: all-reduce ~4.9 ms < 100 ms of backward: only the last 25 MiB show
+    plan = comm_time("ddp", 8, "nvlink4", 1e9, 5e8, 0.05, 0.1)
+    from gpuwise.plan.speed.comm import all_reduce_s
+    assert plan.exposed_s == pytest.approx(all_reduce_s(DDP_BUCKET_BYTES, 8, "nvlink4"))
+    assert plan.total_s == pytest.approx(all_reduce_s(1e9, 8, "nvlink4"))
+    # with no backward to hide behind, all of it shows (+ the last bucket again)
+    assert comm_time("ddp", 8, "nvlink4", 1e9, 5e8, 0.0, 0.0).exposed_s > plan.total_s
+
+
+def test_fsdp_exposes_one_block_each_way_when_compute_is_long():
+    from gpuwise.plan.speed.comm import all_gather_s, reduce_scatter_s
+    ag, rs = all_gather_s(2e9, 8, "nvlink4"), reduce_scatter_s(4e9, 8, "nvlink4")
+    plan = comm_time("fsdp", 8, "nvlink4", 4e9, 2e9, 10.0, 20.0, blocks=32)
+    assert plan.exposed_s == pytest.approx(ag / 32 + rs / 32)
+    assert plan.total_s == pytest.approx(2 * ag + rs)
+
+
+def test_host_bound_step_when_the_gpu_outruns_python():
+    # 10 000 aten ops x 4 us = 40 ms of host dispatch; 1000 tiny kernels on the GPU are far less
+    c = OpCosts()
+    c.host_ops["forward"] = 10_000
+    c.kernels["forward"] = 1000
+    c.memory_bytes["forward"] = 1e6
+    s = predict(c, lookup("h100"), "bf16", samples_per_rank=1, flops_per_step=0)
+    assert s.step_time_s == pytest.approx(launch.host_s(10_000))
+    assert s.bound_by == "launch_overhead"
+
+
+def test_predict_sums_phases_and_reports_mfu():
+    # one forward GEMM 1 wave on H100 (132 SMs, MAMF 0.801 of 989.5 TF) + 1 GB memory-bound at 0.9 x 3.35 TB/s
+    gpu = lookup("h100")
+    sp = speed_spec(gpu)
+    c = OpCosts()
+    c.gemms[("forward", 1, 128 * 12, 128 * 11, 8192, 2)] = 1
+    c.memory_bytes["backward"] = 1e9
+    s = predict(c, gpu, "bf16", samples_per_rank=4, flops_per_step=2 * 128 * 12 * 128 * 11 * 8192, tokens_per_sample=10)
+    matmul = 2 * 128 * 128 * 8192 * 132 / (989.5e12 * sp.matmul_efficiency)
+    memory = 1e9 / (3350e9 * 0.9)
+    assert s.breakdown["matmul"] == pytest.approx(matmul)
+    assert s.breakdown["memory_bound"] == pytest.approx(memory)
+    assert s.step_time_s == pytest.approx(matmul + memory)
+    assert s.bound_by == "memory_bound"
+    assert s.tokens_per_s_per_gpu == pytest.approx(40 / s.step_time_s)
+    assert s.mfu == pytest.approx(2 * 128 * 12 * 128 * 11 * 8192 / (s.step_time_s * 989.5e12))
+
+
+def test_op_costs_record_and_extrapolate():
+    c = OpCosts()
+    a, b = torch.empty(64, 32), torch.empty(32, 16)
+    c.record("aten.mm", "forward", (a, b), {}, torch.empty(64, 16), 2 * 64 * 32 * 16)
+    c.record("aten.t", "forward", (a,), {}, a.t(), 0)  # a view: no kernel, no bytes
+    c.record("aten.add", "forward", (a, a), {}, torch.empty(64, 32), 0)
+    assert c.gemms == {("forward", 1, 64, 16, 32, 4): 1}
+    assert c.memory_bytes["forward"] == 3 * 64 * 32 * 4   # two reads + one write
+    assert c.kernels["forward"] == 2 and c.host_ops["forward"] == 3
+    d = OpCosts()
+    d.gemms[("forward", 1, 64, 16, 32, 4)] = 2
+    # 3 traced blocks -> 1 call, 4 -> 2: 32 blocks -> 1 + 29 x 1 = 30
+    assert c.combine(d, 29).gemms[("forward", 1, 64, 16, 32, 4)] == 30
+    assert c.scaled(4).kernels["forward"] == 8
+
+
+def test_metadata_ops_and_causal_attention():
+    # prim.device and other ops without a tensor output move no bytes; a causal SDPA counts half its FLOPs
+    c = OpCosts()
+    a = torch.empty(64, 32)
+    c.record("prim.device", "forward", (a,), {}, torch.device("cpu"), 0)
+    c.record("aten.is_same_size", "forward", (a, a), {}, True, 0)
+    assert c.memory_bytes["forward"] == 0 and c.kernels["forward"] == 0
+    c.record("aten._scaled_dot_product_flash_attention", "forward", (a, a, a), {"is_causal": True}, (a,), 1000)
+    c.record("aten._scaled_dot_product_flash_attention", "forward", (a, a, a), {"is_causal": False}, (a,), 1000)
+    assert c.attention[("forward", "flash")] == 500 + 1000
+
+
+def test_sharded_optimizer_runs_on_one_shard():
+    # FSDP over 8 ranks: each rank's optimizer touches 1/8 of the bytes
+    c = OpCosts()
+    c.memory_bytes["optimizer"] = 8e9
+    gpu = lookup("h100")
+    one = predict(c, gpu, "bf16", samples_per_rank=1, flops_per_step=0)
+    eight = predict(c, gpu, "bf16", samples_per_rank=1, flops_per_step=0, nproc=8, strategy="fsdp")
+    assert eight.breakdown["optimizer"] == pytest.approx(one.breakdown["optimizer"] / 8)
+
+
+def test_selective_recompute_parts():
+    from gpuwise.plan.speed.model import recompute_parts
+    fwd = {"matmul": 4.0, "attention": 2.0, "memory_bound": 1.0, "launch_overhead": 0.5}
+    # per-op SAC: every second mm recomputed (half the matmuls), all non-saved ops; attention saved
+    assert recompute_parts(fwd, "op") == {"matmul": 2.0, "memory_bound": 1.0, "launch_overhead": 0.5}
+    # every 2nd block checkpointed: half the forward again
+    assert recompute_parts(fwd, "2") == {"matmul": 2.0, "attention": 1.0, "memory_bound": 0.5, "launch_overhead": 0.25}
+    assert recompute_parts(fwd, None) == {}

@@ -1,0 +1,93 @@
+"""benchmarks/published_memory.py: the comparison of gpuwise's estimate with published GPU measurements.
+
+Fast (seconds): units, the metric -> estimate-number mapping and the OOM verdict on made-up estimates, and
+every stored result recompared from its stored prediction (the README table is what the results say).
+Slow: one published row recomputed with gpuwise end to end, against its stored prediction."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "published"))
+
+import corpus  # noqa: E402
+import published_memory as pm  # noqa: E402
+
+EST = {"peak_allocated_bytes": 21_000_000_000, "peak_reserved_bytes": 22_000_000_000,
+       "device_used_bytes": 22_600_000_000}
+
+
+def _row(metric, value, unit, gpu="A100-40GB"):
+    return {"id": "x", "metric": metric, "value": value, "unit": unit, "setting": {"gpu": gpu}}
+
+
+def test_metric_picks_the_estimate_number_and_unit():
+    # 21e9 predicted vs 21.30 GB published: (21.0 - 21.3) / 21.3 = -1.41 %
+    assert pm.compare(_row("max_allocated", 21.30, "GB"), EST)["err_pct"] == -1.41
+    # 22e9 reserved vs 20 GiB = 21,474,836,480 B: +2.45 %
+    assert pm.compare(_row("max_reserved", 20.0, "GiB"), EST)["err_pct"] == 2.45
+    # nvidia-smi: device used 22.6e9 vs 21,000 MiB = 22,020,096,000 B: +2.63 %
+    assert pm.compare(_row("nvidia_smi", 21000, "MiB"), EST)["err_pct"] == 2.63
+    assert pm.compare(_row("active", 21.0, "GB"), EST)["err_pct"] == 0.0
+
+
+def test_oom_verdict_is_device_used_against_the_gpu():
+    # A100-40GB: 40 GiB = 42,949,672,960 B; 22.6e9 fits, 43e9 does not
+    assert pm.compare(_row("oom", None, None), EST)["predicted_oom"] is False
+    assert pm.compare(_row("oom", None, None), {**EST, "device_used_bytes": 43_000_000_000})["predicted_oom"] is True
+    assert "predicted_oom" not in pm.compare(_row("oom", None, None, gpu="H100-96GB"), EST)  # not in the catalog
+
+
+def test_stored_results_recompare_to_what_is_stored():
+    rows = {r["id"]: r for r in corpus.load_rows()}
+    results = pm.load_results()
+    checked = 0
+    for rid, rec in results.items():
+        if rid not in rows or "error" in rec or rec.get("args") != rows[rid]["gpuwise_args"]:
+            continue
+        again = pm.compare(rows[rid], rec)
+        assert again.get("err_pct") == rec.get("err_pct"), rid
+        assert again.get("predicted_oom") == rec.get("predicted_oom"), rid
+        checked += 1
+    assert checked >= 5
+
+
+def test_readme_table_is_the_results():
+    text = pm.table(corpus.load_rows(), pm.load_results())
+    readme = pm.README.read_text()
+    assert text in readme, "run `python benchmarks/published_memory.py --table` after changing results or rows"
+
+
+def test_resume_keeps_rows_with_the_same_arguments(tmp_path, monkeypatch):
+    monkeypatch.setattr(pm, "RESULTS", tmp_path / "r.json")
+    monkeypatch.setattr(pm, "README", tmp_path / "README.md")
+    (tmp_path / "README.md").write_text(f"x\n{pm.BEGIN}\nold\n{pm.END}\n")
+    rows = [r for r in corpus.load_rows() if corpus.is_memory(r) and corpus.expressible(r)]
+    done = {r["id"]: {"id": r["id"], "args": r["gpuwise_args"], "metric": r["metric"], "source": r["source"]["name"],
+                      "error": "stored"} for r in rows}
+    (tmp_path / "r.json").write_text(json.dumps(done))
+    ran = []
+    monkeypatch.setattr(pm, "run_row", lambda row: ran.append(row["id"]) or done[row["id"]])
+    pm.main([])
+    assert ran == []                        # everything already computed with these arguments
+    pm.main(["--failed"])
+    assert sorted(ran) == sorted(done)      # all stored as failed: recomputed
+    assert "old" not in (tmp_path / "README.md").read_text()
+
+
+@pytest.mark.slow
+def test_one_row_recomputed_end_to_end():
+    results = pm.load_results()
+    rows = {r["id"]: r for r in corpus.load_rows()}
+    rid = "litgpt-rt-lora-phi-1_5-bf16-mb4-1gpu"
+    if rid not in results or "err_pct" not in results[rid]:
+        pytest.skip("not computed yet")
+    rec = pm.run_row(rows[rid])
+    assert rec["predicted_bytes"] == pytest.approx(results[rid]["predicted_bytes"], rel=0.005)
+    assert abs(rec["err_pct"]) <= 8.0
