@@ -22,7 +22,7 @@ SCHEMA_VERSION = 1
 OUTPUTS = ("demo", "gpus", "pick", "run", "estimate", "fit", "measure", "tune", "watch", "launch", "train",
            "scale", "doctor")
 # the files gpuwise reads or writes
-FILES = ("fake-gpus", "fake-torch", "truth-record")
+FILES = ("fake-gpus", "fake-torch", "truth-record", "published-row")
 
 
 def names() -> tuple[str, ...]:
