@@ -135,6 +135,7 @@ def _stats(errs: list[float]) -> str:
 def summary(rows: list[dict], results: dict) -> dict:
     """Counts, per-metric and per-source median/max |error| and OOM hits, as data."""
     mem = [r for r in rows if corpus.is_memory(r)]
+    results = current(rows, results)
     done = [results[r["id"]] for r in mem if r["id"] in results]
     ok = [d for d in done if "err_pct" in d]
     out = {"memory_rows": len(mem), "expressible": sum(map(corpus.expressible, mem)),
@@ -156,7 +157,14 @@ def summary(rows: list[dict], results: dict) -> dict:
     return out
 
 
+def current(rows: list[dict], results: dict) -> dict:
+    """The results computed with each row's present arguments (a row whose arguments changed is not run)."""
+    args = {r["id"]: r["gpuwise_args"] for r in rows}
+    return {k: v for k, v in results.items() if k in args and v.get("args") == args[k]}
+
+
 def table(rows: list[dict], results: dict) -> str:
+    results = current(rows, results)
     s = summary(rows, results)
     lines = [f"{s['memory_rows']} published memory rows from {s['sources']} sources, {s['expressible']} expressible "
              f"({100 * s['expressible'] / max(1, s['memory_rows']):.0f} %); {s['computed']} computed, "

@@ -124,3 +124,24 @@ def test_qlora_quantizes_linear_subclasses():
                                            new_decoder_architecture=False, multi_query=True)).to(torch.bfloat16)
     assert quantize_linear_4bit(model) == 2 * 4          # per layer: query_key_value, dense, h_to_4h, 4h_to_h
     assert type(model.lm_head).__name__ == "Linear"      # the output head stays 16-bit
+
+
+def test_bitsandbytes_before_0_43_2_keeps_each_4bit_layer_input():
+    # bitsandbytes PR #1270 (0.43.2) stopped MatMul4Bit from keeping its input A: an older release's run
+    # holds every quantized layer's input until its backward; the installed release (or a newer one) does not
+    pytest.importorskip("bitsandbytes")
+    from gpuwise.plan.tracing.bnb_versions import keeps_matmul_input
+
+    assert keeps_matmul_input("0.41.1") and keeps_matmul_input("0.43.1") and not keeps_matmul_input("0.43.2")
+
+    def activations(version):
+        wl = apply_modes(load_workload(LLAMA), make_modes(qlora=True, lora=8, bnb_version=version), "bf16")
+        return live_peak(trace_step(wl, 2, StepConfig(precision="bf16"), target="cpu")).by_category["activations"]
+
+    now = activations(None)
+    assert activations("0.45.0") == now
+    assert activations("0.41.1") > now
+    with pytest.raises(GpuwiseError, match="applies to --qlora"):
+        make_modes(lora=8, bnb_version="0.41.1")
+    with pytest.raises(GpuwiseError, match="bnb-version"):
+        make_modes(qlora=True, bnb_version="latest")

@@ -100,6 +100,8 @@ def add_mode_arguments(p) -> None:
     p.add_argument("--qlora", action="store_true", help="QLoRA: 4-bit base weights (bitsandbytes) + LoRA")
     p.add_argument("--qlora-quant", choices=["nf4-dq", "nf4", "fp4"], help="--qlora: 4-bit format (default "
                    "nf4-dq: NF4 with double quantization; nf4, fp4: without)")
+    p.add_argument("--bnb-version", metavar="X.Y.Z", help="--qlora: the bitsandbytes release the run used, where its "
+                   "memory differs from the installed one (before 0.43.2 every 4-bit layer kept its input)")
     p.add_argument("--freeze", action="append", metavar="REGEX",
                    help="freeze parameters whose name matches (repeatable)")
     p.add_argument("--offload-optimizer", action="store_true", help="optimizer state and step on the CPU")
@@ -112,7 +114,7 @@ def mode_kwargs(args) -> dict:
     return {"seq_len": args.seq_len, "task": args.task, "grad_accum": args.grad_accum, "lora": args.lora,
             "qlora": args.qlora, "freeze": args.freeze, "offload_optimizer": args.offload_optimizer,
             "lora_targets": args.lora_targets, "lora_alpha": args.lora_alpha, "lora_dropout": args.lora_dropout,
-            "base_dtype": args.base_dtype, "qlora_quant": args.qlora_quant}
+            "base_dtype": args.base_dtype, "qlora_quant": args.qlora_quant, "bnb_version": args.bnb_version}
 
 
 def run(args) -> int:

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from ...errors import GpuwiseError
 from ...workload import Workload
 from ..memory.events import MemEvent, MemoryTrace
+from .bnb_versions import bitsandbytes_as, parse_version
 
 LORA_ALPHA_PER_RANK = 2
 QLORA_BLOCKSIZE = 64       # bitsandbytes Linear4bit default blocksize for 4-bit weights
@@ -57,6 +58,7 @@ class TrainingModes:
     lora_dropout: float = 0.0
     base_dtype: str | None = None                 # fp32 / bf16 / fp16; None: from the precision
     qlora_quant: str = "nf4-dq"
+    bnb_version: str | None = None                # the bitsandbytes release emulated (None: installed)
 
     def __post_init__(self):
         if isinstance(self.grad_accum, bool) or not isinstance(self.grad_accum, int) or self.grad_accum < 1:
@@ -69,6 +71,10 @@ class TrainingModes:
             raise GpuwiseError(f"--base-dtype must be one of {', '.join(BASE_DTYPES)}, got {self.base_dtype!r}")
         if self.qlora_quant not in QLORA_QUANTS:
             raise GpuwiseError(f"--qlora-quant must be one of {', '.join(QLORA_QUANTS)}, got {self.qlora_quant!r}")
+        if self.bnb_version is not None:
+            parse_version(self.bnb_version)
+            if not self.qlora:
+                raise GpuwiseError("--bnb-version applies to --qlora")
         if self.qlora and self.base_dtype == "fp32":
             raise GpuwiseError("--qlora stores the base in 4 bits: --base-dtype sets only a 16-bit compute dtype")
         if not self.adapters and (self.lora_targets or self.lora_alpha is not None or self.lora_dropout
@@ -102,7 +108,9 @@ class TrainingModes:
                           f", dropout {self.lora_dropout:g}" if self.lora_dropout else "",
                           f", base {self.base_dtype}" if self.base_dtype else ""])
         if self.qlora:
-            out.append(f"QLoRA ({self.qlora_quant.upper()} base, LoRA r={self.lora_rank or DEFAULT_LORA_RANK}{detail})")
+            bnb = f", bitsandbytes {self.bnb_version}" if self.bnb_version else ""
+            out.append(f"QLoRA ({self.qlora_quant.upper()} base, LoRA r={self.lora_rank or DEFAULT_LORA_RANK}"
+                       f"{detail}{bnb})")
         elif self.lora_rank:
             out.append(f"LoRA r={self.lora_rank}{detail}")
         if self.freeze:
@@ -123,7 +131,7 @@ def make_modes(grad_accum: int = 1, lora: int | bool | None = None, qlora: bool 
                freeze: Sequence[str] | str | None = None, offload_optimizer: bool = False, *,
                lora_targets: Sequence[str] | str | None = None, lora_alpha: float | None = None,
                lora_dropout: float | None = None, base_dtype: str | None = None,
-               qlora_quant: str | None = None) -> TrainingModes:
+               qlora_quant: str | None = None, bnb_version: str | None = None) -> TrainingModes:
     if qlora_quant is not None and not qlora:
         raise GpuwiseError("--qlora-quant applies to --qlora")
     if isinstance(lora_targets, str):
@@ -137,7 +145,7 @@ def make_modes(grad_accum: int = 1, lora: int | bool | None = None, qlora: bool 
     return TrainingModes(grad_accum, lora, bool(qlora), tuple(freeze or ()), bool(offload_optimizer),
                          tuple(lora_targets) if lora_targets else None,
                          None if lora_alpha is None else float(lora_alpha), float(lora_dropout or 0.0),
-                         base_dtype, qlora_quant or "nf4-dq")
+                         base_dtype, qlora_quant or "nf4-dq", bnb_version)
 
 
 def apply_modes(wl: Workload, modes: TrainingModes, precision: str = "fp32") -> Workload:
@@ -160,11 +168,12 @@ def apply_modes(wl: Workload, modes: TrainingModes, precision: str = "fp32") -> 
         return m
 
     def loss(model, batch):
-        for _ in range(modes.traced_micro_steps - 1):
+        with bitsandbytes_as(modes.bnb_version if modes.qlora else None):  # what the forward keeps
+            for _ in range(modes.traced_micro_steps - 1):
+                _mark_trace_phase("forward")
+                base_loss(model, batch).backward()  # gradients accumulate into .grad
             _mark_trace_phase("forward")
-            base_loss(model, batch).backward()  # gradients accumulate into .grad
-        _mark_trace_phase("forward")
-        return base_loss(model, batch)
+            return base_loss(model, batch)
 
     out = Workload(spec=wl.spec, model_fn=model, batch_fn=wl.batch_fn, loss_fn=loss,
                    optimizer_fn=wl.optimizer_fn, dataset_fn=wl.dataset_fn, collate_fn=wl.collate_fn,
