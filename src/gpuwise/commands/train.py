@@ -7,8 +7,8 @@ import os
 from ..errors import GpuwiseError
 from ..report import console
 from ..report import scale as scale_report
-from ..scaleout.job import WORKER, require_result, run_job
 from ..scaleout.fsdp import STRATEGIES
+from ..scaleout.job import WORKER, require_result, run_job
 from ..scaleout.preflight import preflight
 from ..scaleout.train import TrainConfig
 from .common import add_workload_arguments, positive_int, step_config_from_args, workload_from_args
