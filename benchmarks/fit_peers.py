@@ -8,7 +8,7 @@ Setting: one training step, batch 1 x 2048 tokens, bf16 autocast, AdamW, activat
 full fine-tune, LoRA (r=16, all linear layers, base in bf16) and QLoRA (NF4 base + LoRA); on 1 GPU and
 on 8 GPUs (full: FSDP2 full shard = ZeRO-3; LoRA / QLoRA: DDP). Per GPU, in GiB.
 
-- gpuwise      `plan/deep/scaled.py`: the real step (transformers, peft, bitsandbytes) traced with fake tensors at
+- gpuwise      `plan/scaled.py`: the real step (transformers, peft, bitsandbytes) traced with fake tensors at
                1 and 2 layers, extrapolated to the depth; caching-allocator replay + CUDA context (H100);
                sharding as a transform of the traced events (plan/memory/sharding.py).
 - accelerate   `accelerate estimate-memory`'s "Training using Adam" figure: max of
@@ -40,8 +40,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from gpuwise.hf import approx_params, hf_workload, load_config, num_layers_of  # noqa: E402
-from gpuwise.plan.deep.scaled import Evaluator  # noqa: E402
 from gpuwise.plan.memory.sharding import Split  # noqa: E402
+from gpuwise.plan.scaled import Evaluator  # noqa: E402
 from gpuwise.plan.tracing.modes import TrainingModes  # noqa: E402
 from gpuwise.step import StepConfig  # noqa: E402
 

@@ -13,7 +13,7 @@ optimizer step or fake-tensor op: a real step pays it too), and its peak RSS:
 - `MemTracker`: torch.distributed._tools.mem_tracker.MemTracker under FakeTensorMode over a warm-up
   and a steady step (the same work a memory tracker needs for the optimizer state);
 - 7B / 70B Llama configs (examples/configs): `estimate` at batch 1, seq 512, on the CUDA target
-  (`blocks_reused`: the 32 / 80 blocks were rebuilt from 3- and 4-block traces, plan/deep/repeat.py);
+  (`blocks_reused`: the 32 / 80 blocks were rebuilt from 3- and 4-block traces, plan/tracing/repeat.py);
 - `gpuwise estimate examples:mlp -b 64 --target cpu`: the whole command's wall time, interpreter included.
 
 The load average is recorded before and after: the numbers are only comparable on an idle machine.

@@ -7,8 +7,8 @@ import pytest
 from gpuwise.cli import main
 from gpuwise.errors import GpuwiseError
 from gpuwise.plan import estimate
-from gpuwise.plan.deep.scaled import Evaluator
 from gpuwise.plan.memory.sharding import Split
+from gpuwise.plan.scaled import Evaluator
 from gpuwise.plan.tracing.modes import TrainingModes
 from gpuwise.step import StepConfig
 
@@ -68,3 +68,15 @@ def test_every_fit_option_carries_the_estimate_that_reproduces_it(capsys):
             option.changes["nproc"], option.micro_batch_size, option.grad_accum)
         checked += 1
     assert checked >= 8
+
+
+def test_measure_and_tune_take_gpu_and_keep_device():
+    import argparse
+
+    from gpuwise.commands import measure, tune
+
+    for command in (measure, tune):
+        p = argparse.ArgumentParser()
+        command.add_arguments(p)
+        assert p.parse_args(["examples:mlp", "--gpu", "cuda:1"]).device == "cuda:1"
+        assert p.parse_args(["examples:mlp", "--device", "cpu"]).device == "cpu"  # scripts rely on --device

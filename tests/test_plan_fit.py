@@ -8,15 +8,16 @@ import pytest
 
 from gpuwise.cli import main
 from gpuwise.hf import hf_workload
-from gpuwise.plan.deep.scaled import Evaluator, phase_peaks
 from gpuwise.plan.fit import fit
 from gpuwise.plan.memory.sharding import Split, shard_trace
+from gpuwise.plan.scaled import Evaluator, phase_peaks
 from gpuwise.plan.tracing.modes import TrainingModes
 from gpuwise.step import StepConfig
 
 TINY = "tests/data/configs/tiny-llama.json"
 LLAMA_7B = "examples/configs/llama-2-7b.json"
-OPTION_KEYS = {"name", "changes", "fits", "device_used_bytes", "samples_per_s", "effective_batch_size", "notes"}
+OPTION_KEYS = {"name", "changes", "fits", "device_used_bytes", "samples_per_s", "effective_batch_size", "notes",
+               "estimate_cmd"}  # estimate_cmd: issue 20
 
 
 @pytest.mark.parametrize("config,modes,split", [

@@ -1,4 +1,4 @@
-"""Repeated blocks rebuilt from a 3-block trace (plan/deep/repeat.py) equal the full-depth trace event for event;
+"""Repeated blocks rebuilt from a 3-block trace (plan/tracing/repeat.py) equal the full-depth trace event for event;
 blocks that differ anywhere in the stack are traced whole."""
 
 import json
@@ -7,10 +7,10 @@ import pytest
 
 from gpuwise.hf import hf_workload
 from gpuwise.plan import estimate
-from gpuwise.plan.deep import repeat
-from gpuwise.plan.deep.repeat import canonical, rebuild, repeated_trace
 from gpuwise.plan.memory.events import live_peak
 from gpuwise.plan.tracer import trace_workload
+from gpuwise.plan.tracing import repeat
+from gpuwise.plan.tracing.repeat import canonical, rebuild, repeated_trace
 from gpuwise.plan.tracing.trace import _run
 from gpuwise.step import StepConfig
 

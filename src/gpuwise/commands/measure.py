@@ -28,7 +28,8 @@ def add_arguments(p) -> None:
     add_workload_arguments(p)
     p.add_argument("--steps", type=positive_int, default=10, help="measured steady-state steps (default 10)")
     p.add_argument("--warmup", type=positive_int, default=2, help="warm-up steps before measuring (default 2)")
-    p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda if available, else cpu)")
+    p.add_argument("--gpu", "--device", dest="device", default=None, metavar="DEVICE",
+                   help="cuda, cuda:N or cpu (default: cuda if available, else cpu); --device is the same option")
     p.add_argument("--snapshot", metavar="FILE", help="save a CUDA memory snapshot of the run (cuda only)")
     p.add_argument("--max-batch", action="store_true",
                    help="find the largest batch that runs, by isolated trials (from --batch-size, default 1)")

@@ -10,7 +10,7 @@ from ..report import tune as report
 from ..report.tune_script import print_progress, render
 from ..step import OPTIMIZERS, check_precision
 from ..tuning import goodput, tune
-from ..tuning.script import code_change, tune_script
+from ..tuning.script import code_change, run_script_trial, tune_script
 from ..units import parse_duration
 from ..workload import load_workload
 from .common import positive_int
@@ -31,7 +31,8 @@ def add_arguments(p) -> None:
                    help="path/to/job.py, pkg.module or examples:NAME; or give your script after `--` instead")
     p.set_defaults(cmd=[])
     p.add_argument("--budget", default="5m", help="time for the whole search, e.g. 90s, 5m (default 5m)")
-    p.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda when there is one, else cpu)")
+    p.add_argument("--gpu", "--device", dest="device", metavar="DEVICE",
+                   help="cuda, cuda:1 ... or cpu (default: cuda when there is one, else cpu); --device is the same option")
     p.add_argument("--results", help="JSONL file: every trial is appended as it finishes; a rerun resumes from it")
     p.add_argument("--plot", metavar="DIR", help="write charts (samples/s vs batch size and vs workers) here")
     p.add_argument("-b", "--batch-size", type=positive_int, help="the batch as given (baseline, search start; default 32)")
@@ -46,7 +47,7 @@ def add_arguments(p) -> None:
                         "steps(B) x step_time(B) with steps(B) = S_min (1 + B_noise / B)")
     p.add_argument("--noise-scale", type=float, metavar="B",
                    help="the gradient noise scale B_simple (`gpuwise watch --json` reports it); default for a script: "
-                        "measured in its baseline trial")
+                        "measured in one more run of the script as written")
     p.add_argument("--gpus", type=positive_int, default=1, metavar="N",
                    help="GPUs (data-parallel ranks) the recommended batch is split over (goodput; default 1)")
 
@@ -161,7 +162,11 @@ def _goodput_of_workload(args, result):
 
 def _goodput_of_script(args, result):
     base = result.baseline
-    measured = base.noise_scale or {}
+    measured = {}
+    if not args.noise_scale:  # one more run of the script as written, with the noise-scale probe on
+        probed = run_script_trial(args.cmd, {}, measure_s=max(parse_duration(args.measure or "3s"), 10.0), noise=True)
+        measured = probed.noise_scale or {}
+        base.optimizer = base.optimizer or probed.optimizer
     b_noise = args.noise_scale or measured.get("b_simple")
     if not b_noise or b_noise <= 0:
         raise GpuwiseError("--objective goodput: the script's gradient noise scale could not be measured in its trial "
@@ -170,7 +175,7 @@ def _goodput_of_script(args, result):
         raise GpuwiseError("--objective goodput: the script's batch size was not seen (no DataLoader)")
     advice = goodput.from_one_batch(b_noise, base.batch_size, args.gpus, base.optimizer)
     if not args.noise_scale:
-        advice.notes.append(f"B_noise measured in the script's baseline trial: {b_noise:,.0f} (95% CI "
+        advice.notes.append(f"B_noise measured in one more run of the script as written: {b_noise:,.0f} (95% CI "
                             f"{measured.get('ci_low') or 0:,.0f} to {measured.get('ci_high') or float('inf'):,.0f}, "
                             f"{measured.get('steps_used')} steps, {measured.get('estimator')}); early in training "
                             "the noise scale is smaller than later: re-measure with `gpuwise watch` on a longer run")

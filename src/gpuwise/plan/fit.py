@@ -2,7 +2,7 @@
 
 Each option is a set of changes to the job (precision, activation checkpointing, optimizer, LoRA /
 QLoRA, offload, gradient accumulation, sharding over N GPUs); gpuwise traces the changed step (the
-real libraries, fake tensors; plan/deep/scaled.py makes a 7B model cost two small traces per variant) and
+real libraries, fake tensors; plan/scaled.py makes a 7B model cost two small traces per variant) and
 reports, per rank: device memory as nvidia-smi would show it, a samples/s bound, the effective batch,
 what changes in the training's numerics, and the code to write. The JSON form is DESIGN.md's
 `gpuwise fit --json` contract. Options that fit come first, fastest first.
@@ -27,11 +27,11 @@ from ..optional_libs import install_hint, missing, sized_without_notes
 from ..step import StepConfig
 from .catalog import CATALOG, GpuSpec, lookup
 from .curve import DEFAULT_MARGIN_PCT
-from .deep.scaled import Evaluator, Point
 from .estimate import resolve_gpu
 from .flops import roofline, traffic_bytes
 from .inputs import resolve_inputs
 from .memory.sharding import DEFAULT_NODE_SIZE, Split, comm_bytes_per_step
+from .scaled import Evaluator, Point
 from .speed.cost import TrainingCost, training_cost
 from .speed.model import predict
 from .tracing.modes import TrainingModes

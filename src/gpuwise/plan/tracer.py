@@ -2,13 +2,13 @@
 
     trace_workload(workload, batch_size, config, target, modes=..., layers=..., repeat=...) -> MemoryTrace
 
-`estimate`, `fit` (plan/deep/scaled.py's Evaluator) and, through `estimate`, the hint and the largest-batch
+`estimate`, `fit` (plan/scaled.py's Evaluator) and, through `estimate`, the hint and the largest-batch
 search ask here; nothing else in plan/ imports the tracer's insides. What it does, in order:
 - `layers`: a model config is rebuilt with that many blocks (fit's 1- and 2-block traces);
 - `modes` (plan/tracing/modes.py): LoRA / QLoRA / freezing / accumulation wrap the model and loss and are
   traced with the real libraries; offloading the optimizer is a transform of the trace, not a new one;
 - `repeat`: a model config without modes may be rebuilt exactly from its 3- and 4-block traces
-  (plan/deep/repeat.py); the notes say when it was traced whole instead, and why;
+  (plan/tracing/repeat.py); the notes say when it was traced whole instead, and why;
 - the step is traced on fake tensors (plan/tracing/trace.py), with a fallback where that cannot run.
 """
 
@@ -21,9 +21,9 @@ from ..errors import GpuwiseError
 from ..hf import hf_workload
 from ..step import StepConfig
 from ..workload import Workload, load_workload
-from .deep.repeat import repeated_trace
 from .memory.events import MemoryTrace
 from .tracing.modes import TrainingModes, apply_modes, offload_optimizer_state
+from .tracing.repeat import repeated_trace
 
 Progress = Callable[[str], None]  # told each stage as it starts
 

@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..bootstrap import environment
+from ..bootstrap.noise import ENV_BUDGET as NOISE_BUDGET
 from ..errors import GpuwiseError
 from ..jsonl import append_line, read_lines
 from ..monitoring.hookfiles import read_hook_files
@@ -106,14 +107,19 @@ def _measured(steps: list, warmup: int) -> tuple[list, float]:
 
 
 def run_script_trial(cmd: list[str], overrides: dict[str, Any], measure_s: float = 3.0, min_steps: int = 5,
-                     timeout_s: float = 120.0, env: dict | None = None) -> ScriptTrial:
-    """Run `cmd` with DataLoader `overrides` until `min_steps` steady steps took `measure_s` (or it ends)."""
+                     timeout_s: float = 120.0, env: dict | None = None, noise: bool = False) -> ScriptTrial:
+    """Run `cmd` with DataLoader `overrides` until `min_steps` steady steps took `measure_s` (or it ends).
+
+    `noise`: also probe the gradient noise scale (bootstrap/noise.py); off by default, since a probed step
+    costs extra time that would blur the samples/s being compared."""
     folder = tempfile.mkdtemp(prefix="gpuwise-tune-")
     trial = ScriptTrial(dict(overrides))
     t0 = time.monotonic()
     err_path = os.path.join(folder, "stderr.txt")
     try:
         child_env = environment(folder, env, overrides=overrides, flush_every_s=0)
+        if not noise:
+            child_env[NOISE_BUDGET] = "0"
         with open(err_path, "wb") as err:
             try:
                 proc = subprocess.Popen(cmd, env=child_env, stdout=subprocess.DEVNULL, stderr=err,

@@ -50,7 +50,7 @@ class MemoryTrace:
     method: str = "fake-trace"
     notes: list[str] = field(default_factory=list)
     flops_per_step: int = 0   # FLOPs of the steady-state step (torch.utils.flop_counter formulas)
-    layers: Any = field(default=None, repr=False)  # plan/deep/repeat_tags.py's EventLayers, when blocks were followed
+    layers: Any = field(default=None, repr=False)  # plan/tracing/repeat_tags.py's EventLayers, when blocks were followed
     op_costs: Any = field(default=None, repr=False)  # plan/speed/ops.py's OpCosts of the steady step (fake traces)
 
 

@@ -11,7 +11,7 @@ zero_grad freeing the copy's gradients and the loss as the steady step frees its
 
 Where that would not be the same step, `NotCopyable` says why and the caller traces the warm-up step:
 a GradScaler (its first step creates its state), a forward or backward that frees what an earlier step
-made, storages the optimizer frees mid-step or nobody frees. plan/deep/repeat.py uses it only where a
+made, storages the optimizer frees mid-step or nobody frees. plan/tracing/repeat.py uses it only where a
 4-block trace is checked against a rebuild from a 3-block trace with a traced warm-up step, so a
 copy that differed would be caught there (tests/test_plan_repeat.py also compares it with the traced
 warm-up step directly).

@@ -23,7 +23,6 @@ from typing import Any
 from ...errors import GpuwiseError
 from ...step import StepConfig, TrainStep, tensors_in
 from ...workload import check_batch_size, load_workload
-from ..deep.repeat_tags import LayerTags
 from ..memory.events import MemEvent, MemoryTrace, check_target
 from ..memory.warmup import DeferredWarmUp, NotCopyable, warm_up_step_from_steady
 from ..speed.ops import OpCosts
@@ -33,6 +32,7 @@ from .cuda_autocast import cuda_autocast_policy
 from .fallback import trace_with_fallback
 from .kernels import FRESH_ZEROS_OPS, INPLACE_WITHOUT_MODE, output_bytes, promotion_copies_bytes, workspace
 from .probe import PROBED_OPS, probe
+from .repeat_tags import LayerTags
 from .scope import ModuleScope
 from .sdpa import (
     active_target,
@@ -59,7 +59,7 @@ class _Block:
 class _Recorder:
     """Raw events as they happen; categories are settled at the end, once grads and state are known."""
 
-    # action, block, phase, module, op, layer (the repeated block running, when plan/deep/repeat.py follows them)
+    # action, block, phase, module, op, layer (the repeated block running, when plan/tracing/repeat.py follows them)
     events: list[tuple[str, int, str, str, str, int | None]] = field(default_factory=list)
     blocks: list[_Block] = field(default_factory=list)
 
@@ -92,7 +92,7 @@ class _TraceMode(_dispatch_mode_base()):
         self.notes: list[str] = []
         self.sums = InputBufferSums()  # the engine's in-place gradient sums (plan/tracing/accumulation.py)
         self._paused = False
-        self.layers = None  # plan/deep/repeat.py's LayerTags: which repeated block each event belongs to
+        self.layers = None  # plan/tracing/repeat.py's LayerTags: which repeated block each event belongs to
 
     @contextlib.contextmanager
     def paused(self):
@@ -325,7 +325,7 @@ def _trace_once(workload, batch_size: int, config: StepConfig, target: str, fake
     attention runs the kernel the GPU would pick (plan/tracing/sdpa.py), optimizers default to foreach as on
     CUDA, and kernel workspaces come from the target's registry entries. `layers`: the model has that
     many repeated blocks in one ModuleList; each event is tagged with the block it belongs to
-    (`trace.layers`, read by plan/deep/repeat.py)."""
+    (`trace.layers`, read by plan/tracing/repeat.py)."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -407,7 +407,7 @@ def trace_step(workload, batch_size: int, config: StepConfig | None = None, targ
     the first forward/backward (the default for "cpu", whose live-bytes peak does not depend on
     history). "copy" and "optimizer" trace one forward/backward instead of two. `layers` (with
     `fallback=False`): the model has that many repeated blocks; each event is tagged with its block
-    (plan/deep/repeat.py's rebuild).
+    (plan/tracing/repeat.py's rebuild).
     """
     check_target(target)
     check_batch_size(batch_size)

@@ -17,14 +17,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...hf import num_layers_of
-from ...step import StepConfig
-from ...workload import load_workload
-from ..memory.cuda import cuda_memory
-from ..memory.events import CATEGORIES, MemoryTrace, live_peak
-from ..memory.sharding import Split, block_param_bytes, rank_trace, trainable_bytes
-from ..tracer import trace_workload
-from ..tracing.modes import TrainingModes, offload_optimizer_state
+from ..hf import num_layers_of
+from ..step import StepConfig
+from ..workload import load_workload
+from .memory.cuda import cuda_memory
+from .memory.events import CATEGORIES, MemoryTrace, live_peak
+from .memory.sharding import Split, block_param_bytes, rank_trace, trainable_bytes
+from .tracer import trace_workload
+from .tracing.modes import TrainingModes, offload_optimizer_state
 
 
 @dataclass

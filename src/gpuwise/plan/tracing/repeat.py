@@ -6,7 +6,7 @@ in the optimizer's per-parameter loops, descending in backward). Tracing 80 bloc
 costs 80 times one block; here the model is traced with 3 blocks (first, middle, last: a first or last
 block can differ from the others, e.g. in what it frees of its neighbour) and each phase's run is
 rebuilt for L blocks: block 0 from the first, blocks 1..L-2 from the middle one, block L-1 from the last.
-Events are tagged with their block while tracing (plan/deep/repeat_tags.py); an event that refers to a
+Events are tagged with their block while tracing (plan/tracing/repeat_tags.py); an event that refers to a
 storage of another block (a backward freeing the previous block's saved output) keeps its distance.
 
 When is that exact? When every one of the L blocks is built alike (checked on the full-depth model built
@@ -233,7 +233,7 @@ def _without_numbering(column: list[tuple]) -> list[tuple]:
 def repeated_trace(wl, batch_size: int, config: StepConfig, target: str,
                    progress=None) -> tuple[MemoryTrace | None, str]:
     """The step of `wl` (a model config with L blocks) rebuilt from 3- and 4-block traces, or (None, why)."""
-    from ..tracing.trace import trace_step
+    from .trace import trace_step
 
     cfg = getattr(wl, "hf_config", None)
     layers = num_layers_of(cfg) if cfg is not None else None

@@ -1,4 +1,4 @@
-"""Which repeated block (layer) each traced memory event belongs to: what plan/deep/repeat.py needs to
+"""Which repeated block (layer) each traced memory event belongs to: what plan/tracing/repeat.py needs to
 rebuild the events of an L-layer model from a 3-layer trace.
 
 An event belongs to layer i when it happens while `<blocks>.i` (or a module inside it) runs, forward or
