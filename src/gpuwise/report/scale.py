@@ -24,9 +24,9 @@ def scale_table(result: ScaleResult) -> Table:
                   pred, _ms(p.step_s), _ms(p.compute_s), _ms(p.communication_s), pred_comm,
                   f"{p.communication_fraction:.0%}")
     if result.link:
-        how = "assumed" if result.link.get("assumed") else "given"
+        how = "" if result.link.get("assumed") else "given: "
         t.caption = (f"predicted: the 1-rank step + a ring all-reduce of the gradients over {result.link['name']} "
-                     f"({how}: {result.link['source']}), no overlap")
+                     f"({how}{result.link['source']}), no overlap")
     return t
 
 
