@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import os
 
+from ..errors import GpuwiseError
+
 STRATEGIES = ("ddp", "fsdp", "fsdp-grad-op", "hsdp")
 
 
 def check_strategy(name: str) -> str:
-    from ..errors import GpuwiseError
-
     if name not in STRATEGIES:
         raise GpuwiseError(f"--strategy must be one of {', '.join(STRATEGIES)}, got {name!r}")
     return name

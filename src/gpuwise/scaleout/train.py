@@ -24,6 +24,10 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 
+from ..hf import hf_workload
+from ..plan.tracing.cpu_truth import STEADY_MARK, peak_in_profile
+from ..plan.tracing.modes import apply_modes, make_modes
+from ..profiling import cpu_memory_profile
 from ..step import StepConfig, TrainStep, enable_checkpointing
 from ..workload import load_workload
 from . import backend, checkpoint, fsdp
@@ -84,14 +88,10 @@ def build_workload(cfg: TrainConfig):
     """The workload file / hf: / config.json model, with LoRA / QLoRA adapters when asked (as estimate does)."""
     spec = cfg.workload
     if cfg.seq_len and (spec.startswith("hf:") or spec.endswith(".json")):
-        from ..hf import hf_workload
-
         workload = hf_workload(spec, seq_len=cfg.seq_len)
     else:
         workload = load_workload(spec)
     if cfg.lora or cfg.qlora:
-        from ..plan.tracing.modes import apply_modes, make_modes
-
         workload = apply_modes(workload, make_modes(lora=cfg.lora, qlora=cfg.qlora), cfg.precision)
     return workload
 
@@ -264,8 +264,6 @@ def train(cfg: TrainConfig) -> TrainResult:
 
 def _peak_profile():
     """The CPU allocator's profile (plan/tracing/cpu_truth.py's truth), entered: every allocation from here."""
-    from ..profiling import cpu_memory_profile
-
     cm = cpu_memory_profile()
     return cm, cm.__enter__()
 
@@ -273,15 +271,11 @@ def _peak_profile():
 def _steady_mark():
     from torch.profiler import record_function
 
-    from ..plan.tracing.cpu_truth import STEADY_MARK
-
     return record_function(STEADY_MARK)
 
 
 def _end_peak_profile(profiling, steady: bool = True) -> int | None:
     """Stop the profile; the steady step's peak of CPU-allocator bytes (None without a steady step)."""
-    from ..plan.tracing.cpu_truth import peak_in_profile
-
     cm, prof = profiling
     cm.__exit__(None, None, None)
     return peak_in_profile(prof).peak_bytes if steady else None
