@@ -18,7 +18,7 @@ from gpuwise.step import StepConfig
 TINY = "tests/data/configs/tiny-llama.json"
 LLAMA_7B = "examples/configs/llama-2-7b.json"
 OPTION_KEYS = {"name", "changes", "fits", "device_used_bytes", "samples_per_s", "effective_batch_size", "notes",
-               "estimate_cmd"}  # estimate_cmd: issue 20
+               "estimate_cmd", "train_cmd"}  # estimate_cmd: issue 20; train_cmd: issue 24 (extend-only)
 
 
 @pytest.mark.parametrize("config,modes,split", [
