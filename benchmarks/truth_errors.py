@@ -2,7 +2,7 @@
 
     python benchmarks/truth_errors.py            # table on stdout, full rows in benchmarks/results/truth_errors.json
 
-The records are measured on a real GPU (`gpuwise measure`, DESIGN.md "GPU truth records"); the targets
+The records are measured on a real GPU (`gpuwise measure`, docs/contracts.md "GPU truth records"); the targets
 (tests/test_plan_truth.py) are: peak allocated median |error| <= 1.5%, max <= 4%; device used (nvidia-smi)
 median <= 3%, max <= 6%.
 """
@@ -66,7 +66,7 @@ def main() -> int:
     args = ap.parse_args()
     records = read_records(args.truth, root=ROOT)
     if not records:
-        print("no truth records in benchmarks/truth/ yet: measure on a GPU first (see DESIGN.md 'GPU truth records')")
+        print("no truth records in benchmarks/truth/ yet: measure on a GPU first (see docs/contracts.md 'GPU truth records')")
         return 0
     # a max-batch record where not even batch 1 ran has no batch size: nothing to recompute
     rows = [truth_errors(r) for r in records if r.get("batch_size")]

@@ -10,6 +10,7 @@ from conftest import FOUR_GPUS, run_cli
 
 from gpuwise import __version__
 from gpuwise.cli import COMMANDS, build_parser
+from gpuwise.contracts import validate
 
 FAKE = {"GPUWISE_FAKE_GPUS": str(FOUR_GPUS)}
 
@@ -143,6 +144,7 @@ def test_demo_plans_and_measures_on_the_cpu():
     proc = run_cli("demo", "examples:mlp", "--batch-size", "8", "--json", env={"GPUWISE_FAKE_GPUS": ""})
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
+    validate("demo", data)
     assert data["device"] == "cpu" and data["parameters"] == 32 * 16 + 16
     planned, measured = data["plan"]["peak_allocated_bytes"], data["measure"]["peak_allocated_bytes"]
     assert abs(planned - measured) <= 0.01 * measured

@@ -12,6 +12,7 @@ from conftest import run_cli
 
 import gpuwise
 from gpuwise.cli import main
+from gpuwise.contracts import validate
 from gpuwise.errors import GpuwiseError
 from gpuwise.measuring import Measurement, measure
 from gpuwise.truth import TRUTH_FIELDS
@@ -35,6 +36,7 @@ def test_cli_measure_mlp_on_cpu_json():
     proc = run_cli("measure", "examples:mlp", "--batch-size", "8", "--device", "cpu", "--json", "--steps", "3")
     assert proc.returncode == 0, proc.stderr
     d = json.loads(proc.stdout)  # exactly one JSON object on stdout
+    validate("measure", d)
     assert d["workload"] == "examples:mlp" and d["batch_size"] == 8 and d["device"] == "cpu"
     assert d["oom"] is False and d["optimizer"] == "adamw" and d["precision"] == "fp32"
     assert len(d["step_times_s"]) == 3 and d["step_time_s"] > 0
@@ -118,6 +120,7 @@ def test_cli_max_batch_json(monkeypatch, capsys):
     assert [t["batch_size"] for t in d["trials"]] == [2, 3]
     assert [t["status"] for t in d["trials"]] == ["ok", "oom"]
     assert d["max_batch_size"] == 2 and d["measurement"]["batch_size"] == 2
+    validate("measure", d)
 
 
 @pytest.mark.gpu

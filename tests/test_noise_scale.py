@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from gpuwise.bootstrap.noise import NoiseProbe
+from gpuwise.contracts import validate
 from gpuwise.monitoring.noise_scale import fieller, noise_scale
 from gpuwise.monitoring.result import Summary
 from gpuwise.monitoring.rules import diagnose
@@ -102,7 +103,9 @@ def test_watch_json_on_an_unmodified_linear_regression_is_within_25_percent(sigm
     out = subprocess.run([sys.executable, "-m", "gpuwise", "watch", "--json", "--", sys.executable, str(SCRIPT),
                           str(d), str(sigma), str(batch), "10000"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    g = json.loads(out.stdout)["gradient_noise_scale"]
+    summary = json.loads(out.stdout)
+    validate("watch", summary)  # docs/contracts.md: gradient_noise_scale's keys and types
+    g = summary["gradient_noise_scale"]
     assert set(g) >= {"b_simple", "ci_low", "ci_high", "steps_used"}
     assert abs(g["b_simple"] / expected - 1) < 0.25, g
     assert g["ci_low"] < g["b_simple"] < g["ci_high"]

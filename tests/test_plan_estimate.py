@@ -10,6 +10,7 @@ import pytest
 
 import gpuwise
 from gpuwise.cli import main
+from gpuwise.contracts import SCHEMA_VERSION, validate
 from gpuwise.errors import GpuwiseError
 from gpuwise.plan import Estimate, estimate
 from gpuwise.plan.catalog import CATALOG
@@ -98,6 +99,7 @@ def test_largest_batch_on_a_gpu_is_checked_by_tracing_it_and_its_neighbour(tmp_p
     assert at_b.fits and not above.fits
     d = est.to_dict()
     assert d["curve"]["per_sample_bytes"] > 4 * MIB            # at least the input per sample
+    validate("estimate", {"schema_version": SCHEMA_VERSION, **d})  # with a GPU: overheads, roofline, curve
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -128,6 +130,7 @@ def test_cli_json_is_one_contract_object(capsys):
     assert len(out.strip().splitlines()) == 1
     d = json.loads(out)
     assert CONTRACT_KEYS <= set(d) and d["optimizer"] == "sgd" and d["by_category"]["optimizer_state"] == 0
+    validate("estimate", d)
 
 
 def test_cli_table_and_plot(tmp_path, capsys):

@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from gpuwise.cli import main
+from gpuwise.contracts import SCHEMA_VERSION, validate
 from gpuwise.hf import hf_workload
 from gpuwise.plan.fit import fit
 from gpuwise.plan.memory.sharding import Split, shard_trace
@@ -17,7 +18,7 @@ from gpuwise.step import StepConfig
 TINY = "tests/data/configs/tiny-llama.json"
 LLAMA_7B = "examples/configs/llama-2-7b.json"
 OPTION_KEYS = {"name", "changes", "fits", "device_used_bytes", "samples_per_s", "effective_batch_size", "notes",
-               "estimate_cmd"}  # estimate_cmd: issue 20
+               "estimate_cmd", "train_cmd"}  # estimate_cmd: issue 20; train_cmd: issue 24 (extend-only)
 
 
 @pytest.mark.parametrize("config,modes,split", [
@@ -47,6 +48,7 @@ def test_fit_ranks_fitting_options_first_then_fastest():
     d = result.to_dict()
     assert set(d) == {"workload", "gpu", "nproc", "options"} and d["nproc"] == 2
     assert all(set(o) == OPTION_KEYS for o in d["options"])
+    validate("fit", {"schema_version": SCHEMA_VERSION, **d})
     fits = [o.fits for o in result.options]
     assert fits == sorted(fits, reverse=True)
     fitting = [o.samples_per_s for o in result.options if o.fits]
@@ -70,6 +72,7 @@ def test_cli_all_gpus_json_and_plot(tmp_path, capsys):
     png = tmp_path / "fit.png"
     assert main(["fit", TINY, "--gpu", "all", "-b", "4", "--seq-len", "16", "--json", "--plot", str(png)]) == 0
     d = json.loads(capsys.readouterr().out)
+    validate("fit", d)
     assert len(d["gpus"]) >= 10 and all(set(g) == {"workload", "gpu", "nproc", "options"} for g in d["gpus"])
     assert png.stat().st_size > 10_000
     t4 = next(g for g in d["gpus"] if g["gpu"] == "Tesla T4")

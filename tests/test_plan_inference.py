@@ -5,6 +5,7 @@ import json
 import pytest
 
 from gpuwise.cli import main
+from gpuwise.contracts import validate
 from gpuwise.plan.inference import estimate_inference, measure_inference_cpu
 
 LLAMA = "tests/workloads/hf_llama.py"   # 2 layers, 2 KV heads of 16, 16 tokens per sample
@@ -29,6 +30,7 @@ def test_7b_inference_cli(capsys):
     assert main(["estimate", "examples/configs/llama-2-7b.json", "-b", "4", "--seq-len", "4096", "--inference",
                  "--new-tokens", "2", "--precision", "bf16", "--gpu", "H100", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
+    validate("estimate", d)
     assert d["kv_cache_bytes"] == 2 * 32 * 4 * 32 * (4096 + 2) * 128 * 2  # 2 x L x B x heads x T x dim x bf16
     assert d["parameters_bytes"] > 12.5 * 2**30
     assert d["device_used_bytes"] > d["parameters_bytes"] + d["kv_cache_bytes"]

@@ -43,7 +43,7 @@ def spread(records: list[dict], n: int) -> list[dict]:
 def _errors() -> list[dict]:
     if not RECORDS:
         pytest.skip(f"no GPU truth records in {TRUTH} yet: they are measured on a real GPU "
-                    "(DESIGN.md 'GPU truth records'); nothing to judge the CUDA estimate against")
+                    "(docs/contracts.md 'GPU truth records'); nothing to judge the CUDA estimate against")
     if not hasattr(_errors, "rows"):
         # a max-batch record where not even batch 1 ran has no batch size: nothing to recompute
         chosen = spread([r for r in RECORDS if r.get("batch_size")], SAMPLE)

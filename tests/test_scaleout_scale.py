@@ -7,6 +7,7 @@ import json
 import pytest
 
 from gpuwise import cli
+from gpuwise.contracts import validate
 from gpuwise.scaleout.scale import RankTiming, points_from
 
 
@@ -36,6 +37,7 @@ def test_scale_json_contract_on_cpu_ranks(capfd, monkeypatch):
     lines = [ln for ln in out.splitlines() if ln.strip()]
     assert len(lines) == 1
     result = json.loads(lines[0])
+    validate("scale", result)
     assert result["per_rank_batch_size"] == 8
     assert [p["nproc"] for p in result["points"]] == [1, 2]  # 1 rank is always measured as the reference
     for p in result["points"]:

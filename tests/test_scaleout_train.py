@@ -12,6 +12,7 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
 from gpuwise import cli
+from gpuwise.contracts import validate
 from gpuwise.scaleout import checkpoint
 from gpuwise.scaleout.dataparallel import data_parallel_message, find_data_parallel, unwrap_data_parallel
 from gpuwise.workload import load_workload
@@ -77,7 +78,9 @@ def train_json(capfd, *args: str) -> dict:
     assert code == 0, err
     lines = [ln for ln in out.splitlines() if ln.strip()]
     assert len(lines) == 1, out  # exactly one JSON object on stdout
-    return json.loads(lines[0])
+    result = json.loads(lines[0])
+    validate("train", result)
+    return result
 
 
 def assert_same_parameters(ckpt_dir: str, expected: dict[str, torch.Tensor]) -> None:
@@ -92,7 +95,7 @@ def test_two_cpu_ranks_match_full_batch_training(workload_file, tmp_path, capfd)
     ckpt_dir = str(tmp_path / "ckpt")
     result = train_json(capfd, workload_file, "-n", str(WORLD), "--steps", str(STEPS), "-b", str(BATCH),
                         "--optimizer", "sgd", "--checkpoint-dir", ckpt_dir)
-    # DESIGN.md contract
+    # docs/contracts.md contract
     for key in ("world_size", "backend", "steps", "samples_per_s", "final_loss", "checkpoint"):
         assert key in result
     assert (result["world_size"], result["backend"], result["steps"]) == (2, "gloo", STEPS)

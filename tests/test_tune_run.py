@@ -10,6 +10,7 @@ import time
 import pytest
 import torch
 
+from gpuwise.contracts import validate
 from gpuwise.jsonl import read_lines as read_records
 from gpuwise.measuring.child import run_isolated
 from gpuwise.measuring.oom import FAKE_OOM_ENV
@@ -99,7 +100,7 @@ def test_killed_tune_resumes_without_repeating_a_finished_trial(tmp_path):
     assert [(t["batch_size"], t["resumed"]) for t in result["trials"]] == [(8, True), (16, False)]
     assert result["resumed_trials"] == 1
 
-    # the JSON contract (DESIGN.md)
+    # the JSON contract (docs/contracts.md)
     assert SETTINGS | {"samples_per_s"} <= set(result["best"])
     assert SETTINGS | {"samples_per_s"} <= set(result["baseline"])
     assert result["baseline"]["batch_size"] == 8 and result["baseline"]["num_workers"] == 0
@@ -108,6 +109,7 @@ def test_killed_tune_resumes_without_repeating_a_finished_trial(tmp_path):
     for t in result["trials"]:
         assert SETTINGS | {"samples_per_s", "oom", "seconds"} <= set(t) and t["oom"] is False
     assert "batch_size=" in result["snippet"]
+    validate("tune", result)
 
 
 def test_train_trial_with_a_worker_on_a_workload_file(tmp_path):

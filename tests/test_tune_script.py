@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from gpuwise.cli import main
+from gpuwise.contracts import validate
 from gpuwise.tuning.script import ScriptTrial, ScriptTuneResult, code_change, run_script_trial
 
 PY = sys.executable
@@ -23,6 +24,7 @@ def test_tune_a_script_then_resume_from_its_results(capsys, tmp_path):
     d = json.loads(capsys.readouterr().out)
     assert code == 0
     assert d["baseline"]["num_workers"] == 0 and d["baseline"]["samples_per_s"] > 0 and d["batch_size"] == 8
+    validate("tune", d)
     tried = [t["overrides"] for t in d["trials"]]
     assert tried[:2] == [{}, {"num_workers": 1}]  # the script as it is, then worker counts first
     for t in d["trials"]:

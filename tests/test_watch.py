@@ -10,6 +10,7 @@ import sys
 import time
 
 from gpuwise.cli import main
+from gpuwise.contracts import validate
 
 PY = sys.executable
 
@@ -17,7 +18,9 @@ PY = sys.executable
 def watch(capsys, *args: str) -> tuple[int, dict]:
     code = main(["watch", "--json", "--interval", "0.05", *args])
     out = capsys.readouterr().out
-    return code, json.loads(out)  # exactly one JSON object on stdout
+    summary = json.loads(out)  # exactly one JSON object on stdout
+    validate("watch", summary)
+    return code, summary
 
 
 def test_exit_code_zero_and_three_pass_through(capsys):

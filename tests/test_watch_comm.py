@@ -106,6 +106,13 @@ def test_slowest_rank_is_named_when_ranks_differ():
     assert "communication_bound" not in {x.kind for x in diagnose(summary(communication_fraction=0.1))}
 
 
+def test_fsdp_collectives_get_fsdp_fixes():
+    # collectives seen but no DDP model: FSDP2 (or the script's own dist.* calls)
+    f = {x.kind: x for x in diagnose(summary(parallel={"ddp_models": 0, "collectives": 72}))}["communication_bound"]
+    assert "set_requires_gradient_sync(False)" in f.fix and "reshard_after_forward=False" in f.fix
+    assert "no_sync" not in f.fix
+
+
 def test_oversubscribed_threads():
     # 2 ranks x (2 intra-op threads + 1 loader worker) = 6 threads on 2 cores: one thread per rank, no workers
     s = summary(parallel={"torch_threads": 2, "usable_cores": 2, "local_world_size": 2},

@@ -17,7 +17,7 @@ searched in that process too (OOMs caught), then confirmed by two fresh processe
 does not). A few configurations are re-measured in fresh processes and compared (the "fresh check"),
 so the shortcut is shown to give a fresh process's numbers.
 
-Records (DESIGN.md truth-record contract, plus `kind`, `samples_per_s`, `steps` ...) are appended one
+Records (docs/contracts.md truth-record contract, plus `kind`, `samples_per_s`, `steps` ...) are appended one
 per line, atomically, to `benchmarks/truth/<gpu-slug>.jsonl`; a re-run skips records already there.
 """
 
@@ -114,7 +114,7 @@ def key(rec: dict) -> tuple:
 
 
 def to_record(cfg: dict, m: dict, env: dict) -> dict:
-    """The DESIGN.md truth record (contract fields first), from a measurement dict."""
+    """The docs/contracts.md truth record (contract fields first), from a measurement dict."""
     # the configuration names the run, the environment the GPU and software, the measurement the numbers
     rec = truth_record({**m, **{k: env.get(k) for k in ("gpu_name", "torch", "cuda", "driver")}, **cfg})
     rec.update({"kind": cfg["kind"], "samples_per_s": m.get("samples_per_s"), "steps": m.get("steps"),

@@ -1,4 +1,4 @@
-"""The workload contract as a value (DESIGN.md "Workload files"): `Workload` and the checks on what its
+"""The workload contract as a value (docs/contracts.md "Workload files"): `Workload` and the checks on what its
 functions return. Loading a workload from a file, a module, an example or a model config is workload.py's
 and hf.py's (model configs); both build this. Every problem is a `WorkloadError` whose message fits on one line.
 """

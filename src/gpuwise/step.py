@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import GpuwiseError
+from .optional_libs import adamw8bit_layout, all_fake, available
+from .sac import selective_context_fn
 
 # name -> (factory(params, **impl_kwargs), description). Learning rates are the usual defaults; they do
 # not change memory or time. Source of the state sizes: torch/optim/*.py (`state[...] = torch.zeros_like`).
@@ -79,8 +81,6 @@ def _adamw8bit(params, **kw):
     # bitsandbytes/optim/optimizer.py `Optimizer2State.init_state`: state1/state2 uint8 (numel), qmap1/qmap2
     # (256 fp32), absmax1/absmax2 (ceil(numel / 256) fp32); parameters under `min_8bit_size` = 4096 keep
     # fp32 states. Its ops have fake kernels (bitsandbytes/_ops.py), so the trace runs the real optimizer.
-    from .optional_libs import adamw8bit_layout, all_fake, available
-
     params = list(params)
     if not available("bitsandbytes"):
         if all_fake(params):  # a trace: the same state tensors, sized without the library
@@ -169,7 +169,6 @@ def tensors_in(batch: Any) -> list:
 
 def move_to(batch: Any, device, non_blocking: bool = False, float_dtype=None):
     """Move a Tensor / tuple / list / dict batch to `device` (floats optionally cast to `float_dtype`)."""
-
     def move(t):
         t = t.to(device, non_blocking=non_blocking)
         return t.to(float_dtype) if float_dtype is not None and t.is_floating_point() else t
@@ -196,8 +195,6 @@ def enable_checkpointing(model, policy: str | bool = "full") -> int:
 
     kw: dict = {"use_reentrant": False}
     if policy == "selective":
-        from .sac import selective_context_fn
-
         kw["context_fn"] = selective_context_fn
     if getattr(model, "supports_gradient_checkpointing", False):
         if hasattr(model, "activation_checkpointing_enable"):  # the name since transformers 5
@@ -252,7 +249,6 @@ class StepConfig:
 
 class TrainStep:
     """A model, optimizer and scaler on a device, and `step(batch)` running one training step."""
-
     def __init__(self, workload, config: StepConfig, device="cpu", model=None):
         import torch
 

@@ -1,4 +1,4 @@
-"""GPU truth records (DESIGN.md contract), in one place: their fields, one record from a measurement,
+"""GPU truth records (docs/contracts.md contract), in one place: their fields, one record from a measurement,
 appending one, and reading a folder of them back.
 
 A record is one JSON object per line of `benchmarks/truth/<gpu-slug>.jsonl` (the slug:

@@ -1,4 +1,4 @@
-"""Workload files (DESIGN.md contract): load a file, a module or a bundled example, and check it.
+"""Workload files (docs/contracts.md contract): load a file, a module or a bundled example, and check it.
 
 A workload defines `model()` and `batch(batch_size)`, and optionally `loss(model, batch)`,
 `optimizer(params)`, `dataset()` and `collate(samples)`. Loading checks that the required functions

@@ -5,19 +5,29 @@ from __future__ import annotations
 import argparse
 
 from ..errors import GpuwiseError
+from ..hf import TASKS
 from ..step import OPTIMIZERS, PRECISIONS, StepConfig, checkpointing_mode
 from ..workload import Workload, load_workload
 
 
-def add_workload_arguments(p: argparse.ArgumentParser, batch_required: bool = False) -> None:
-    p.add_argument("workload", metavar="WORKLOAD", help="path/to/job.py, pkg.module or examples:NAME")
-    p.add_argument("-b", "--batch-size", type=positive_int, required=batch_required, help="samples per step")
+def add_workload_arguments(p: argparse.ArgumentParser, batch_required: bool = False, batch_default: int | None = None,
+                           configs: bool = False) -> None:
+    """The options every command that runs or plans a workload shares, with one meaning: the workload, the
+    batch, the optimizer, the precision and checkpointing (`configs`: also hf:ID / config.json, with
+    --seq-len and --task)."""
+    p.add_argument("workload", metavar="WORKLOAD", help="path/to/job.py, pkg.module or examples:NAME"
+                   + (", hf:ORG/NAME or config.json" if configs else ""))
+    p.add_argument("-b", "--batch-size", type=positive_int, required=batch_required, default=batch_default,
+                   help="samples per step" + (f" (default {batch_default})" if batch_default else ""))
     p.add_argument("--optimizer", choices=list(OPTIMIZERS), help="override the workload's optimizer (default adamw)")
     p.add_argument("--precision", default="fp32", choices=list(PRECISIONS), help="numeric precision (default fp32)")
     p.add_argument("--checkpointing", nargs="?", const="full", default="none", choices=["none", "full", "selective"],
                    help="activation checkpointing of the repeated blocks: full (the default when given alone) "
                    "recomputes each block; selective keeps attention and every other matmul output (torchtitan's "
                    "per-op selective AC)")
+    if configs:
+        p.add_argument("--seq-len", type=positive_int, help="hf:ID / config.json: tokens per sample (default 512)")
+        p.add_argument("--task", choices=list(TASKS), help="hf:ID / config.json: the head (default causal-lm)")
 
 
 def workload_from_args(args: argparse.Namespace) -> Workload:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import GpuwiseError
-from ..hf import TASKS, is_config_source
+from ..hf import is_config_source
 from ..plan import estimate
 from ..plan.curve import DEFAULT_MARGIN_PCT
 from ..plan.inference import estimate_inference
@@ -33,7 +33,7 @@ the cuBLAS workspaces and CUDA context: peak allocated, reserved and what nvidia
 
 
 def add_arguments(p) -> None:
-    add_workload_arguments(p)  # -b: required for workload files, 1 sequence by default for a model config
+    add_workload_arguments(p, configs=True)  # -b: required for workload files, 1 sequence by default for a config
     p.add_argument("--target", choices=["cuda", "cpu"], default="cuda", help="device to predict for (default cuda)")
     p.add_argument("--gpu", metavar="NAME", help="GPU from the catalog, e.g. H100, A100-40GB, L4, 'NVIDIA H200'; "
                    "auto: the visible GPU with the most free memory, judged on its free memory")
@@ -84,8 +84,6 @@ def add_split_arguments(p) -> None:
 
 def add_mode_arguments(p) -> None:
     """Model-config inputs and training modes (estimate and fit)."""
-    p.add_argument("--seq-len", type=positive_int, help="hf:ID / config.json: tokens per sample (default 512)")
-    p.add_argument("--task", choices=list(TASKS), help="hf:ID / config.json: the head (default causal-lm)")
     p.add_argument("--grad-accum", type=positive_int, default=1, metavar="N",
                    help="gradient accumulation: N micro-batches of --batch-size per optimizer step")
     p.add_argument("--lora", type=positive_int, nargs="?", const=16, metavar="RANK",

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from ..errors import GpuwiseError
-from ..hf import TASKS
 from ..plan.curve import DEFAULT_MARGIN_PCT
 from ..plan.fit import attach_costs, fit, fit_all_gpus
 from ..plan.speed.cost import parse_prices
 from ..report import console
 from ..report.fit import gpus_table, plot_fit, render_fit
-from ..step import OPTIMIZERS, PRECISIONS
-from .common import positive_int
+from .common import add_workload_arguments, positive_int
 
 HELP = "will it fit on GPU X (or N of them), and how to make it fit: ranked options (no GPU needed)"
 EXAMPLES = """\
@@ -25,15 +23,9 @@ config, layers 1 and 2 are traced and extrapolated. Options that fit come first,
 
 
 def add_arguments(p) -> None:
-    p.add_argument("workload", metavar="WORKLOAD", help="path/to/job.py, examples:NAME, hf:ORG/NAME or config.json")
+    add_workload_arguments(p, batch_default=8, configs=True)  # -b: per optimizer step per GPU
     p.add_argument("--gpu", required=True, metavar="NAME", help="catalog GPU (e.g. H100, rtx4090, L4) or 'all'")
     p.add_argument("-n", "--nproc", type=positive_int, default=1, help="number of GPUs (default 1)")
-    p.add_argument("-b", "--batch-size", type=positive_int, default=8, help="samples per optimizer step per GPU (default 8)")
-    p.add_argument("--seq-len", type=positive_int, help="hf:ID / config.json: tokens per sample (default 512)")
-    p.add_argument("--task", choices=list(TASKS), help="hf:ID / config.json: the head (default causal-lm)")
-    p.add_argument("--optimizer", choices=list(OPTIMIZERS), help="the job's optimizer (default adamw)")
-    p.add_argument("--precision", default="fp32", choices=list(PRECISIONS), help="the job's precision (default fp32)")
-    p.add_argument("--checkpointing", action="store_true", help="the job already checkpoints activations")
     p.add_argument("--margin", type=float, default=None, metavar="PCT", help="percent of GPU memory kept free (default 5)")
     p.add_argument("--plot", metavar="FILE", help="chart of the options (memory vs the GPU, samples/s) to FILE")
     length = p.add_mutually_exclusive_group()
@@ -53,7 +45,10 @@ def run(args) -> int:
     margin = DEFAULT_MARGIN_PCT if args.margin is None else args.margin
     if not 0 <= margin < 100:
         raise GpuwiseError(f"--margin must be a percentage in [0, 100), got {margin!r}")
-    kw = dict(precision=args.precision, optimizer=args.optimizer, checkpointing=args.checkpointing,
+    if args.checkpointing == "selective":
+        raise GpuwiseError("fit --checkpointing selective: fit ranks full checkpointing only; "
+                           "`gpuwise estimate --checkpointing selective` gives its memory")
+    kw = dict(precision=args.precision, optimizer=args.optimizer, checkpointing=args.checkpointing == "full",
               seq_len=args.seq_len, task=args.task, margin_pct=margin)
     with console.err.status("tracing the options with fake tensors…"):
         if args.gpu.strip().lower() == "all":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..devices import discover
+from ..plan.speed.comm import LINKS
 from ..report import console
 from ..report import scale as scale_report
 from ..report.progress import ProgressPrinter
@@ -49,6 +50,9 @@ def add_arguments(p) -> None:
                    help="auto: GPUs when there are any, else CPU ranks (gloo)")
     p.add_argument("--oversubscribe", action="store_true",
                    help="CPU ranks: keep rank counts above the number of cores (timings then measure contention)")
+    p.add_argument("--link", choices=sorted(LINKS), default=None,
+                   help="the link between ranks for the predicted efficiency (default: gloo over loopback for CPU "
+                        "ranks, an assumption; pcie4 for GPUs)")
     add_gpu_selection_arguments(p, per_gpu=True)
 
 
@@ -100,6 +104,7 @@ def run(args) -> int:
                           f"step {timing.step_s * 1e3:.1f} ms, compute {timing.compute_s * 1e3:.1f} ms[/dim]")
 
     result = measure_scaling(cfg, nprocs, device=args.device, on_point=done, on_progress=ProgressPrinter("scale"),
+                             link=args.link,
                              min_free=args.min_free,
                              max_util=args.max_util, wait=args.wait)
     memory = check.memory_plan(max(p.nproc for p in result.points))

@@ -7,17 +7,20 @@ import os
 from ..errors import GpuwiseError
 from ..report import console
 from ..report import scale as scale_report
+from ..scaleout.fsdp import STRATEGIES
 from ..scaleout.job import WORKER, require_result, run_job
 from ..scaleout.preflight import preflight
 from ..scaleout.train import TrainConfig
 from .common import add_workload_arguments, positive_int, step_config_from_args, workload_from_args
 from .launch import add_launch_arguments, launch_kwargs, write_sbatch
 
-HELP = "train a workload with DistributedDataParallel on N GPUs (or N CPU ranks), resumable from checkpoints"
+HELP = "train a workload with DDP or FSDP2 on N GPUs (or N CPU ranks), resumable from checkpoints"
 EXAMPLES = """\
   gpuwise train examples:mlp -n 2 --steps 200 --batch-size 64
   gpuwise train job.py -n 4 --precision bf16 --checkpoint-dir ckpt --checkpoint-every 100 --max-restarts 3
   gpuwise train examples:gpt-mini -n 8 --plan      # per-rank memory under DDP / ZeRO / FSDP, no training
+  gpuwise train llama.json -n 8 --strategy fsdp --precision bf16 --checkpointing --grad-accum 4 -b 2
+  gpuwise train hf:meta-llama/Llama-3.2-1B -n 2 --lora 16 --seq-len 1024 -b 4
 --batch-size is per rank: the global batch is N x batch size (scale the learning rate with it).
 With --checkpoint-dir the job resumes from the last checkpoint there when restarted (or rerun).
 """
@@ -33,6 +36,17 @@ def add_arguments(p) -> None:
     p.add_argument("--num-workers", type=int, default=0, help="DataLoader workers per rank")
     p.add_argument("--log-every", type=int, default=0, help="rank 0 prints the loss every N steps")
     p.add_argument("--plan", action="store_true", help="show the per-rank DDP/ZeRO/FSDP memory plan and exit")
+    p.add_argument("--strategy", choices=list(STRATEGIES), default="ddp",
+                   help="ddp (default), fsdp (FSDP2 fully_shard, ZeRO-3), fsdp-grad-op (parameters kept "
+                        "gathered from forward to backward), hsdp (replicate across nodes, shard within)")
+    p.add_argument("--grad-accum", type=positive_int, default=1, metavar="K",
+                   help="micro-batches per optimizer step; gradients are synchronised on the last one only")
+    p.add_argument("--lora", type=positive_int, nargs="?", const=16, metavar="RANK",
+                   help="LoRA adapters through peft on every linear layer (rank, default 16); base frozen")
+    p.add_argument("--qlora", action="store_true", help="QLoRA: 4-bit base weights (bitsandbytes) + LoRA")
+    p.add_argument("--seq-len", type=positive_int, default=None, help="hf: / config.json models: tokens per sample")
+    p.add_argument("--measure-peak", action="store_true",
+                   help="CPU ranks: each rank's steady-step peak of allocated bytes (the profiler), in the result")
 
 
 def run(args) -> int:
@@ -62,7 +76,9 @@ def run(args) -> int:
     cfg = TrainConfig(workload=args.workload, steps=args.steps, batch_size=batch, optimizer=step_cfg.optimizer,
                       precision=step_cfg.precision, checkpointing=step_cfg.checkpointing,
                       checkpoint_dir=os.path.abspath(args.checkpoint_dir) if args.checkpoint_dir else None, checkpoint_every=args.checkpoint_every, seed=args.seed,
-                      num_workers=args.num_workers, log_every=args.log_every)
+                      num_workers=args.num_workers, log_every=args.log_every, strategy=args.strategy,
+                      grad_accum=args.grad_accum, lora=args.lora, qlora=args.qlora, seq_len=args.seq_len,
+                      measure_peak=args.measure_peak)
     if args.sbatch:
         return _sbatch(args, cfg)
     outcome = run_job("train", cfg, nproc=args.nproc, max_restarts=args.max_restarts, device=args.device,

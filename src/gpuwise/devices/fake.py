@@ -1,10 +1,10 @@
-"""Fake GPUs (DESIGN.md contract): `GPUWISE_FAKE_GPUS=path.json` replaces NVML everywhere.
+"""Fake GPUs (docs/contracts.md contract): `GPUWISE_FAKE_GPUS=path.json` replaces NVML everywhere.
 
 The file is a JSON list of {"index", "uuid", "name", "memory_total_mib", "memory_used_mib",
 "utilization_pct", "processes": [{"pid", "user", "used_mib"}]}. It is re-read on every query, so a
 test (or a user's CI) can change it between calls to simulate load. Optional health fields (PCIe link,
 clock reasons, temperature thresholds, compute mode, MIG, ECC, persistence, driver) feed
-`gpuwise doctor` (`read_fake_health`); absent means "not reported" (DESIGN.md, fake-GPU contract).
+`gpuwise doctor` (`read_fake_health`); absent means "not reported" (docs/contracts.md, fake-GPU contract).
 """
 
 from __future__ import annotations

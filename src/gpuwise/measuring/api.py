@@ -46,7 +46,7 @@ class Measurement:
         return asdict(self)
 
     def to_truth_record(self) -> dict[str, Any]:
-        """The DESIGN.md truth record (one line of benchmarks/truth/<gpu>.jsonl; gpuwise/truth.py)."""
+        """The docs/contracts.md truth record (one line of benchmarks/truth/<gpu>.jsonl; gpuwise/truth.py)."""
         return truth_record(self.to_dict())
 
     @classmethod

@@ -7,7 +7,7 @@ peak statistics reset) so that several configurations can share one process (the
 On CUDA: peaks from `torch.cuda.max_memory_allocated/reserved` after `reset_peak_memory_stats` at the
 end of warm-up; device-level used memory from NVML for this process (falling back to the device's
 used memory net of what was in use before CUDA started); step times from CUDA events.
-On the CPU: the steady-step peak from the profiler (`plan/tracing/cpu_truth.py`, exact to the byte, DESIGN.md),
+On the CPU: the steady-step peak from the profiler (`plan/tracing/cpu_truth.py`, exact to the byte, docs/contracts.md),
 step times from `perf_counter`.
 """
 

@@ -50,6 +50,19 @@ def communication_bound(s: Summary) -> Finding | None:
         if most["communication_fraction"] - least["communication_fraction"] >= RANK_COMM_SPREAD:
             evidence += (f"; rank {least['rank']} is the slowest: it waits least, the others wait for it in the "
                          "collectives")
+    if par.get("ddp_models") == 0:  # collectives from Python (FSDP2, the script's own dist.* calls), no DDP
+        fixes = [
+            "more samples per rank per collective: a larger per-GPU batch, or gradient accumulation that "
+            "reduce-scatters on the last micro-batch only (FSDP2: `model.set_requires_gradient_sync(False)` for the "
+            "first k-1 of k)",
+            "fewer all-gathers: `fully_shard(..., reshard_after_forward=False)` keeps a block's parameters from "
+            "forward to backward (more memory), or shard larger units (fewer, larger collectives)",
+            "fewer bytes: `MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16)` halves "
+            "what FSDP sends",
+        ]
+        if (s.device or "cpu") == "cpu":
+            fixes.append("these are CPU ranks (gloo): GPUs with NCCL over NVLink/PCIe move data 10-100x faster")
+        return Finding("communication_bound", evidence, "; ".join(fixes))
     fixes = [
         "more samples per rank per all-reduce: a larger per-GPU batch (communication per step stays the same, "
         "compute grows), or gradient accumulation that skips the all-reduce on all but the last micro-batch "
@@ -69,7 +82,7 @@ def communication_bound(s: Summary) -> Finding | None:
 def oversubscribed_threads(s: Summary) -> Finding | None:
     """torch's intra-op threads of every rank (and one per DataLoader worker) beyond the usable cores: the
     threads wait for each other at every parallel op (a 1.3 ms CPU step took 40 ms with 2 threads on 2 busy
-    cores, 1.3 ms with 1; DESIGN.md)."""
+    cores, 1.3 ms with 1; docs/contracts.md)."""
     par = s.parallel or {}
     threads, cores = par.get("torch_threads"), par.get("usable_cores")
     if s.on_gpu or not _num(threads) or not _num(cores) or not cores:

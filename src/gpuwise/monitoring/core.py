@@ -224,7 +224,7 @@ class Monitor:
 
     # -- results -------------------------------------------------------------------------------------
     def summary(self) -> dict:
-        """The DESIGN.md monitor summary: steps, step_time_s.median, fractions, findings (+ extras); on a
+        """The docs/contracts.md monitor summary: steps, step_time_s.median, fractions, findings (+ extras); on a
         CUDA run with memory to spare, the planner names the largest batch (plan/hint.py)."""
         return summarize(self.timeline, planner=planner_max_batch)
 

@@ -1,5 +1,5 @@
 """The monitor summary as a value: what the diagnosis rules read (as attributes) and what `to_dict()` turns
-into DESIGN.md's monitor-summary JSON (`mon.summary()`, `gpuwise watch --json`), key for key and in order.
+into docs/contracts.md's monitor-summary JSON (`mon.summary()`, `gpuwise watch --json`), key for key and in order.
 
 Contract fields: `steps`, `step_time_s.median`, `data_wait_fraction`, `copy_fraction`, `compute_fraction`,
 `findings`; the rest are extras. The nested parts (`step_time_s`, `split`, `loader`, `utilization`,

@@ -20,7 +20,7 @@ GpuSource = Callable[[int], dict]  # NVML index -> {"utilization_pct", "memory_u
 
 
 def fake_sample(index: int) -> dict:
-    """A sample from the fake-GPU file (DESIGN.md contract), same keys as `nvml.sample`."""
+    """A sample from the fake-GPU file (docs/contracts.md contract), same keys as `nvml.sample`."""
     for h in fake.read_fake_health(fake.fake_path() or ""):
         if h.gpu.index == index:
             g = h.gpu

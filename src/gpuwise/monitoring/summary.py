@@ -1,4 +1,4 @@
-"""Timeline -> the DESIGN.md monitor summary (plus extras), then the diagnosis rules' findings.
+"""Timeline -> the docs/contracts.md monitor summary (plus extras), then the diagnosis rules' findings.
 
 Contract fields: `steps`, `step_time_s.median`, `data_wait_fraction`, `copy_fraction`,
 `compute_fraction`, `findings`. The fractions are sums over the steady steps (the first step of each

@@ -3,7 +3,7 @@
     trace (fake tensors) -> events -> [cuda: + library workspaces -> caching-allocator replay
     -> + context] -> breakdown at the peak -> FLOPs -> roofline and capacity on a named GPU
 
-The JSON form (`Estimate.to_dict()`) is DESIGN.md's `gpuwise estimate --json` contract; extra keys
+The JSON form (`Estimate.to_dict()`) is docs/contracts.md's `gpuwise estimate --json` contract; extra keys
 (peak phase/op/module, top modules, roofline, curve) follow the contract's keys.
 """
 
@@ -41,7 +41,7 @@ TOP_MODULES = 8
 
 @dataclass
 class Estimate:
-    """One step's predicted memory and compute (DESIGN.md `estimate --json` contract, plus extras)."""
+    """One step's predicted memory and compute (docs/contracts.md `estimate --json` contract, plus extras)."""
 
     workload: str
     batch_size: int
@@ -333,7 +333,7 @@ def _speed(trace: MemoryTrace, est: Estimate, spec: GpuSpec, wl: Workload, modes
                    roofline_step_s=est.roofline.time_s if est.roofline else None, selective=selective)
 
 
-# -- GPU truth records (DESIGN.md contract; read by gpuwise/truth.py): the estimate recomputed on the CPU
+# -- GPU truth records (docs/contracts.md contract; read by gpuwise/truth.py): the estimate recomputed on the CPU
 # vs a real GPU's numbers --
 
 

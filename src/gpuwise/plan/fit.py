@@ -4,7 +4,7 @@ Each option is a set of changes to the job (precision, activation checkpointing,
 QLoRA, offload, gradient accumulation, sharding over N GPUs); gpuwise traces the changed step (the
 real libraries, fake tensors; plan/scaled.py makes a 7B model cost two small traces per variant) and
 reports, per rank: device memory as nvidia-smi would show it, a samples/s bound, the effective batch,
-what changes in the training's numerics, and the code to write. The JSON form is DESIGN.md's
+what changes in the training's numerics, and the code to write. The JSON form is docs/contracts.md's
 `gpuwise fit --json` contract. Options that fit come first, fastest first.
 
 Speed = effective batch x data-parallel ranks / step time, where the step time is the speed model's
@@ -112,6 +112,7 @@ class FitOption:
     grad_accum: int = 1
     step_time_s: float = 0.0
     estimate_cmd: str | None = None  # `gpuwise estimate ...` of this option: one rank's step as estimate sees it
+    train_cmd: str | None = None     # `gpuwise train ...` that runs this option (None: train does not run it)
     needs: list[str] = field(default_factory=list)  # packages to install to run it (base install)
     sized: bool = True                                # False: not traced, a needed package is missing
 
@@ -119,7 +120,7 @@ class FitOption:
         d = {"name": self.name, "changes": self.changes, "fits": self.fits,
              "device_used_bytes": self.device_used_bytes, "samples_per_s": round(self.samples_per_s, 3),
              "effective_batch_size": self.effective_batch_size, "notes": self.notes,
-             "estimate_cmd": self.estimate_cmd}
+             "estimate_cmd": self.estimate_cmd, "train_cmd": self.train_cmd}
         if self.needs:  # only on an install without peft / bitsandbytes
             d["needs"] = install_hint(self.needs)
             d["sized"] = self.sized
@@ -140,7 +141,7 @@ class FitResult:
     cost: TrainingCost | None = None   # time and money of the fastest fitting option (attach_costs)
 
     def to_dict(self) -> dict[str, Any]:
-        """DESIGN.md `gpuwise fit --json` contract (+ `cost` when a training length was given)."""
+        """docs/contracts.md `gpuwise fit --json` contract (+ `cost` when a training length was given)."""
         d = {"workload": self.workload, "gpu": self.gpu, "nproc": self.nproc,
              "options": [o.to_dict() for o in self.options]}
         if self.cost is not None:
@@ -285,6 +286,36 @@ def estimate_args(source: str, gpu: str, v: Variant, micro: int, accum: int, mar
     return args + ["--no-max-batch"]
 
 
+TRAINABLE_STRATEGIES = ("single", "ddp", "fsdp", "fsdp-grad-op", "hsdp")  # scaleout/fsdp.py runs these
+
+
+def train_args(source: list[str], v: Variant, micro: int, accum: int) -> list[str] | None:
+    """The `gpuwise train` arguments that run one option (None where train does not: ZeRO-1/2 without FSDP,
+    pipeline, optimizer offload). `source` as `_source_args` gives it (estimate's --task is not train's)."""
+    if v.split.strategy not in TRAINABLE_STRATEGIES or v.modes.offload_optimizer:
+        return None
+    named = list(source)
+    if "--task" in named:
+        i = named.index("--task")
+        del named[i:i + 2]
+    args = ["gpuwise", "train", *named, "-b", str(micro), "--precision", v.config.precision]
+    if v.config.optimizer:
+        args += ["--optimizer", v.config.optimizer]
+    if v.config.checkpointing:
+        args.append("--checkpointing")
+    if v.modes.qlora:
+        args.append("--qlora")
+    elif v.modes.lora_rank:
+        args += ["--lora", str(v.modes.lora_rank)]
+    if accum > 1:
+        args += ["--grad-accum", str(accum)]
+    nproc = max(v.split.nproc, 1)
+    args += ["-n", str(nproc)]
+    if v.split.strategy not in ("single", "ddp"):
+        args += ["--strategy", v.split.strategy]
+    return args
+
+
 def _source_args(workload: Any, wl: Any) -> list[str] | None:
     """The workload as estimate's command line names it: a model config with its sequence length and
     head; a workload file or examples:NAME as given; None for a model object."""
@@ -337,6 +368,8 @@ def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, 
         if args is not None and named is not None:
             i = args.index("SOURCE")
             option.estimate_cmd = shlex.join(args[:i] + named + args[i + 1:])
+        train = train_args(named, v, option.micro_batch_size, option.grad_accum) if named is not None else None
+        option.train_cmd = shlex.join(train) if train is not None else None
         options.append(option)
     options.sort(key=lambda o: (not o.fits, not o.sized, -o.samples_per_s if o.fits else o.device_used_bytes))
     name = ev.wl.spec if hasattr(ev.wl, "spec") else str(workload)

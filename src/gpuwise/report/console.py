@@ -9,15 +9,17 @@ from typing import Any
 
 from rich.console import Console
 
+from ..contracts import SCHEMA_VERSION
+
 # Piped output (files, CI logs) gets a wide page instead of rich's 80 columns, so tables are not cut.
 _PIPE_WIDTH = None if sys.stdout.isatty() or "COLUMNS" in os.environ else 150
 out = Console(highlight=False, soft_wrap=True, width=_PIPE_WIDTH)
 err = Console(stderr=True, highlight=False)
 
 
-def emit_json(obj: Any) -> None:
-    """Exactly one JSON object on stdout (the --json contract)."""
-    sys.stdout.write(json.dumps(obj, default=_default) + "\n")
+def emit_json(obj: dict[str, Any]) -> None:
+    """Exactly one JSON object on stdout (the --json contract), `schema_version` first (docs/contracts.md)."""
+    sys.stdout.write(json.dumps({"schema_version": SCHEMA_VERSION, **obj}, default=_default) + "\n")
     sys.stdout.flush()
 
 

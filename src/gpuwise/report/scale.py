@@ -14,11 +14,19 @@ from ..units import fmt_bytes
 def scale_table(result: ScaleResult) -> Table:
     t = Table(title=f"DDP scaling of {result.workload} ({result.device}, {result.backend}), "
                     f"per-rank batch {result.per_rank_batch_size}", title_justify="left")
-    for col in ("ranks", "samples/s", "per rank", "efficiency", "step", "compute", "communication", "comm %"):
+    for col in ("ranks", "samples/s", "per rank", "efficiency", "predicted", "step", "compute", "communication",
+                "predicted comm", "comm %"):
         t.add_column(col, justify="right")
     for p in result.points:
+        pred = f"{p.predicted_efficiency:.0%}" if p.predicted_efficiency is not None else "-"
+        pred_comm = _ms(p.predicted_communication_s) if p.predicted_communication_s is not None else "-"
         t.add_row(str(p.nproc), f"{p.samples_per_s:,.1f}", f"{p.per_rank_samples_per_s:,.1f}", f"{p.efficiency:.0%}",
-                  _ms(p.step_s), _ms(p.compute_s), _ms(p.communication_s), f"{p.communication_fraction:.0%}")
+                  pred, _ms(p.step_s), _ms(p.compute_s), _ms(p.communication_s), pred_comm,
+                  f"{p.communication_fraction:.0%}")
+    if result.link:
+        how = "" if result.link.get("assumed") else "given: "
+        t.caption = (f"predicted: the 1-rank step + a ring all-reduce of the gradients over {result.link['name']} "
+                     f"({how}{result.link['source']}), no overlap")
     return t
 
 

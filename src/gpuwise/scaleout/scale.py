@@ -31,7 +31,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from ..measuring import progress
-from . import backend
+from . import backend, predict
 from .job import require_result, run_job
 from .train import TrainConfig, build_step, write_json_atomic
 
@@ -83,6 +83,8 @@ class ScalePoint:
     gradient_bytes: int
     bus_bandwidth_bytes_per_s: float | None
     fixed_global_speedup: float | None   # estimated speedup if the global batch were split instead
+    predicted_efficiency: float | None = None       # scaleout/predict.py: the communication model's
+    predicted_communication_s: float | None = None  # all-reduce time it assumed (the result's `link`)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -96,10 +98,12 @@ class ScaleResult:
     device: str
     points: list[ScalePoint]
     lr_rule: str = LR_RULE
+    link: dict | None = None          # the link the prediction assumed (scaleout/predict.py)
 
     def to_dict(self) -> dict:
         return {"workload": self.workload, "per_rank_batch_size": self.per_rank_batch_size, "backend": self.backend,
-                "device": self.device, "lr_rule": self.lr_rule, "points": [p.to_dict() for p in self.points]}
+                "device": self.device, "lr_rule": self.lr_rule, "points": [p.to_dict() for p in self.points],
+                "link": self.link}
 
 
 def measure_rank(cfg: ScaleConfig) -> RankTiming:
@@ -185,7 +189,7 @@ def fit_cpu_ranks(nprocs: list[int], cores: int) -> tuple[list[int], list[int]]:
 
 
 def measure_scaling(cfg: ScaleConfig, nprocs: list[int], *, device: str = "auto",
-                    on_point=None, on_progress=None, **launch_kwargs) -> ScaleResult:
+                    on_point=None, on_progress=None, link: str | None = None, **launch_kwargs) -> ScaleResult:
     """Launch one torchrun job per world size in `nprocs` (1 is added if missing) and compare them.
 
     `on_progress(StepProgress)`: rank 0's steps (label "N ranks"), polled about twice a second."""
@@ -201,8 +205,10 @@ def measure_scaling(cfg: ScaleConfig, nprocs: list[int], *, device: str = "auto"
         timings.append(timing)
         if on_point is not None:
             on_point(timing)
-    return ScaleResult(cfg.workload, cfg.batch_size, timings[-1].backend, timings[-1].device,
-                       points_from(timings, cfg.batch_size))
+    result = ScaleResult(cfg.workload, cfg.batch_size, timings[-1].backend, timings[-1].device,
+                         points_from(timings, cfg.batch_size))
+    predict.attach(result, link)  # the communication model's efficiency next to the measured one
+    return result
 
 
 class _polling:

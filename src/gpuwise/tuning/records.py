@@ -1,6 +1,6 @@
 """Typed values of a tune: the options it runs with, one trial, and a chosen set of settings.
 
-Their `to_dict()` forms are the JSON of DESIGN.md's `gpuwise tune --json` contract (`best`, `baseline`,
+Their `to_dict()` forms are the JSON of docs/contracts.md's `gpuwise tune --json` contract (`best`, `baseline`,
 `trials[]`) and the lines of the results file, key for key and in the same order as before they were typed.
 """
 

@@ -18,6 +18,7 @@ import os
 import time
 from typing import Any
 
+from ..cpu_isa import native_bf16
 from ..measuring.oom import maybe_fake_oom
 from ..step import StepConfig, TrainStep
 from ..workload import load_workload
@@ -171,8 +172,6 @@ def device_info(device: str) -> dict[str, Any]:
 def cpu_has_native_bf16() -> bool:
     """AVX512-BF16 or AMX-BF16 on the path oneDNN uses here (ONEDNN_MAX_CPU_ISA respected): without them
     CPU bf16 is emulated and slower than fp32."""
-    from ..cpu_isa import native_bf16
-
     return native_bf16()
 
 

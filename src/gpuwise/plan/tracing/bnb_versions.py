@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import contextlib
 
+from ...errors import GpuwiseError
+
 KEEPS_INPUT_BEFORE = (0, 43, 2)   # first release with PR #1270
 
 
 def parse_version(text: str) -> tuple[int, ...]:
-    from ...errors import GpuwiseError
-
     try:
         return tuple(int(p) for p in text.strip().split(".")[:3])
     except ValueError:

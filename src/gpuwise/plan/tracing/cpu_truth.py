@@ -49,6 +49,12 @@ def measure_cpu(workload, batch_size: int, config: StepConfig | None = None) -> 
     return _peak_from_profile(prof)
 
 
+def peak_in_profile(prof) -> CpuPeak:
+    """The peak inside the `STEADY_MARK` range of a `cpu_memory_profile` that began before anything was
+    allocated (also used by `gpuwise train --measure-peak`, on each rank)."""
+    return _peak_from_profile(prof)
+
+
 def _peak_from_profile(prof) -> CpuPeak:
     window = None
     allocs: list[tuple[int, int]] = []

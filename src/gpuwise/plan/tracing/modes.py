@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ...errors import GpuwiseError
+from ...optional_libs import all_fake, available, lora_layout
 from ...workload import Workload
 from ..memory.events import MemEvent, MemoryTrace
 from .bnb_versions import bitsandbytes_as, parse_version
@@ -254,8 +255,6 @@ def _mark_trace_phase(phase: str) -> None:
 def _with_adapters(model, modes: TrainingModes, precision: str):
     import torch
 
-    from ...optional_libs import available, lora_layout
-
     stand_in = not available("peft")
     if stand_in and (modes.qlora or modes.lora_targets or modes.lora_dropout or _peft_task(model) == "SEQ_CLS"
                      or any(type(m).__name__ == "Conv1D" for m in model.modules())):
@@ -297,8 +296,6 @@ def _with_adapters(model, modes: TrainingModes, precision: str):
 
 def all_fake_model(model) -> bool:
     """True when the model's parameters are fake tensors (a trace)."""
-    from ...optional_libs import all_fake
-
     return all_fake(model.parameters())
 
 

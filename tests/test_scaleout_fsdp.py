@@ -1,0 +1,92 @@
+"""`gpuwise train --strategy fsdp|fsdp-grad-op|hsdp` (FSDP2 fully_shard) on 2 gloo ranks, accumulation, LoRA,
+full-state checkpoints across strategies, each rank's measured peak against the plan; `fit`'s train_cmd."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+
+import pytest
+
+from gpuwise.cli import build_parser, main
+from gpuwise.hf import hf_workload, num_layers_of
+from gpuwise.plan.fit import Variant, train_args
+from gpuwise.plan.memory.events import live_peak
+from gpuwise.plan.memory.sharding import Split, block_param_bytes, make_split, rank_trace
+from gpuwise.plan.tracer import trace_workload
+from gpuwise.plan.tracing.modes import TrainingModes
+from gpuwise.step import StepConfig
+
+CONFIGS = os.path.join(os.path.dirname(__file__), "data", "configs")
+TINY = os.path.join(CONFIGS, "tiny-llama.json")
+
+
+def train(capsys, *args: str) -> dict:
+    assert main(["train", *args, "--device", "cpu", "-n", "2", "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def planned_rank_peak(config: str, batch: int, seq: int, strategy: str) -> int:
+    """One rank's steady-step peak on the CPU target: the single-process trace under the sharding transform
+    (plan/memory/sharding.py, what `fit` and `estimate -n N --strategy S` use)."""
+    wl = hf_workload(config, seq_len=seq)
+    trace = trace_workload(wl, batch, StepConfig(), "cpu", repeat=True)
+    ranked = rank_trace(trace, make_split(2, strategy), block_param_bytes(trace, num_layers_of(wl.hf_config)))
+    return live_peak(ranked).allocated_bytes
+
+
+def test_fsdp_trains_a_llama_config_and_each_ranks_peak_is_the_plans(capsys):
+    r = train(capsys, TINY, "--strategy", "fsdp", "--steps", "3", "-b", "2", "--seq-len", "32", "--measure-peak")
+    assert (r["world_size"], r["backend"], r["strategy"], r["steps"]) == (2, "gloo", "fsdp", 3)
+    assert r["final_loss"] > 0 and len(r["rank_peak_bytes"]) == 2
+    planned = planned_rank_peak(TINY, 2, 32, "fsdp")
+    for measured in r["rank_peak_bytes"]:
+        assert abs(measured - planned) <= 0.10 * measured, (measured, planned)
+
+
+def test_accumulation_and_checkpoints_resume_under_another_strategy(capsys, tmp_path):
+    ckpt = str(tmp_path / "ckpt")
+    first = train(capsys, TINY, "--strategy", "fsdp-grad-op", "--grad-accum", "2", "--steps", "2", "-b", "2",
+                  "--seq-len", "16", "--checkpoint-dir", ckpt)
+    assert first["grad_accum"] == 2 and first["steps_this_attempt"] == [1, 2]
+    # the checkpoint holds the full state (get_model_state_dict(full_state_dict=True)): DDP resumes from it
+    second = train(capsys, TINY, "--strategy", "ddp", "--steps", "3", "-b", "2", "--seq-len", "16",
+                   "--checkpoint-dir", ckpt)
+    assert second["resumed_from_step"] == 2 and second["steps_this_attempt"] == [3]
+
+
+def test_lora_through_peft_under_ddp(capsys):
+    pytest.importorskip("peft")
+    r = train(capsys, TINY, "--lora", "4", "--steps", "2", "-b", "2", "--seq-len", "16")
+    assert r["strategy"] == "ddp" and r["final_loss"] > 0
+
+
+def test_every_runnable_fit_option_carries_a_train_cmd_the_parser_takes():
+    source = [TINY, "--seq-len", "32", "--task", "causal-lm"]
+    parser = build_parser()
+    runnable = {"single": True, "ddp": True, "fsdp": True, "fsdp-grad-op": True, "hsdp": True, "zero1": False,
+                "zero2": False, "pipeline": False}
+    for strategy, runs in runnable.items():
+        split = Split(strategy, 1 if strategy == "single" else 2)
+        v = Variant("x", StepConfig("adamw", "bf16", True), TrainingModes(lora_rank=8), split, ())
+        args = train_args(source, v, 4, 2)
+        assert (args is not None) == runs, strategy
+        if args is None:
+            continue
+        ns = parser.parse_args(args[1:])
+        assert (ns.workload, ns.seq_len, ns.batch_size, ns.grad_accum, ns.lora, ns.precision) == (
+            TINY, 32, 4, 2, 8, "bf16")
+        assert ns.strategy == ("ddp" if strategy == "single" else strategy)
+        assert ns.nproc == split.nproc and ns.checkpointing == "full"
+    offload = Variant("x", StepConfig(), TrainingModes(offload_optimizer=True), Split("ddp", 2), ())
+    assert train_args(source, offload, 1, 1) is None  # train does not offload the optimizer
+
+
+def test_fit_json_options_carry_train_cmd(capsys):
+    assert main(["fit", "examples:gpt-mini", "--gpu", "L4", "-n", "2", "-b", "8", "--json"]) == 0
+    options = json.loads(capsys.readouterr().out)["options"]
+    with_cmd = [o for o in options if o["train_cmd"]]
+    assert with_cmd and all(shlex.split(o["train_cmd"])[:3] == ["gpuwise", "train", "examples:gpt-mini"] for o in with_cmd)
+    fsdp = [o for o in with_cmd if o["changes"]["strategy"] == "fsdp"]
+    assert fsdp and all("--strategy fsdp" in o["train_cmd"] for o in fsdp)
