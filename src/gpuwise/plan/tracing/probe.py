@@ -26,6 +26,22 @@ from .probe_scale import scaled_probe
 PROBED_OPS = ("aten.convolution", "aten.convolution_backward", "aten.mkldnn_rnn_layer",
               "aten.mkldnn_rnn_layer_backward")
 _RNN_SCRATCH: dict[tuple, Workspace] = {}
+# Matrix products in bf16 / fp16 run through oneDNN on the CPU, and what they allocate inside depends on
+# the ISA oneDNN picks: on AVX-512 BF16/FP16 and AMX its brgemm kernels take a scratchpad (measured here on
+# a GPT-2 step: 50-174 KB per addmm, none on the AVX2 path under ONEDNN_MAX_CPU_ISA=AVX2), so they are
+# probed on this machine like convolutions. fp32 products (MKL/BLAS) allocate nothing and are not probed.
+MATMUL_OPS = ("aten.mm", "aten.addmm", "aten.bmm", "aten.baddbmm")
+
+
+def probed(name: str, args) -> bool:
+    """Whether the CPU target runs this op for real once (see PROBED_OPS and MATMUL_OPS)."""
+    if name in PROBED_OPS:
+        return True
+    if name not in MATMUL_OPS:
+        return False
+    import torch
+
+    return any(isinstance(a, torch.Tensor) and a.dtype in (torch.bfloat16, torch.float16) for a in args)
 
 
 def _rnn_key(x, hidden: int, mode: int) -> tuple:

@@ -31,7 +31,7 @@ from .compiled import compiled_notes
 from .cuda_autocast import cuda_autocast_policy
 from .fallback import trace_with_fallback
 from .kernels import FRESH_ZEROS_OPS, INPLACE_WITHOUT_MODE, output_bytes, promotion_copies_bytes, workspace
-from .probe import PROBED_OPS, probe
+from .probe import probe, probed
 from .repeat_tags import LayerTags
 from .scope import ModuleScope
 from .sdpa import (
@@ -177,7 +177,7 @@ class _TraceMode(_dispatch_mode_base()):
         name = str(func.overloadpacket) if hasattr(func, "overloadpacket") else str(func)
         summed = (self.sums.candidate(name, args, kwargs, self.block_of, self.rec.blocks)
                   if self.phase == "backward" else None)
-        measured = probe(func, name, args, kwargs) if self.target == "cpu" and name in PROBED_OPS else None
+        measured = probe(func, name, args, kwargs) if self.target == "cpu" and probed(name, args) else None
         scratch = measured.workspace if measured is not None else workspace(name, self.target, args, kwargs)
         if self.layers is not None:
             self.layers.set_inputs(self, args, kwargs)
