@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from . import optional_libs  # by module: tests hide packages by patching optional_libs.available
 from .errors import GpuwiseError
-from .optional_libs import adamw8bit_layout, all_fake, available
 from .sac import selective_context_fn
 
 # name -> (factory(params, **impl_kwargs), description). Learning rates are the usual defaults; they do
@@ -82,9 +82,9 @@ def _adamw8bit(params, **kw):
     # (256 fp32), absmax1/absmax2 (ceil(numel / 256) fp32); parameters under `min_8bit_size` = 4096 keep
     # fp32 states. Its ops have fake kernels (bitsandbytes/_ops.py), so the trace runs the real optimizer.
     params = list(params)
-    if not available("bitsandbytes"):
-        if all_fake(params):  # a trace: the same state tensors, sized without the library
-            return adamw8bit_layout(params, lr=1e-3)
+    if not optional_libs.available("bitsandbytes"):
+        if optional_libs.all_fake(params):  # a trace: the same state tensors, sized without the library
+            return optional_libs.adamw8bit_layout(params, lr=1e-3)
         raise GpuwiseError("--optimizer adamw8bit needs bitsandbytes (pip install bitsandbytes)")
     import bitsandbytes as bnb
     from torch._subclasses.fake_tensor import unset_fake_temporarily

@@ -36,8 +36,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ... import optional_libs
 from ...errors import GpuwiseError
-from ...optional_libs import all_fake, available, lora_layout
 from ...workload import Workload
 from ..memory.events import MemEvent, MemoryTrace
 from .bnb_versions import bitsandbytes_as, parse_version
@@ -255,7 +255,7 @@ def _mark_trace_phase(phase: str) -> None:
 def _with_adapters(model, modes: TrainingModes, precision: str):
     import torch
 
-    stand_in = not available("peft")
+    stand_in = not optional_libs.available("peft")
     if stand_in and (modes.qlora or modes.lora_targets or modes.lora_dropout or _peft_task(model) == "SEQ_CLS"
                      or any(type(m).__name__ == "Conv1D" for m in model.modules())):
         raise GpuwiseError("QLoRA, and LoRA with named targets, dropout, a classifier head or GPT-2's Conv1D "
@@ -276,7 +276,7 @@ def _with_adapters(model, modes: TrainingModes, precision: str):
     rank = modes.lora_rank or DEFAULT_LORA_RANK
     alpha = modes.lora_alpha if modes.lora_alpha is not None else LORA_ALPHA_PER_RANK * rank
     if stand_in:  # a trace: the same adapters and forward (optional_libs.py)
-        return lora_layout(model, rank, alpha, torch.bfloat16 if precision == "bf16-pure" else torch.float32)
+        return optional_libs.lora_layout(model, rank, alpha, torch.bfloat16 if precision == "bf16-pure" else torch.float32)
     from peft import LoraConfig, get_peft_model
 
     targets = list(modes.lora_targets) if modes.lora_targets else "all-linear"
@@ -296,7 +296,7 @@ def _with_adapters(model, modes: TrainingModes, precision: str):
 
 def all_fake_model(model) -> bool:
     """True when the model's parameters are fake tensors (a trace)."""
-    return all_fake(model.parameters())
+    return optional_libs.all_fake(model.parameters())
 
 
 def _peft_task(model) -> str | None:
