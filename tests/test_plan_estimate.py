@@ -166,3 +166,17 @@ def test_gpu_auto_without_gpus_is_one_clear_error(write_fake):
     write_fake([])
     with pytest.raises(GpuwiseError, match="no GPU visible"):
         estimate("examples:mlp", 4, gpu="auto")
+
+
+def test_cpu_estimate_says_which_onednn_isa_it_assumed():
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2", "PYTHONPATH": os.path.join(os.path.dirname(__file__), "..", "src")}
+    out = subprocess.run([sys.executable, "-m", "gpuwise", "estimate", "examples:mlp", "-b", "8", "--target", "cpu", "--json"],
+                         capture_output=True, text=True, timeout=300, env=env)
+    notes = json.loads(out.stdout)["notes"]
+    # AVX2 on any x86 CPU with it (the cap never raises the level); None elsewhere
+    assert any(n.startswith("cpu: oneDNN kernels on AVX2 ") or "unknown ISA" in n for n in notes), notes

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import cpu_isa
 from ..devices import discover
 from ..errors import GpuwiseError
 from ..hf import num_layers_of
@@ -243,6 +244,9 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
 
     if target == "cpu":
         peak = live_peak(trace)
+        isa = cpu_isa.onednn_isa()
+        notes.append(f"cpu: oneDNN kernels on {isa or 'an unknown ISA'} (ONEDNN_MAX_CPU_ISA respected); convolutions and "
+                     "bf16/fp16 matrix products were run once here for their scratch, so another CPU may differ")
         est = Estimate(wl.spec, batch_size, target, opt_name, config.precision, trace.method, peak.allocated_bytes,
                        peak.allocated_bytes, peak.allocated_bytes, dict(peak.by_category), flops, None, None,
                        checkpointing, tensor_peak_bytes=peak.allocated_bytes)
