@@ -13,7 +13,7 @@ from gpuwise.cli import build_parser, main
 from gpuwise.hf import hf_workload, num_layers_of
 from gpuwise.plan.fit import Variant, train_args
 from gpuwise.plan.memory.events import live_peak
-from gpuwise.plan.memory.sharding import Split, block_param_bytes, make_split, rank_trace
+from gpuwise.plan.memory.sharding import Split, block_param_bytes, fsdp_units_of, make_split, rank_trace
 from gpuwise.plan.tracer import trace_workload
 from gpuwise.plan.tracing.modes import TrainingModes
 from gpuwise.step import StepConfig
@@ -27,20 +27,31 @@ def train(capsys, *args: str) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-def planned_rank_peak(config: str, batch: int, seq: int, strategy: str) -> int:
-    """One rank's steady-step peak on the CPU target: the single-process trace under the sharding transform
-    (plan/memory/sharding.py, what `fit` and `estimate -n N --strategy S` use)."""
-    wl = hf_workload(config, seq_len=seq)
-    trace = trace_workload(wl, batch, StepConfig(), "cpu", repeat=True)
-    ranked = rank_trace(trace, make_split(2, strategy), block_param_bytes(trace, num_layers_of(wl.hf_config)))
-    return live_peak(ranked).allocated_bytes
+def planned_rank_peak(capsys, config: str, batch: int, seq: int, strategy: str) -> int:
+    """One rank's steady-step peak on the CPU target: `estimate -n 2 --strategy S --target cpu`."""
+    assert main(["estimate", config, "-b", str(batch), "--seq-len", str(seq), "-n", "2", "--strategy", strategy,
+                 "--target", "cpu", "--json"]) == 0
+    return json.loads(capsys.readouterr().out)["peak_allocated_bytes"]
+
+
+def test_estimate_answers_per_rank_on_the_cpu_target_and_sizes_fsdp2_units(capsys):
+    wl = hf_workload(TINY, seq_len=16)
+    trace = trace_workload(wl, 2, StepConfig(), "cpu", repeat=True)
+    units = fsdp_units_of(wl)
+    # tiny-llama: embed 128x64 + lm_head 64x128 + norm 64 outside the 2 blocks; the head and norm run after them
+    root, after, _ = (round(u * sum(p.numel() for p in wl.model_fn().parameters())) for u in units[:3])
+    assert units.blocks_path == "model.layers"
+    assert (root, after) == (2 * 128 * 64 + 64, 128 * 64 + 64)
+    averaged = live_peak(rank_trace(trace, make_split(2, "fsdp"), block_param_bytes(trace, num_layers_of(wl.hf_config))))
+    exact = live_peak(rank_trace(trace, make_split(2, "fsdp"), 0, units))
+    assert planned_rank_peak(capsys, TINY, 2, 16, "fsdp") == exact.allocated_bytes != averaged.allocated_bytes
 
 
 def test_fsdp_trains_a_llama_config_and_each_ranks_peak_is_the_plans(capsys):
     r = train(capsys, TINY, "--strategy", "fsdp", "--steps", "3", "-b", "2", "--seq-len", "32", "--measure-peak")
     assert (r["world_size"], r["backend"], r["strategy"], r["steps"]) == (2, "gloo", "fsdp", 3)
     assert r["final_loss"] > 0 and len(r["rank_peak_bytes"]) == 2
-    planned = planned_rank_peak(TINY, 2, 32, "fsdp")
+    planned = planned_rank_peak(capsys, TINY, 2, 32, "fsdp")
     for measured in r["rank_peak_bytes"]:
         assert abs(measured - planned) <= 0.10 * measured, (measured, planned)
 

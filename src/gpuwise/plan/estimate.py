@@ -31,7 +31,7 @@ from .memory.allocator import AllocatorResult
 from .memory.cuda import CudaMemory, cuda_memory
 from .memory.events import CATEGORIES, MemoryTrace, check_target, live_peak
 from .memory.overheads import DEFAULT_ARCH, Overheads
-from .memory.sharding import block_param_bytes, make_split, rank_trace
+from .memory.sharding import block_param_bytes, fsdp_units_of, make_split, rank_trace
 from .memory.synth import interpolate, pairing
 from .speed.model import Speed, predict
 from .tracer import Progress, trace_workload
@@ -198,8 +198,6 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     if split.strategy == "pipeline":
         raise GpuwiseError("--strategy pipeline: estimate does not split the layers into stages; `gpuwise fit -n N` "
                            "ranks pipeline options")
-    if split.nproc > 1 and target != "cuda":
-        raise GpuwiseError(f"--strategy {split.strategy} -n {split.nproc}: per-rank memory is for target cuda")
     spec = resolve_gpu(gpu)
     if spec is not None and target != "cuda":
         raise GpuwiseError("a GPU was named but the target is 'cpu': use target='cuda' (--target cuda) with --gpu")
@@ -223,8 +221,10 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
         with using_target(attention):
             return trace_workload(base, b, config, target, repeat=True, progress=on_progress, modes=modes)
 
+    units = fsdp_units_of(base) if split.strategy in ("fsdp", "hsdp") and split.nproc > 1 else None
+
     def per_rank(t: MemoryTrace) -> MemoryTrace:
-        return rank_trace(t, split, block_param_bytes(t, layers)) if split.nproc > 1 else t
+        return rank_trace(t, split, block_param_bytes(t, layers), units) if split.nproc > 1 else t
 
     def traced(b: int) -> MemoryTrace:
         return per_rank(one_gpu(b))

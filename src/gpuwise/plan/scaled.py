@@ -22,7 +22,7 @@ from ..step import StepConfig
 from ..workload import load_workload
 from .memory.cuda import cuda_memory
 from .memory.events import CATEGORIES, MemoryTrace, live_peak
-from .memory.sharding import Split, block_param_bytes, rank_trace, trainable_bytes
+from .memory.sharding import Split, block_param_bytes, fsdp_units_of, rank_trace, trainable_bytes
 from .tracer import trace_workload
 from .tracing.modes import TrainingModes, offload_optimizer_state
 
@@ -103,7 +103,16 @@ class Evaluator:
         if self.layers is not None and self.layers <= 2:
             self.layers = None  # nothing to gain
         self._traces: dict[tuple, MemoryTrace] = {}
+        self._fsdp_units: tuple | None = None
         self.traces_run = 0
+
+    def units(self, split: Split):
+        """FSDP2's root and block shares of the whole model (built once on meta, only for fsdp/hsdp)."""
+        if split.strategy not in ("fsdp", "hsdp") or split.nproc < 2:
+            return None
+        if self._fsdp_units is None:
+            self._fsdp_units = (fsdp_units_of(self.wl),)
+        return self._fsdp_units[0]
 
     # -- traces -----------------------------------------------------------------------------------
     def trace(self, layers: int | None, micro_batch: int, config: StepConfig, modes: TrainingModes) -> MemoryTrace:
@@ -117,12 +126,13 @@ class Evaluator:
         return self._traces[key]
 
     # -- numbers ----------------------------------------------------------------------------------
-    def _point(self, trace: MemoryTrace, modes: TrainingModes, split: Split, block_param_bytes: int) -> Point:
+    def _point(self, trace: MemoryTrace, modes: TrainingModes, split: Split, block_param_bytes: int,
+               param_bytes: int | None = None) -> Point:
         costs = trace.op_costs
         if modes.offload_optimizer:
             trace = offload_optimizer_state(trace)
         trainable = trainable_bytes(trace)
-        ranked = rank_trace(trace, split, block_param_bytes)
+        ranked = rank_trace(trace, split, block_param_bytes, self.units(split), param_bytes)
         cuda = cuda_memory(ranked, self.arch)
         peak = live_peak(ranked)
         phases, acts = phase_peaks(ranked)
@@ -144,7 +154,11 @@ class Evaluator:
             t1 = self.trace(1, micro_batch, config, modes)
             t2 = self.trace(2, micro_batch, config, modes)
             block = max(_param_bytes(t2) - _param_bytes(t1), 0)
-            point = self._point(t1, modes, split, block).extrapolate(self._point(t2, modes, split, block), layers)
+            # the whole model's parameter bytes: one block is `units.block` of them
+            units = self.units(split)
+            whole = int(block / units.block) if units is not None and units.block else None
+            point = self._point(t1, modes, split, block, whole).extrapolate(
+                self._point(t2, modes, split, block, whole), layers)
             point.notes.append(f"numbers from traces with 1 and 2 of {self.layers} layers, extrapolated to {layers}")
             if split.strategy == "pipeline" and split.nproc > 1:
                 extra = (split.nproc - 1) * point.activations_bytes

@@ -24,6 +24,7 @@ Sharding follows Rajbhandari et al. 2020 (ZeRO, sec. 5 and Figure 1) and the FSD
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from ...errors import GpuwiseError
 from .events import MemEvent, MemoryTrace, live_peak
@@ -91,14 +92,144 @@ def block_param_bytes(trace: MemoryTrace, layers: int | None = None) -> int:
     return max(params // (layers or 8), 0)
 
 
-def rank_trace(trace: MemoryTrace, split: Split, block_param_bytes: int = 0) -> MemoryTrace:
+class FsdpUnits(NamedTuple):
+    root: float          # share of the parameters outside the repeated blocks (FSDP2's root group)
+    after: float         # of those, outside nn.Embedding: taken to run after the blocks
+    block: float         # share of the largest block
+    blocks_path: str     # dotted path of the blocks' ModuleList ("model.layers")
+
+
+def fsdp_units(model) -> FsdpUnits | None:
+    """The shares of `model`'s parameters that FSDP2 gathers as one unit: (the root's own parameters, i.e.
+    everything outside the repeated blocks -- embeddings, final norm, LM head --; those of them outside
+    `nn.Embedding`, taken to run after the blocks so that their gradients exist through the blocks'
+    backward; one block); None without repeated blocks. `gpuwise train` shards each child of the largest
+    ModuleList, then the root (scaleout/fsdp.py `shard`); `model` may be on the meta device."""
+    import torch
+
+    lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) > 0]
+    total = sum(p.numel() for p in model.parameters())
+    if not lists or not total:
+        return None
+    biggest = max(lists, key=lambda m: sum(p.numel() for p in m.parameters()))
+    in_blocks = {id(p) for p in biggest.parameters()}
+    embedded = {id(p) for m in model.modules() if isinstance(m, torch.nn.Embedding) for p in m.parameters()}
+    root = sum(p.numel() for p in model.parameters() if id(p) not in in_blocks)
+    after = sum(p.numel() for p in model.parameters() if id(p) not in in_blocks and id(p) not in embedded)
+    largest = max(sum(p.numel() for p in b.parameters()) for b in biggest)
+    path = next(name for name, m in model.named_modules() if m is biggest)
+    return FsdpUnits(root / total, after / total, largest / total, path)
+
+
+def fsdp_units_of(workload) -> FsdpUnits | None:
+    """`fsdp_units` of the workload's model, built on the meta device (no memory); None when it cannot be."""
+    import torch
+
+    try:
+        with torch.device("meta"):
+            model = workload.model_fn()
+        return fsdp_units(model)
+    except Exception:  # a model that cannot be built on meta: every block is the average (rank_trace)
+        return None
+
+
+def rank_trace(trace: MemoryTrace, split: Split, block_param_bytes: int = 0,
+               units: FsdpUnits | None = None, param_bytes: int | None = None) -> MemoryTrace:
     """One rank's events under `split`: the single-GPU trace transformed (the one data-parallel memory
-    model; `fit` and `estimate -n N --strategy S` both call it)."""
-    return shard_trace(trace, split, block_param_bytes, trainable_bytes(trace))
+    model; `fit` and `estimate -n N --strategy S` both call it). `units` (`fsdp_units`) sizes FSDP's
+    gathered root and blocks exactly; without it every block is `block_param_bytes`. `param_bytes`: the
+    whole model's parameter bytes when the trace has fewer layers (fit's 1- and 2-layer traces)."""
+    return shard_trace(trace, split, block_param_bytes, trainable_bytes(trace), units, param_bytes)
+
+
+def fsdp_gathered_bytes(param_bytes: int, units: FsdpUnits, n: int,
+                        device_type: str) -> dict[str, int]:
+    """Bytes FSDP2 holds beyond the shards, by phase (torch 2.x `_fully_shard/_fsdp_param_group.py`
+    `pre_forward` / `post_backward`, `_fsdp_collectives.py` `foreach_reduce`):
+      forward: the root's gathered parameters (all-gathered in the root's pre-forward) + the block in use
+        and the one prefetched;
+      backward (before the first block's backward: without the last two terms; in it: without the last):
+        the root's parameters (resharded after forward when reshard_after_forward=True is passed,
+        gathered again in its pre-backward) and the unsharded gradients of its parameters that ran after
+        the blocks (LM head, final norm) + the block in use and the one prefetched + that block's unsharded
+        gradients + the previous block's reduce-scatter input (kept until the next reduce:
+        `reduce_scatter_max_input_buffers` = 1);
+      end of backward (a spike, the root's `post_backward` after its reshard): the root's unsharded
+        gradients, still referenced while `foreach_reduce` copies them into the reduce-scatter input
+        (root-sized); on gloo (the CPU target) one more shard-sized buffer (measured with the profiler on
+        2 gloo ranks, hidden-1024 Llama: + root / N at the root's reduce)."""
+    root, after, block = (int(param_bytes * u) for u in units[:3])
+    return {"forward": root + FSDP_BLOCKS_IN_FLIGHT * block,
+            "backward_head": root + after + FSDP_BLOCKS_IN_FLIGHT * block,
+            "backward_first": root + after + (FSDP_BLOCKS_IN_FLIGHT + 1) * block,
+            "backward": root + after + (FSDP_BLOCKS_IN_FLIGHT + 2) * block,
+            "end": 2 * root + (-(-root // n) if device_type == "cpu" else 0)}
+
+
+def _hold_by_phase(events: list[MemEvent], steady: int, sizes: dict[str, int],
+                   blocks_path: str = "") -> tuple[list[MemEvent], int]:
+    """Insert a block of `sizes[phase]` alive through each forward and backward phase (in backward
+    `sizes["backward_head"]` until the first event inside `blocks_path`, `sizes["backward_first"]` inside
+    the first block), and a spike of `sizes["end"]`
+    where each backward ends (every step: warm-up and steady)."""
+    out: list[MemEvent] = []
+    block = _new_block(events)
+    held: tuple[str, int, int] | None = None  # (phase, block, nbytes)
+    new_steady = steady
+
+    def release(phase: str) -> None:
+        nonlocal held, block
+        if held is None:
+            return
+        was, b, nbytes = held
+        out.append(MemEvent("free", b, nbytes, "temporary", phase, "", "FSDP reshard"))
+        held = None
+        if was.startswith("backward") and sizes.get("end"):
+            block += 1
+            out.append(MemEvent("alloc", block, sizes["end"], "temporary", "backward", "", "FSDP root reduce-scatter"))
+            out.append(MemEvent("free", block, sizes["end"], "temporary", "backward", "", "FSDP root reduce-scatter"))
+        block += 1
+
+    first: list[str] = []  # the first block seen in this backward
+
+    def key(e: MemEvent) -> str:
+        if e.phase != "backward":
+            first.clear()
+            return e.phase
+        if not blocks_path or (held is not None and held[0] == "backward"):
+            return "backward"
+        if e.module.startswith(blocks_path + "."):
+            unit = e.module[len(blocks_path) + 1:].split(".")[0]
+            if not first:
+                first.append(unit)
+            return "backward_first" if unit == first[0] else "backward"
+        return held[0] if held is not None and held[0].startswith("backward") else "backward_head"
+
+    for i, e in enumerate(events):
+        if i == steady:
+            new_steady = len(out)
+        phase = key(e)
+        if e.phase in ("forward", "backward"):
+            if held is None or held[0] != phase:
+                if held is not None and held[0].startswith("backward") and phase == "forward":
+                    release(e.phase)  # a new micro-batch's forward after a backward (accumulation)
+                elif held is not None:
+                    out.append(MemEvent("free", held[1], held[2], "temporary", e.phase, "", "FSDP reshard"))
+                    held = None
+                    block += 1
+                if sizes.get(phase):
+                    out.append(MemEvent("alloc", block, sizes[phase], "temporary", e.phase, "", "FSDP all-gather"))
+                    held = (phase, block, sizes[phase])
+        elif held is not None:
+            release(e.phase)
+        out.append(e)
+    release("backward")
+    return out, new_steady
 
 
 def shard_trace(trace: MemoryTrace, split: Split, block_param_bytes: int = 0,
-                gradients_bytes: int = 0) -> MemoryTrace:
+                gradients_bytes: int = 0, units: FsdpUnits | None = None,
+                param_bytes: int | None = None) -> MemoryTrace:
     """One rank's events under `split` (data-parallel strategies; pipeline is handled by layer count)."""
     s = split.strategy
     if s in ("single", "pipeline") or split.nproc == 1:
@@ -120,7 +251,15 @@ def shard_trace(trace: MemoryTrace, split: Split, block_param_bytes: int = 0,
                   if e.category in cats or (e.phase == "optimizer" and e.category == "temporary") else e
                   for e in events]
         gathered = 0
-        if s in ("fsdp", "hsdp"):
+        if s in ("fsdp", "hsdp") and units is not None:
+            param_total = param_bytes or sum(e.nbytes for e in trace.events
+                                             if e.action == "alloc" and e.category == "parameters")
+            sizes = fsdp_gathered_bytes(param_total, units, n, trace.device_type)
+            events, steady = _hold_by_phase(events, steady, sizes, units.blocks_path)
+            notes.append(f"{s}: parameters, gradients and optimizer state / {n}; FSDP2 holds unsharded (root "
+                         f"{units[0]:.0%} of the parameters, block {units[2]:.0%}) {sizes['forward']} bytes in "
+                         f"forward, {sizes['backward']} in backward, {sizes['end']} at the root's reduce-scatter")
+        elif s in ("fsdp", "hsdp"):
             gathered = FSDP_BLOCKS_IN_FLIGHT * block_param_bytes + block_param_bytes  # + 1 block of grads
             notes.append(f"{s}: parameters, gradients and optimizer state / {n}; + {FSDP_BLOCKS_IN_FLIGHT} "
                          "blocks' unsharded parameters (all-gather, prefetch) and one block's gradients; with "
