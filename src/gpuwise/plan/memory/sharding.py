@@ -255,6 +255,8 @@ def shard_trace(trace: MemoryTrace, split: Split, block_param_bytes: int = 0,
             param_total = param_bytes or sum(e.nbytes for e in trace.events
                                              if e.action == "alloc" and e.category == "parameters")
             sizes = fsdp_gathered_bytes(param_total, units, n, trace.device_type)
+            if param_bytes:  # a 1- or 2-layer trace standing for the whole model: each of its blocks at the
+                sizes["backward_first"] = sizes["backward"]  # level of a later one (a step is not extrapolated)
             events, steady = _hold_by_phase(events, steady, sizes, units.blocks_path)
             notes.append(f"{s}: parameters, gradients and optimizer state / {n}; FSDP2 holds unsharded (root "
                          f"{units[0]:.0%} of the parameters, block {units[2]:.0%}) {sizes['forward']} bytes in "
