@@ -37,7 +37,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
 from gpuwise.bootstrap.noise import ROW_KEYS, NoiseProbe  # noqa: E402
-from gpuwise.monitoring.noise_scale import noise_scale  # noqa: E402
+from gpuwise.monitoring.noise_scale import EMA_DECAY, noise_scale  # noqa: E402
 from gpuwise.tuning import goodput  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
@@ -174,9 +174,10 @@ TASKS = {"logreg": logreg_task, "mlp": mlp_task, "lm": lm_task}
 
 # -- training to the target ------------------------------------------------------------------------------------
 
-def train_to_target(task: Task, b: int, lr: float, seed: int, probe: NoiseProbe | None = None) -> dict:
+def train_to_target(task: Task, b: int, lr: float, seed: int, probe: NoiseProbe | None = None,
+                    hessian: HessianNoise | None = None) -> dict:
     """Steps until the evaluation loss is <= the target (checked every `eval_every` steps), and the median
-    time of a training step (evaluation not counted)."""
+    time of a training step (evaluation and the probes not counted)."""
     m = task.model()
     opt = torch.optim.SGD(m.parameters(), lr=lr)
     gen = torch.Generator().manual_seed(seed)
@@ -188,6 +189,10 @@ def train_to_target(task: Task, b: int, lr: float, seed: int, probe: NoiseProbe 
         task.loss(m, bt).backward()
         if probe is not None:
             probe.on_step(opt, b)
+        if hessian is not None:
+            t_h = time.perf_counter()
+            hessian.read(m)
+            t += time.perf_counter() - t_h
         opt.step()
         times.append(time.perf_counter() - t)
         if step % task.eval_every == 0:
@@ -199,24 +204,94 @@ def train_to_target(task: Task, b: int, lr: float, seed: int, probe: NoiseProbe 
     return {"steps": None, "step_time_s": statistics.median(times)}
 
 
+class HessianNoise:
+    """The paper's B_noise = tr(H Sigma) / G'HG (McCandlish et al. 2018, eq. 2.6; B_simple = tr(Sigma)/|G|^2 is
+    its value when H is a multiple of the identity, section 2.2) at the current parameters, with the same
+    two-batch-size estimators as B_simple (Appendix A) applied to the H-norm: for a mean gradient g_b over b
+    examples, E[g_b' H g_b] = G'HG + tr(H Sigma)/b. Per reading: `parts` independent micro-batches of `small`
+    examples (g_j) and their mean (a batch of parts x small), H from an independent batch of `h_batch`
+    (Hessian-vector products, double backward), so H's sampling noise is independent of the g's. Batches
+    come from a generator of their own: the training run's path is unchanged. Readings also give B_simple
+    from the same gradients (H = I), for comparison."""
+
+    def __init__(self, task: Task, small: int, parts: int, h_batch: int, seed: int):
+        self.task, self.small, self.parts, self.h_batch = task, small, parts, h_batch
+        self.gen = torch.Generator().manual_seed(seed)
+        self.readings: list[tuple[float, float, float, float]] = []  # (G'HG, tr(H Sigma), |G|^2, tr(Sigma))
+
+    def read(self, m) -> None:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        params = [p for p in m.parameters() if p.requires_grad]
+        with sdpa_kernel(SDPBackend.MATH):  # CPU's fused attention has no double backward
+            gh = torch.autograd.grad(self.task.loss(m, self.task.batch(self.h_batch, self.gen)), params,
+                                     create_graph=True)
+            gs = [torch.autograd.grad(self.task.loss(m, self.task.batch(self.small, self.gen)), params)
+                  for _ in range(self.parts)]
+            big = [sum(g[i] for g in gs) / self.parts for i in range(len(params))]
+
+            def h_norm(v):
+                hv = torch.autograd.grad(gh, params, grad_outputs=v, retain_graph=True)
+                return float(sum((a * b).sum() for a, b in zip(v, hv)))
+
+            q_small = statistics.mean(h_norm(g) for g in gs)
+            q_big = h_norm(big)
+        n_small = statistics.mean(float(sum((x * x).sum() for x in g)) for g in gs)
+        n_big = float(sum((x * x).sum() for x in big))
+        b, bb = self.small, self.small * self.parts
+        self.readings.append(((bb * q_big - b * q_small) / (bb - b), (q_small - q_big) / (1 / b - 1 / bb),
+                              (bb * n_big - b * n_small) / (bb - b), (n_small - n_big) / (1 / b - 1 / bb)))
+
+    def series(self, hessian: bool = True) -> list[float | None]:
+        """The paper's EMA (of numerator and denominator, then their ratio) after every reading; None while the
+        denominator's EMA is not positive (early, H can have negative curvature along G)."""
+        i, j = (0, 1) if hessian else (2, 3)
+        num = den = 0.0
+        out = []
+        for r in self.readings:
+            num, den = EMA_DECAY * num + r[j], EMA_DECAY * den + r[i]
+            out.append(num / den if den > 0 and num > 0 else None)
+        return out
+
+
 def measure_b_noise(task: Task, seed: int) -> dict:
-    """B_noise at the target loss, as the paper compares them (McCandlish et al. 2018, section 3: B_crit for a
-    target against B_simple measured at that loss): the paper's EMA (of tr(Sigma) and of |G|^2, then their
-    ratio) of gpuwise's probe readings at the end of a reference run to the target. The run is slow
-    (lr_max / 8) at a middle batch, so that it follows the deterministic path with one reading per step; the
-    whole-run B_simple (what `watch` reports as b_simple) and the EMA at the start are kept for comparison."""
+    """B_noise for steps(B) over the run to the target. A reference run (a middle batch, lr_max / 8, slow so
+    that it follows the deterministic path) reads, at every step, gpuwise's probe (B_simple, what `watch`
+    measures) and the Hessian-weighted B_noise (HessianNoise). The noise scale grows along the run (tens of
+    times here), so no single reading is the run's: steps(B) sums (1 + B_t/B) over the run's progress, and
+    `goodput.path_b_noise` gives the progress-weighted mean. Kept for comparison: the EMA at the end (at the
+    target loss) and the whole-run ratio of means (what `watch` reports as b_simple)."""
     b = task.batch_sizes[len(task.batch_sizes) // 2]
     probe = NoiseProbe(torch, budget_fraction=1.0)
+    hess = HessianNoise(task, small=max(1, b // 8), parts=8, h_batch=4 * b, seed=seed + 7)
     try:
         ref = train_to_target(task, b, task.lr_max / 8, seed, probe)
     finally:
         probe.examples.disarm()
-    whole = noise_scale([dict(zip(ROW_KEYS, r)) for r in probe.rows()])
+    # the same run again (same seed: the same batches and path) for the Hessian readings: their extra forward
+    # passes would be seen by the probe's global hooks
+    train_to_target(task, b, task.lr_max / 8, seed, None, hess)
+    rows = [dict(zip(ROW_KEYS, r)) for r in probe.rows()]  # rows() hands them over once
+    whole = noise_scale(rows)
     evolution = [e["b_simple"] for e in whole["evolution"]]
+    h_series, s_series = hess.series(True), hess.series(False)
+    h_known = [x for x in h_series if x is not None]
+    # the probe's per-step EMA of B_simple (its rows, one per step here), for the path average
+    ea = eb = 0.0
+    probe_series = []
+    for row in rows:
+        ea, eb = EMA_DECAY * ea + row["batch"] * row["tr_b"], EMA_DECAY * eb + row["g2"]
+        probe_series.append(ea / eb if eb > 0 and ea > 0 else None)
     return {"reference_batch": b, "reference_lr": task.lr_max / 8, "reference_steps": ref["steps"],
-            "b_noise": evolution[-1], "b_simple_whole_run": whole["b_simple"], "ci_low": whole["ci_low"],
+            "b_noise": goodput.path_b_noise(h_known, b),
+            "b_noise_hessian_end": h_known[-1], "b_noise_hessian_first": h_known[0],
+            "hessian_readings": len(hess.readings), "hessian_readings_undefined": len(h_series) - len(h_known),
+            "b_simple_path": goodput.path_b_noise([x for x in probe_series if x is not None], b),
+            "b_simple_path_same_batches": goodput.path_b_noise([x for x in s_series if x is not None], b),
+            "b_simple_end": evolution[-1], "b_simple_whole_run": whole["b_simple"], "ci_low": whole["ci_low"],
             "ci_high": whole["ci_high"], "b_simple_first": evolution[0], "steps_used": whole["steps_used"],
-            "estimator": whole["estimator"]}
+            "estimator": whole["estimator"],
+            "hessian_series": h_series, "b_simple_series": probe_series}
 
 
 def run_task(task: Task, seeds: list[int]) -> dict:
@@ -273,7 +348,18 @@ def run_task(task: Task, seeds: list[int]) -> dict:
     lo, hi = done[0], done[-1]
     measured_ratio = lo["steps"] / hi["steps"]
     predicted_ratio = goodput.steps_factor(lo["batch_size"], bn) / goodput.steps_factor(hi["batch_size"], bn)
+    # the same prediction from the other readings of the noise scale (the criteria use b_noise)
+    alternatives = {}
+    for key in ("b_simple_path", "b_simple_end", "b_simple_whole_run", "b_noise_hessian_end"):
+        v = noise.get(key)
+        if not v or v <= 0:
+            continue
+        pb = min(points, key=lambda p, v=v: goodput.steps_factor(p["batch_size"], v) * p["step_time_s"])["batch_size"]
+        pr = goodput.steps_factor(lo["batch_size"], v) / goodput.steps_factor(hi["batch_size"], v)
+        alternatives[key] = {"b_noise": v, "predicted_best_batch": pb, "predicted_ratio": pr,
+                             "ratio_error": pr / measured_ratio - 1}
     return {"task": task.name, "target_loss": task.target, "lr_max": task.lr_max, "noise": noise, "s_min": s_min,
+            "alternatives": alternatives,
             "step_time_fit": {"fixed_s": a, "per_sample_s": per}, "points": points,
             "measured_best_batch": measured_best, "predicted_best_batch": predicted_best,
             "best_within_2x": max(measured_best, predicted_best) / min(measured_best, predicted_best) <= 2,

@@ -33,6 +33,23 @@ def steps_factor(batch: float, b_noise: float) -> float:
     return 1.0 + b_noise / batch
 
 
+def path_b_noise(readings: Sequence[float], batch: float) -> float:
+    """The one B_noise that gives a whole run's steps(B) when the noise scale changes along the run.
+
+    Eq. 2.11 holds step by step: a step at batch B with noise scale B_t makes the progress of
+    1 / (1 + B_t / B) steps at B -> infinity (McCandlish et al. 2018, section 2.2: the expected improvement
+    at the tuned rate is dL_max / (1 + B_noise/B)). Summed over a run to the target, steps(B) = sum over its
+    S_min progress of (1 + B_t/B) = S_min (1 + B_bar/B), with B_bar the mean of B_t weighted by each step's
+    S_min progress. `readings` are B_t at the steps of a reference run at `batch` (one per step, smoothed),
+    each weighing 1 / (1 + B_t/batch). Not the value at the end (the largest: B_noise grows as the loss
+    falls) nor the ratio of whole-run means (the early, large |G|^2 dominates it)."""
+    pts = [max(float(b), 0.0) for b in readings if b is not None and math.isfinite(b)]
+    if not pts or batch <= 0:
+        raise ValueError("no noise-scale readings to average")
+    w = [1.0 / (1.0 + b / batch) for b in pts]
+    return sum(wi * b for wi, b in zip(w, pts)) / sum(w)
+
+
 def best_batch_linear_time(b_noise: float, fixed_s: float, per_sample_s: float) -> float:
     """The B minimising (1 + B_noise/B)(a + b B): d/dB = 0 at B = sqrt(B_noise a / b)."""
     if per_sample_s <= 0:
