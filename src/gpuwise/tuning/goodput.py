@@ -50,6 +50,41 @@ def path_b_noise(readings: Sequence[float], batch: float) -> float:
     return sum(wi * b for wi, b in zip(w, pts)) / sum(w)
 
 
+def steps_along_path(path: Sequence[tuple[float, float, float, float]], batch: float, ref_batch: float,
+                     ref_lr: float, lr_cap: float = math.inf) -> float:
+    """steps(B) to cover the loss a reference run covered, from its readings along the way, with the learning
+    rate tuned at B but held below gradient descent's stability limit.
+
+    Each reading (|G|^2, G'HG, tr(H Sigma), lambda_max) is a point of the reference run (SGD at `ref_lr`,
+    `ref_batch`). The paper's local model (McCandlish et al. 2018, eq. 2.4-2.7): a step of lr e at batch B
+    lowers the loss by dL(e, B) = e |G|^2 - e^2 / 2 (G'HG + tr(H Sigma) / B), best at
+    e_opt(B) = |G|^2 / (G'HG + tr(H Sigma)/B). The model has no stability limit: along H's top eigenvector
+    repeated steps diverge above e = 2 / lambda_max (gradient descent on a quadratic; Cohen et al. 2021, "Gradient
+    Descent on Neural Networks Typically Occurs at the Edge of Stability"), and where that is below e_opt the
+    rate is capped there, so e(B) = min(e_opt(B), 2 / lambda_max, lr_cap) (`lr_cap`: the largest rate the runs
+    may use, if any). A reference step covers
+    dL(ref_lr, ref_batch); at B that takes dL(ref_lr, ref_batch) / dL(e(B), B) steps; steps(B) is their sum.
+    Without the cap this is eq. 2.11 along the path: S_min (1 + B_bar / B), B_bar = path_b_noise's mean."""
+    total = 0.0
+    for g2, ghg, trh, lam in path:
+        if g2 <= 0 or ghg <= 0:
+            continue  # negative curvature along G: the quadratic model has no best step here
+        trh = max(trh, 0.0)
+        covered = ref_lr * g2 - ref_lr ** 2 / 2 * (ghg + trh / ref_batch)
+        if covered <= 0:
+            continue
+        curv = ghg + trh / batch
+        e = g2 / curv
+        if lam and lam > 0:
+            e = min(e, 2.0 / lam)
+        e = min(e, lr_cap)
+        gain = e * g2 - e * e / 2 * curv
+        total += covered / gain
+    if total <= 0:
+        raise ValueError("no usable readings along the path")
+    return total
+
+
 def best_batch_linear_time(b_noise: float, fixed_s: float, per_sample_s: float) -> float:
     """The B minimising (1 + B_noise/B)(a + b B): d/dB = 0 at B = sqrt(B_noise a / b)."""
     if per_sample_s <= 0:
