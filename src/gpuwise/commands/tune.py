@@ -31,6 +31,9 @@ def add_arguments(p) -> None:
                    help="path/to/job.py, pkg.module or examples:NAME; or give your script after `--` instead")
     p.set_defaults(cmd=[])
     p.add_argument("--budget", default="5m", help="time for the whole search, e.g. 90s, 5m (default 5m)")
+    p.add_argument("--max-trials", type=positive_int, metavar="N",
+                   help="at most N trials (those read back from --results count); the search ends at whichever of "
+                        "--budget and --max-trials comes first (a script's winner is re-measured on top)")
     p.add_argument("--gpu", "--device", dest="device", metavar="DEVICE",
                    help="cuda, cuda:1 ... or cpu (default: cuda when there is one, else cpu); --device is the same option")
     p.add_argument("--results", help="JSONL file: every trial is appended as it finishes; a rerun resumes from it")
@@ -91,7 +94,7 @@ def run(args) -> int:
                       batch_sizes=_ints(args.batch_sizes), batch_size=args.batch_size,
                       precision=check_precision(args.precision), precisions=precisions,
                       optimizer=args.optimizer, measure_s=parse_duration(args.measure),
-                      max_workers=args.max_workers, on_trial=bar)
+                      max_workers=args.max_workers, max_trials=args.max_trials, on_trial=bar)
     charts = report.plot(result, args.plot) if args.plot else []
     text = report.snippet(result)
     advice = _goodput_of_workload(args, result) if args.objective == "goodput" else None
@@ -136,7 +139,7 @@ def _run_script(args, budget_s: float) -> int:
                                "precision and optimizer are its own (gpuwise measures them and advises)")
     result = tune_script(args.cmd, budget_s=budget_s, results=args.results,
                          measure_s=parse_duration(args.measure or "3s"), max_workers=args.max_workers,
-                         on_trial=print_progress)
+                         max_trials=args.max_trials, on_trial=print_progress)
     change = code_change(result)
     advice = _goodput_of_script(args, result) if args.objective == "goodput" else None
     if args.json:

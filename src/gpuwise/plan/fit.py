@@ -261,11 +261,10 @@ def point_micro(point: Point, samples: int) -> int:
     return getattr(point, "micro_batch", samples)
 
 
-def estimate_args(source: str, gpu: str, v: Variant, micro: int, accum: int, margin_pct: float) -> list[str] | None:
-    """The `gpuwise estimate` arguments of one option (None for pipeline: estimate does not split layers)."""
-    if v.split.strategy == "pipeline":
-        return None
-    args = ["gpuwise", "estimate", source, "-b", str(micro), "--precision", v.config.precision]
+def _step_flags(v: Variant, micro: int, accum: int) -> list[str]:
+    """The flags of one option's step, as `estimate` and `train` both take them: micro-batch, precision,
+    optimizer, checkpointing, LoRA / QLoRA, optimizer offload (train_args declines those), accumulation."""
+    args = ["-b", str(micro), "--precision", v.config.precision]
     if v.config.optimizer:
         args += ["--optimizer", v.config.optimizer]
     if v.config.checkpointing:
@@ -278,6 +277,14 @@ def estimate_args(source: str, gpu: str, v: Variant, micro: int, accum: int, mar
         args.append("--offload-optimizer")
     if accum > 1:
         args += ["--grad-accum", str(accum)]
+    return args
+
+
+def estimate_args(source: str, gpu: str, v: Variant, micro: int, accum: int, margin_pct: float) -> list[str] | None:
+    """The `gpuwise estimate` arguments of one option (None for pipeline: estimate does not split layers)."""
+    if v.split.strategy == "pipeline":
+        return None
+    args = ["gpuwise", "estimate", source, *_step_flags(v, micro, accum)]
     if v.split.nproc > 1:
         args += ["-n", str(v.split.nproc), "--strategy", v.split.strategy]
     args += ["--gpu", gpu]
@@ -298,17 +305,7 @@ def train_args(source: list[str], v: Variant, micro: int, accum: int) -> list[st
     if "--task" in named:
         i = named.index("--task")
         del named[i:i + 2]
-    args = ["gpuwise", "train", *named, "-b", str(micro), "--precision", v.config.precision]
-    if v.config.optimizer:
-        args += ["--optimizer", v.config.optimizer]
-    if v.config.checkpointing:
-        args.append("--checkpointing")
-    if v.modes.qlora:
-        args.append("--qlora")
-    elif v.modes.lora_rank:
-        args += ["--lora", str(v.modes.lora_rank)]
-    if accum > 1:
-        args += ["--grad-accum", str(accum)]
+    args = ["gpuwise", "train", *named, *_step_flags(v, micro, accum)]
     nproc = max(v.split.nproc, 1)
     args += ["-n", str(nproc)]
     if v.split.strategy not in ("single", "ddp"):
