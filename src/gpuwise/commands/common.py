@@ -30,6 +30,34 @@ def add_workload_arguments(p: argparse.ArgumentParser, batch_required: bool = Fa
         p.add_argument("--task", choices=list(TASKS), help="hf:ID / config.json: the head (default causal-lm)")
 
 
+GPU_NAMES = "a catalog name (H100, A100-40GB, rtx4090, 'NVIDIA H200')"
+
+
+def add_gpu_argument(p: argparse.ArgumentParser, *, on_this_machine: bool = False, every: bool = False,
+                     required: bool = False, default: str | None = None) -> None:
+    """`--gpu`, one option wherever a GPU is named. A plan names a catalog GPU, `auto` (the visible GPU with
+    the most free memory) or, where a list of answers makes sense (`every`: fit), `all` (every catalog GPU);
+    a command that runs the step (`on_this_machine`: measure, tune) names this machine's device: cuda,
+    cuda:N, cpu or `auto` (cuda when there is one, else cpu), and keeps `--device` as the same option.
+    `all` means nothing where one GPU answers (estimate, measure, tune): it is a one-line error there."""
+    if on_this_machine:
+        p.add_argument("--gpu", "--device", dest="device", default=default, metavar="DEVICE",
+                       help="the GPU to run on: cuda, cuda:N, cpu or auto (default: cuda when there is one, else "
+                            "cpu); --device is the same option")
+        return
+    names = GPU_NAMES + ", auto: the visible GPU with the most free memory"
+    p.add_argument("--gpu", required=required, default=default, metavar="NAME",
+                   help=names + (", or all: every catalog GPU" if every else "")
+                   + (f" (default {default})" if default else ""))
+
+
+def refuse_gpu_all(gpu: str | None, command: str, one: str = "a catalog name or auto") -> None:
+    """`--gpu all` where one GPU answers: a one-line error that says where `all` applies."""
+    if gpu is not None and gpu.strip().lower() == "all":
+        raise GpuwiseError(f"--gpu all: `gpuwise {command}` answers for one GPU ({one}); "
+                           "`gpuwise fit --gpu all` ranks every catalog GPU")
+
+
 def workload_from_args(args: argparse.Namespace) -> Workload:
     return load_workload(args.workload)
 
