@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..bracket import search
 from ..errors import GpuwiseError
 from ..optional_libs import install_hint, missing, sized_without_notes
 from ..step import StepConfig
@@ -409,21 +410,30 @@ def _option(ev: Evaluator, v: Variant, spec: GpuSpec, micro: int, accum: int, li
 
 
 def _best_micro_batch(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limit: float) -> FitOption:
-    """The largest micro-batch (a divisor of `batch`, the rest accumulated) that fits: the whole batch
-    first, then micro-batch 1, then the divisor the two predict (memory is about linear in the batch)."""
-    whole = _option(ev, v, spec, batch, 1, limit)
-    if whole.fits or batch == 1:
-        return whole
-    one = _option(ev, v, spec, 1, batch, limit)
-    if not one.fits:
-        return one
-    per_sample = (whole.device_used_bytes - one.device_used_bytes) / max(batch - 1, 1)
-    for m in _divisors(batch):
-        if 1 < m < batch and one.device_used_bytes + per_sample * (m - 1) <= limit:
-            cand = _option(ev, v, spec, m, batch // m, limit)
-            if cand.fits:
-                return cand
-    return one
+    """The largest micro-batch (a divisor of `batch`, the rest accumulated) that fits, by the one
+    largest-batch loop (bracket.search) over the divisors in ascending order: the whole batch first,
+    then micro-batch 1, then the divisor the two predict (memory is about linear in the batch), then
+    bisection. The answer is traced and fits, and the next larger divisor is traced and does not (the
+    rule estimate's largest batch keeps); micro-batch 1 when even that does not fit."""
+    divisors = sorted(_divisors(batch))        # index k (1-based) -> the k-th smallest divisor
+    tried: dict[int, FitOption] = {}
+
+    def trial(k: int) -> bool:
+        if k not in tried:
+            m = divisors[k - 1]
+            tried[k] = _option(ev, v, spec, m, batch // m, limit)
+        return tried[k].fits
+
+    n = len(divisors)
+    if trial(n) or n == 1:
+        return tried[n]
+    if not trial(1):
+        return tried[1]
+    per_sample = (tried[n].device_used_bytes - tried[1].device_used_bytes) / max(batch - 1, 1)
+    predicted = [k for k in range(2, n) if tried[1].device_used_bytes + per_sample * (divisors[k - 1] - 1) <= limit]
+    guess = max(predicted) if predicted else 2
+    found = search(trial, n, limit=n, largest_ok=1, smallest_fail=n, guess=guess if guess < n else None)
+    return tried[found.largest_ok or 1]
 
 
 def attach_costs(results: list[FitResult], tokens: float | None = None, samples: float | None = None,
