@@ -9,16 +9,22 @@ from ..hf import TASKS
 from ..step import OPTIMIZERS, PRECISIONS, StepConfig, checkpointing_mode
 from ..workload import Workload, load_workload
 
+BATCH_MEANING = "samples per forward/backward on each GPU"
+
 
 def add_workload_arguments(p: argparse.ArgumentParser, batch_required: bool = False, batch_default: int | None = None,
-                           configs: bool = False) -> None:
+                           configs: bool = False, batch_help: str = BATCH_MEANING) -> None:
     """The options every command that runs or plans a workload shares, with one meaning: the workload, the
     batch, the optimizer, the precision and checkpointing (`configs`: also hf:ID / config.json, with
-    --seq-len and --task)."""
+    --seq-len and --task). `-b` is BATCH_MEANING everywhere; fit alone takes the samples per optimizer
+    step on each GPU, which it splits into a micro-batch (BATCH_MEANING) x gradient accumulation, and says
+    so in `batch_help`. Default policy: a workload file's batch is its author's, so -b is asked for where
+    the answer depends on it (estimate, measure, train); a model config's default is 1 sequence (estimate);
+    a search's start (fit 8, tune 32) has a default, shown in the help."""
     p.add_argument("workload", metavar="WORKLOAD", help="path/to/job.py, pkg.module or examples:NAME"
                    + (", hf:ORG/NAME or config.json" if configs else ""))
     p.add_argument("-b", "--batch-size", type=positive_int, required=batch_required, default=batch_default,
-                   help="samples per step" + (f" (default {batch_default})" if batch_default else ""))
+                   help=batch_help + (f" (default {batch_default})" if batch_default else ""))
     p.add_argument("--optimizer", choices=list(OPTIMIZERS), help="override the workload's optimizer (default adamw)")
     p.add_argument("--precision", default="fp32", choices=list(PRECISIONS), help="numeric precision (default fp32)")
     p.add_argument("--checkpointing", nargs="?", const="full", default="none", choices=["none", "full", "selective"],

@@ -23,7 +23,9 @@ config, layers 1 and 2 are traced and extrapolated. Options that fit come first,
 
 
 def add_arguments(p) -> None:
-    add_workload_arguments(p, batch_default=8, configs=True)  # -b: per optimizer step per GPU
+    add_workload_arguments(p, batch_default=8, configs=True,
+                           batch_help="samples per optimizer step on each GPU, split into a micro-batch x "
+                                      "gradient accumulation (estimate's -b x --grad-accum)")
     add_gpu_argument(p, every=True, required=True)
     p.add_argument("-n", "--nproc", type=positive_int, default=1, help="number of GPUs (default 1)")
     p.add_argument("--margin", type=float, default=None, metavar="PCT", help="percent of GPU memory kept free (default 5)")
