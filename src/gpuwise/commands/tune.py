@@ -14,7 +14,7 @@ from ..tuning import goodput, tune
 from ..tuning.script import code_change, run_script_trial, tune_script
 from ..units import parse_duration
 from ..workload import load_workload
-from .common import positive_int
+from .common import BATCH_MEANING, add_gpu_argument, positive_int, refuse_gpu_all
 
 HELP = "find the batch size, DataLoader settings and precision that train fastest (measured, resumable)"
 TRAILING_COMMAND = True  # `gpuwise tune [options] -- CMD`: cli.main splits the command off first
@@ -35,12 +35,11 @@ def add_arguments(p) -> None:
     p.add_argument("--max-trials", type=positive_int, metavar="N",
                    help="at most N trials (those read back from --results count); the search ends at whichever of "
                         "--budget and --max-trials comes first (a script's winner is re-measured on top)")
-    p.add_argument("--gpu", "--device", dest="device", metavar="DEVICE",
-                   help="cuda, cuda:1 ... or cpu (default: cuda when there is one, else cpu); --device is the same option")
+    add_gpu_argument(p, on_this_machine=True)
     p.add_argument("--results", help="JSONL file: every trial is appended as it finishes; a rerun resumes from it")
     p.add_argument("--plot", metavar="FILE", help="write a chart (samples/s vs batch size and vs workers) to FILE, as in "
                    "estimate and fit; a folder (the older form, deprecated) still gets one PNG per chart")
-    p.add_argument("-b", "--batch-size", type=positive_int, help="the batch as given (baseline, search start; default 32)")
+    p.add_argument("-b", "--batch-size", type=positive_int, help=BATCH_MEANING + ": the baseline's, and the search's start (default 32)")
     p.add_argument("--batch-sizes", help="comma-separated batch sizes to try instead of the search")
     p.add_argument("--precision", default="fp32", help="the precision as given (baseline; default fp32)")
     p.add_argument("--precisions", help="comma-separated candidates (default: what the device does cheaply)")
@@ -93,6 +92,7 @@ def _plot_is_folder(path: str) -> bool:
 
 
 def run(args) -> int:
+    refuse_gpu_all(args.device, "tune", "cuda, cuda:N, cpu or auto")
     budget_s = parse_duration(args.budget)
     if args.cmd:
         if args.workload:

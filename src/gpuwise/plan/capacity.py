@@ -25,7 +25,6 @@ from .curve import (
     Piecewise,
     fit_line,
     fit_pieces,
-    next_candidate,
     phase_peaks,
 )
 
@@ -152,6 +151,13 @@ def find_capacity(point: Callable[[int], CurvePoint], batch_size: int, memory_by
     return Capacity(limit, margin_pct, answer, s.fits(batch_size), fit, check_b, check_err,
                     list(s.cache.values()), s.traces, s.done(), model, predicted, line, peak_phase, max_traces,
                     answer >= MAX_BATCH, replay_predicted, s.replays)
+
+
+def next_candidate(last_fit: int, first_fail: int | None, guess: int | None = None) -> int | None:
+    """The next batch size to trace, from the largest known to fit (0: none) and the smallest known not to
+    fit (None: none failed yet): gpuwise/bracket.py's search from 1, up to MAX_BATCH, trying `guess` first
+    when it lies inside the bracket. None when the answer is settled (last_fit + 1 == first_fail)."""
+    return bracket.next_candidate(last_fit or None, first_fail, 1, limit=MAX_BATCH, guess=guess)
 
 
 def _crossing(fits: Callable[[int], bool], lo: int, hi: int | None, guess: int) -> int:
