@@ -1,5 +1,5 @@
-"""Validate goodput (tuning/goodput.py) by training to a target loss: does steps(B) = S_min (1 + B_noise / B),
-with B_noise measured by gpuwise's own probe, predict the steps to the target and the fastest batch?
+"""Validate goodput (tuning/goodput.py) by training to a target loss: do the paper's steps(B) (S_min (1 + B_noise / B)
+and its step-by-step form along the run) predict the steps to the target and the fastest batch?
 
     nice python benchmarks/goodput_validate.py            # ~ a few minutes on 2 shared CPU cores
     python benchmarks/goodput_validate.py --tasks logreg  # one task
@@ -10,13 +10,16 @@ Three small CPU tasks, each a plain SGD loop:
           grace_hopper.jpg (64 x 64 pixels) from their coordinates (mean-squared error);
   lm      a tiny causal transformer LM (one layer, width 32) on text from a random first-order Markov chain
           over 16 tokens (cross-entropy).
-For each task: (1) a reference run (a middle batch, lr_max / 8) reads the per-example gradient norms with the
-probe `gpuwise watch` uses (gpuwise/bootstrap/noise.py) until the target loss, and B_noise is the paper's EMA
-of B_simple at the end of it (at the target loss); (2) every batch size B trains from the same start to the
-target with the learning rate tuned around `goodput.scaled_lr`'s (the paper's eq. 2.7 for SGD:
-lr_max / (1 + B_noise / B)): doubled while the steps fall (up to lr_max), else halved; the fewest steps count
-(the paper's steps(B) assumes a tuned learning rate);
-(3) measured steps-to-target and time-to-target (steps x median step time) against the prediction.
+For each task: (1) a reference run (a middle batch, lr_max / 8) to the target reads, at every step, the
+per-example gradient norms with the probe `gpuwise watch` uses (gpuwise/bootstrap/noise.py: B_simple) and, in a
+second pass over the same path, the Hessian-weighted quantities of the paper's B_noise (HessianNoise: G'HG,
+tr(H Sigma), H's top eigenvalue); (2) every batch size B trains from the same start to the target with the
+learning rate tuned around `goodput.scaled_lr`'s (eq. 2.7 for SGD: lr_max / (1 + B_noise / B)), doubled while
+the steps fall (up to lr_max), else halved; the fewest steps count (steps(B) assumes a tuned learning rate);
+(3) the prediction: `goodput.steps_along_path` (eq. 2.4-2.7 applied at every reading of the reference run,
+the rate capped at 2 / lambda_max and at lr_max, as in the runs), times the measured step time; eq. 2.11 with
+single values of the noise scale (at the target, whole-run, progress-weighted mean) is kept for comparison.
+`--replot` redraws the plot from the results file.
 
 Writes benchmarks/results/goodput_validate.json and docs/goodput-validate.png.
 """
@@ -37,9 +40,11 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
 from gpuwise.bootstrap.noise import ROW_KEYS, NoiseProbe  # noqa: E402
-from gpuwise.monitoring.noise_scale import noise_scale  # noqa: E402
+from gpuwise.monitoring.noise_scale import EMA_DECAY, noise_scale  # noqa: E402
 from gpuwise.tuning import goodput  # noqa: E402
 
+POWER_ITERATIONS = 20   # H's top eigenvalue: power iterations at the first reading ...
+POWER_WARM = 3          # ... then per reading, from the last vector (H moves little in a step)
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
 
@@ -174,9 +179,10 @@ TASKS = {"logreg": logreg_task, "mlp": mlp_task, "lm": lm_task}
 
 # -- training to the target ------------------------------------------------------------------------------------
 
-def train_to_target(task: Task, b: int, lr: float, seed: int, probe: NoiseProbe | None = None) -> dict:
+def train_to_target(task: Task, b: int, lr: float, seed: int, probe: NoiseProbe | None = None,
+                    hessian: HessianNoise | None = None) -> dict:
     """Steps until the evaluation loss is <= the target (checked every `eval_every` steps), and the median
-    time of a training step (evaluation not counted)."""
+    time of a training step (evaluation and the probes not counted)."""
     m = task.model()
     opt = torch.optim.SGD(m.parameters(), lr=lr)
     gen = torch.Generator().manual_seed(seed)
@@ -188,6 +194,10 @@ def train_to_target(task: Task, b: int, lr: float, seed: int, probe: NoiseProbe 
         task.loss(m, bt).backward()
         if probe is not None:
             probe.on_step(opt, b)
+        if hessian is not None:
+            t_h = time.perf_counter()
+            hessian.read(m)
+            t += time.perf_counter() - t_h
         opt.step()
         times.append(time.perf_counter() - t)
         if step % task.eval_every == 0:
@@ -199,24 +209,117 @@ def train_to_target(task: Task, b: int, lr: float, seed: int, probe: NoiseProbe 
     return {"steps": None, "step_time_s": statistics.median(times)}
 
 
+class HessianNoise:
+    """The paper's B_noise = tr(H Sigma) / G'HG (McCandlish et al. 2018, eq. 2.6; B_simple = tr(Sigma)/|G|^2 is
+    its value when H is a multiple of the identity, section 2.2) at the current parameters, with the same
+    two-batch-size estimators as B_simple (Appendix A) applied to the H-norm: for a mean gradient g_b over b
+    examples, E[g_b' H g_b] = G'HG + tr(H Sigma)/b. Per reading: `parts` independent micro-batches of `small`
+    examples (g_j) and their mean (a batch of parts x small), H from an independent batch of `h_batch`
+    (Hessian-vector products, double backward), so H's sampling noise is independent of the g's. Batches
+    come from a generator of their own: the training run's path is unchanged. Readings also give B_simple
+    from the same gradients (H = I), for comparison."""
+
+    def __init__(self, task: Task, small: int, parts: int, h_batch: int, seed: int):
+        self.task, self.small, self.parts, self.h_batch = task, small, parts, h_batch
+        self.gen = torch.Generator().manual_seed(seed)
+        self.readings: list[tuple] = []  # (G'HG, tr(H Sigma), |G|^2, tr(Sigma), lambda_max)
+        self.top = None                  # the power iteration's vector
+
+    def read(self, m) -> None:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        params = [p for p in m.parameters() if p.requires_grad]
+        with sdpa_kernel(SDPBackend.MATH):  # CPU's fused attention has no double backward
+            gh = torch.autograd.grad(self.task.loss(m, self.task.batch(self.h_batch, self.gen)), params,
+                                     create_graph=True)
+            gs = [torch.autograd.grad(self.task.loss(m, self.task.batch(self.small, self.gen)), params)
+                  for _ in range(self.parts)]
+            big = [sum(g[i] for g in gs) / self.parts for i in range(len(params))]
+
+            def h_norm(v):
+                hv = torch.autograd.grad(gh, params, grad_outputs=v, retain_graph=True)
+                return float(sum((a * b).sum() for a, b in zip(v, hv)))
+
+            q_small = statistics.mean(h_norm(g) for g in gs)
+            q_big = h_norm(big)
+            # H's top eigenvalue: power iteration, warm-started from the last reading's vector
+            v = self.top or [torch.randn(p.shape, generator=self.gen) for p in params]
+            lam = 0.0
+            for _ in range(POWER_ITERATIONS if self.top is None else POWER_WARM):
+                norm = math.sqrt(float(sum((x * x).sum() for x in v)))
+                v = [x / norm for x in v]
+                hv = torch.autograd.grad(gh, params, grad_outputs=v, retain_graph=True)
+                lam = float(sum((a * b).sum() for a, b in zip(v, hv)))
+                v = [x.detach() for x in hv]
+            self.top = v
+        n_small = statistics.mean(float(sum((x * x).sum() for x in g)) for g in gs)
+        n_big = float(sum((x * x).sum() for x in big))
+        b, bb = self.small, self.small * self.parts
+        self.readings.append(((bb * q_big - b * q_small) / (bb - b), (q_small - q_big) / (1 / b - 1 / bb),
+                              (bb * n_big - b * n_small) / (bb - b), (n_small - n_big) / (1 / b - 1 / bb), abs(lam)))
+
+    def path(self) -> list[tuple[float, float, float, float]]:
+        """(|G|^2, G'HG, tr(H Sigma), lambda_max) at every reading, each the paper's EMA (EMA_DECAY) of the
+        readings so far (one reading is noisy), for `goodput.steps_along_path`."""
+        e = [0.0] * 5
+        w = 0.0
+        out = []
+        for r in self.readings:
+            e = [EMA_DECAY * a + x for a, x in zip(e, r)]
+            w = EMA_DECAY * w + 1
+            out.append((e[2] / w, e[0] / w, e[1] / w, e[4] / w))
+        return out
+
+    def series(self, hessian: bool = True) -> list[float | None]:
+        """The paper's EMA (of numerator and denominator, then their ratio) after every reading; None while the
+        denominator's EMA is not positive (early, H can have negative curvature along G)."""
+        i, j = (0, 1) if hessian else (2, 3)
+        num = den = 0.0
+        out = []
+        for r in self.readings:
+            num, den = EMA_DECAY * num + r[j], EMA_DECAY * den + r[i]
+            out.append(num / den if den > 0 and num > 0 else None)
+        return out
+
+
 def measure_b_noise(task: Task, seed: int) -> dict:
-    """B_noise at the target loss, as the paper compares them (McCandlish et al. 2018, section 3: B_crit for a
-    target against B_simple measured at that loss): the paper's EMA (of tr(Sigma) and of |G|^2, then their
-    ratio) of gpuwise's probe readings at the end of a reference run to the target. The run is slow
-    (lr_max / 8) at a middle batch, so that it follows the deterministic path with one reading per step; the
-    whole-run B_simple (what `watch` reports as b_simple) and the EMA at the start are kept for comparison."""
+    """B_noise for steps(B) over the run to the target. A reference run (a middle batch, lr_max / 8, slow so
+    that it follows the deterministic path) reads, at every step, gpuwise's probe (B_simple, what `watch`
+    measures) and the Hessian-weighted B_noise (HessianNoise). The noise scale grows along the run (tens of
+    times here), so no single reading is the run's: steps(B) sums (1 + B_t/B) over the run's progress, and
+    `goodput.path_b_noise` gives the progress-weighted mean. Kept for comparison: the EMA at the end (at the
+    target loss) and the whole-run ratio of means (what `watch` reports as b_simple)."""
     b = task.batch_sizes[len(task.batch_sizes) // 2]
     probe = NoiseProbe(torch, budget_fraction=1.0)
+    hess = HessianNoise(task, small=max(1, b // 8), parts=8, h_batch=4 * b, seed=seed + 7)
     try:
         ref = train_to_target(task, b, task.lr_max / 8, seed, probe)
     finally:
         probe.examples.disarm()
-    whole = noise_scale([dict(zip(ROW_KEYS, r)) for r in probe.rows()])
+    # the same run again (same seed: the same batches and path) for the Hessian readings: their extra forward
+    # passes would be seen by the probe's global hooks
+    train_to_target(task, b, task.lr_max / 8, seed, None, hess)
+    rows = [dict(zip(ROW_KEYS, r)) for r in probe.rows()]  # rows() hands them over once
+    whole = noise_scale(rows)
     evolution = [e["b_simple"] for e in whole["evolution"]]
+    h_series, s_series = hess.series(True), hess.series(False)
+    h_known = [x for x in h_series if x is not None]
+    # the probe's per-step EMA of B_simple (its rows, one per step here), for the path average
+    ea = eb = 0.0
+    probe_series = []
+    for row in rows:
+        ea, eb = EMA_DECAY * ea + row["batch"] * row["tr_b"], EMA_DECAY * eb + row["g2"]
+        probe_series.append(ea / eb if eb > 0 and ea > 0 else None)
     return {"reference_batch": b, "reference_lr": task.lr_max / 8, "reference_steps": ref["steps"],
-            "b_noise": evolution[-1], "b_simple_whole_run": whole["b_simple"], "ci_low": whole["ci_low"],
+            "b_noise": goodput.path_b_noise(h_known, b),
+            "b_noise_hessian_end": h_known[-1], "b_noise_hessian_first": h_known[0],
+            "hessian_readings": len(hess.readings), "hessian_readings_undefined": len(h_series) - len(h_known),
+            "b_simple_path": goodput.path_b_noise([x for x in probe_series if x is not None], b),
+            "b_simple_path_same_batches": goodput.path_b_noise([x for x in s_series if x is not None], b),
+            "b_simple_end": evolution[-1], "b_simple_whole_run": whole["b_simple"], "ci_low": whole["ci_low"],
             "ci_high": whole["ci_high"], "b_simple_first": evolution[0], "steps_used": whole["steps_used"],
-            "estimator": whole["estimator"]}
+            "estimator": whole["estimator"],
+            "hessian_series": h_series, "b_simple_series": probe_series, "path": hess.path()}
 
 
 def run_task(task: Task, seeds: list[int]) -> dict:
@@ -260,20 +363,44 @@ def run_task(task: Task, seeds: list[int]) -> dict:
               f"step={point['step_time_s'] * 1e3:.2f} ms",
               file=sys.stderr)
     done = [p for p in points if p["steps"]]
-    # S_min: least squares of steps = S_min (1 + Bn/B) over the measured points (it does not move the ratios)
+    # predicted steps(B): goodput.steps_along_path over the reference run's readings (eq. 2.4-2.7 step by step,
+    # the rate capped at 2 / lambda_max), scaled by least squares to the measured points (the scale does not move
+    # the ratios or the best batch)
+    path, ref_b, ref_lr = noise["path"], noise["reference_batch"], noise["reference_lr"]
+    shape = {p["batch_size"]: goodput.steps_along_path(path, p["batch_size"], ref_b, ref_lr, task.lr_max)
+             for p in points}
+    scale = (sum(shape[p["batch_size"]] * p["steps"] for p in done) / sum(shape[p["batch_size"]] ** 2 for p in done))
     f = [goodput.steps_factor(p["batch_size"], bn) for p in done]
     s_min = sum(fi * p["steps"] for fi, p in zip(f, done)) / sum(fi * fi for fi in f)
     a, per = goodput.fit_step_time([(p["batch_size"], p["step_time_s"]) for p in points])
     for p in points:
-        p["predicted_steps"] = s_min * goodput.steps_factor(p["batch_size"], bn)
+        p["predicted_steps"] = scale * shape[p["batch_size"]]
+        p["predicted_steps_eq_2_11"] = s_min * goodput.steps_factor(p["batch_size"], bn)
         p["time_to_target_s"] = p["steps"] * p["step_time_s"] if p["steps"] else None
         p["predicted_time_to_target_s"] = p["predicted_steps"] * p["step_time_s"]  # step_time(B) measured
     measured_best = min(done, key=lambda p: p["time_to_target_s"])["batch_size"]
     predicted_best = min(points, key=lambda p: p["predicted_time_to_target_s"])["batch_size"]
     lo, hi = done[0], done[-1]
     measured_ratio = lo["steps"] / hi["steps"]
-    predicted_ratio = goodput.steps_factor(lo["batch_size"], bn) / goodput.steps_factor(hi["batch_size"], bn)
+    predicted_ratio = shape[lo["batch_size"]] / shape[hi["batch_size"]]
+    # without the stability cap: eq. 2.11 along the path (uncapped steps_along_path)
+    nocap = [(g2, ghg, trh, 0.0) for g2, ghg, trh, _ in path]
+    shape_nc = {p["batch_size"]: goodput.steps_along_path(nocap, p["batch_size"], ref_b, ref_lr) for p in points}
+    pr_nc = shape_nc[lo["batch_size"]] / shape_nc[hi["batch_size"]]
+    uncapped = {"predicted_best_batch": min(points, key=lambda p: shape_nc[p["batch_size"]] * p["step_time_s"])[
+        "batch_size"], "predicted_ratio": pr_nc, "ratio_error": pr_nc / measured_ratio - 1}
+    # the same prediction from the other readings of the noise scale (the criteria use b_noise)
+    alternatives = {}
+    for key in ("b_noise", "b_simple_path", "b_simple_end", "b_simple_whole_run", "b_noise_hessian_end"):
+        v = noise.get(key)
+        if not v or v <= 0:
+            continue
+        pb = min(points, key=lambda p, v=v: goodput.steps_factor(p["batch_size"], v) * p["step_time_s"])["batch_size"]
+        pr = goodput.steps_factor(lo["batch_size"], v) / goodput.steps_factor(hi["batch_size"], v)
+        alternatives[key] = {"b_noise": v, "predicted_best_batch": pb, "predicted_ratio": pr,
+                             "ratio_error": pr / measured_ratio - 1}
     return {"task": task.name, "target_loss": task.target, "lr_max": task.lr_max, "noise": noise, "s_min": s_min,
+            "scale": scale, "uncapped_path": uncapped, "alternatives_eq_2_11": alternatives,
             "step_time_fit": {"fixed_s": a, "per_sample_s": per}, "points": points,
             "measured_best_batch": measured_best, "predicted_best_batch": predicted_best,
             "best_within_2x": max(measured_best, predicted_best) / min(measured_best, predicted_best) <= 2,
@@ -293,10 +420,17 @@ def plot(results: list[dict], path: str) -> None:
         pts = r["points"]
         bs = [p["batch_size"] for p in pts]
         grid = [bs[0] * (bs[-1] / bs[0]) ** (i / 60) for i in range(61)]
-        bn = r["noise"]["b_noise"]
+        n = r["noise"]
         ax = axes[0][j]
-        ax.plot(grid, [r["s_min"] * goodput.steps_factor(b, bn) for b in grid], "-", color="C0",
-                label=f"S_min(1 + B_noise/B), B_noise={bn:.0f}")
+        ax.plot(grid, [r["scale"] * goodput.steps_along_path(n["path"], b, n["reference_batch"], n["reference_lr"],
+                                                             r["lr_max"]) for b in grid], "-", color="C0",
+                label=f"predicted along the path (B_bar={n['b_noise']:.0f})")
+        end = n["b_simple_end"]
+        if end:
+            f_end = [goodput.steps_factor(p["batch_size"], end) for p in pts if p["steps"]]
+            s_end = sum(f * p["steps"] for f, p in zip(f_end, [p for p in pts if p["steps"]])) / sum(f * f for f in f_end)
+            ax.plot(grid, [s_end * goodput.steps_factor(b, end) for b in grid], ":", color="C2",
+                    label=f"before: S_min(1 + B_noise/B), B_simple at target={end:.0f}")
         for p in pts:
             ax.plot([p["batch_size"]] * len([s for s in p["steps_runs"] if s]), [s for s in p["steps_runs"] if s],
                     ".", color="C1", alpha=0.5)
@@ -309,7 +443,7 @@ def plot(results: list[dict], path: str) -> None:
         ax.legend(fontsize=7)
         ax = axes[1][j]
         ax.plot(bs, [p["predicted_time_to_target_s"] for p in pts], "-", color="C0",
-                label="predicted: S_min(1 + B_noise/B) x measured step time")
+                label="predicted steps x measured step time")
         ax.plot([p["batch_size"] for p in pts if p["steps"]], [p["time_to_target_s"] for p in pts if p["steps"]],
                 "o", color="C1", label="measured")
         ax.axvline(r["predicted_best_batch"], color="C0", ls=":", label=f"predicted best {r['predicted_best_batch']}")
@@ -319,7 +453,7 @@ def plot(results: list[dict], path: str) -> None:
         ax.set_xlabel("batch size")
         ax.set_ylabel("seconds to target (CPU)")
         ax.legend(fontsize=7)
-    fig.suptitle("gpuwise goodput: steps and time to a target loss vs batch (LR tuned from lr_max/(1 + B_noise/B) by doubling/halving)")
+    fig.suptitle("gpuwise goodput: steps and time to a target loss vs batch (LR tuned at each batch by doubling/halving)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -330,7 +464,12 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", type=int, default=3, help="training runs per batch size (default 3)")
     p.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "goodput_validate.json"))
     p.add_argument("--plot", default=os.path.join(ROOT, "docs", "goodput-validate.png"))
+    p.add_argument("--replot", action="store_true", help="only redraw the plot from the results file")
     args = p.parse_args(argv)
+    if args.replot:
+        with open(args.out) as fh:
+            plot(json.load(fh)["tasks"], args.plot)
+        return 0
     torch.set_num_threads(1)
     t0 = time.time()
     results = []

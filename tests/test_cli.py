@@ -134,6 +134,10 @@ def test_every_command_has_help_with_examples():
     (["estimate", "examples:mlp", "-b", "2", "--optimizer", "lion"], r"invalid choice: 'lion'"),
     (["pick", "-n", "two"], r"expected a positive integer, got 'two'"),
     (["frobnicate"], r"invalid choice: 'frobnicate'"),
+    # --gpu all is for a list of answers (fit); where one GPU answers it says so
+    (["estimate", "examples:mlp", "-b", "2", "--gpu", "all"], r"--gpu all: `gpuwise estimate` answers for one GPU"),
+    (["measure", "examples:mlp", "--gpu", "all"], r"--gpu all: `gpuwise measure` answers for one GPU \(cuda"),
+    (["tune", "examples:mlp", "--gpu", "all"], r"--gpu all: `gpuwise tune` answers for one GPU"),
 ])
 def test_bad_arguments_are_one_line_too(args, pattern):
     assert_one_line_error(run_cli(*args, env=FAKE), pattern)

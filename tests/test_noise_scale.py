@@ -142,6 +142,24 @@ def test_goodput_picks_the_minimum_of_steps_times_step_time():
     assert adam.lr_rule == "sqrt" and adam.lr_factor == pytest.approx(math.sqrt(2.5)) and adam.warmup is None
 
 
+def test_path_model_reduces_to_eq_2_11_and_is_capped_by_stability():
+    # a constant noise scale along the path: the weighted mean is it, and steps(B) follows S_min (1 + B_noise / B)
+    assert goodput.path_b_noise([50.0] * 10, 100) == pytest.approx(50.0)
+    # a growing one: steps at B = 100 are weighted 1 / (1 + B_t / 100): 1/2 at B_t = 100, 1/4 at 300
+    assert goodput.path_b_noise([100.0, 300.0], 100) == pytest.approx((100 / 2 + 300 / 4) / (1 / 2 + 1 / 4))
+    g2, ghg, trh = 4.0, 2.0, 200.0  # e_max = 2, B_noise = 100
+    path = [(g2, ghg, trh, 0.0)] * 5
+    ratio = goodput.steps_along_path(path, 10, 50, 0.1) / goodput.steps_along_path(path, 1000, 50, 0.1)
+    assert ratio == pytest.approx(goodput.steps_factor(10, 100.0) / goodput.steps_factor(1000, 100.0))
+    # a top eigenvalue of 10 caps the rate at 0.2 < e_opt: a large batch no longer reaches S_min, the ratio shrinks
+    capped = [(g2, ghg, trh, 10.0)] * 5
+    r_cap = goodput.steps_along_path(capped, 10, 50, 0.1) / goodput.steps_along_path(capped, 1000, 50, 0.1)
+    assert 1 < r_cap < ratio
+    # the same cap from the runs' largest rate
+    assert goodput.steps_along_path(path, 1000, 50, 0.1, lr_cap=0.2) == pytest.approx(
+        goodput.steps_along_path(capped, 1000, 50, 0.1))
+
+
 def test_fit_step_time_is_least_squares_and_non_negative():
     a, b = goodput.fit_step_time([(10, 2.0), (20, 3.0), (40, 5.0)])  # exactly 1 + 0.1 B
     assert a == pytest.approx(1.0) and b == pytest.approx(0.1)

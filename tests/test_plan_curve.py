@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gpuwise.plan.capacity import find_capacity
-from gpuwise.plan.curve import MAX_BATCH, CurvePoint, fit_line, next_candidate
+from gpuwise.plan.capacity import find_capacity, next_candidate
+from gpuwise.plan.curve import MAX_BATCH, CurvePoint, fit_line
 
 GIB = 1024**3
 MIB = 1024**2

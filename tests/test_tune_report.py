@@ -1,5 +1,8 @@
 """The tune answer as text and charts, from a hand-made result (no trials run)."""
 
+import pytest
+
+from gpuwise.errors import GpuwiseError
 from gpuwise.report import tune as report
 from gpuwise.tuning import TuneResult
 from gpuwise.tuning.records import Settings, Trial
@@ -102,3 +105,16 @@ def test_typed_results_keep_the_json_keys_in_their_order():
         "startup_s", "num_threads", "peak_memory_bytes", "memory_kind", "error", "resumed"]
     record = _result().trials[0].to_record()
     assert "resumed" not in record and Trial.from_record({**record, "old_field": 1}) == _result().trials[0]
+
+
+def test_plot_is_a_file_as_in_estimate_and_fit_and_a_folder_still_works_with_a_note(tmp_path, capsys):
+    from gpuwise.commands.tune import _plot_is_folder
+
+    out = tmp_path / "tune.png"
+    assert _plot_is_folder(str(out)) is False and capsys.readouterr().err == ""
+    assert report.plot_file(_result(), str(out)) == [str(out)]
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert _plot_is_folder(str(tmp_path / "charts")) is True and (tmp_path / "charts").is_dir()
+    assert "deprecated" in capsys.readouterr().err
+    with pytest.raises(GpuwiseError, match="does not exist"):
+        _plot_is_folder(str(tmp_path / "no" / "such" / "tune.png"))

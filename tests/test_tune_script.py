@@ -17,9 +17,10 @@ STARVED = str(Path(__file__).parent / "scripts" / "starved.py")
 
 def test_tune_a_script_then_resume_from_its_results(capsys, tmp_path):
     results = tmp_path / "tune.jsonl"
-    # a script that would run 400 steps: each trial is ended after its measured steps, not run to the end
+    # a script that would run 400 steps: each trial is ended after its measured steps, not run to the end;
+    # bounded by trial count (the script as it is, one worker count; a winner's re-measurement on top), not time
     cmd = ["--", PY, STARVED, "--steps", "400", "--batch-size", "8"]
-    code = main(["tune", "--json", "--budget", "20s", "--measure", "1s", "--max-workers", "1",
+    code = main(["tune", "--json", "--budget", "30m", "--max-trials", "2", "--measure", "1s", "--max-workers", "1",
                  "--results", str(results), *cmd])
     d = json.loads(capsys.readouterr().out)
     assert code == 0
@@ -34,7 +35,7 @@ def test_tune_a_script_then_resume_from_its_results(capsys, tmp_path):
     lines = [json.loads(line) for line in results.read_text().splitlines()]
     assert len(lines) == len(d["trials"])
     # a rerun with the same results file repeats no finished trial
-    code = main(["tune", "--json", "--budget", "20s", "--measure", "1s", "--max-workers", "1",
+    code = main(["tune", "--json", "--budget", "30m", "--max-trials", "2", "--measure", "1s", "--max-workers", "1",
                  "--results", str(results), *cmd])
     again = json.loads(capsys.readouterr().out)
     assert code == 0 and all(t["resumed"] for t in again["trials"][:2])
@@ -77,3 +78,12 @@ def test_code_change_in_the_scripts_own_terms():
     base.framework = "lightning"
     assert code_change(result).endswith("# in train_dataloader()")
     assert code_change(ScriptTuneResult(["x"], base, base, [base], 1.0)).startswith("# keep your")
+
+
+def test_max_trials_bounds_a_workload_tune_by_count(tmp_path):
+    from gpuwise.tuning import tune
+
+    result = tune("examples:mlp", budget_s=1800, device="cpu", measure_s=0.2, max_trials=2,
+                  results=str(tmp_path / "t.jsonl"))
+    assert len(result.trials) == 2 and result.out_of_budget
+    assert any(n.startswith("the trial limit (2) ran out") for n in result.notes)

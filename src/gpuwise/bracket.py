@@ -2,10 +2,14 @@
 
 One pure strategy for every batch search: the max-batch search on a device (measuring/maxbatch.py), the
 tuner's batch search (tuning/search.py) and the planner's capacity search over traces (plan/capacity.py).
-Its docstring gives the sequence; the callers' tests assert the exact batch sizes tried.
+Its docstring gives the sequence; the callers' tests assert the exact batch sizes tried. `search` is the
+one loop that drives it: every largest-batch search is `search(trial, ...)` with its own trial.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
 
 
 def next_candidate(largest_ok: int | None, smallest_fail: int | None, start: int, *,
@@ -46,3 +50,46 @@ def next_candidate(largest_ok: int | None, smallest_fail: int | None, start: int
             return smallest_fail // 2
         return max(1, smallest_fail - max(step, start - smallest_fail))
     return (largest_ok + smallest_fail) // 2
+
+
+class Searched(NamedTuple):
+    """What `search` settled: the largest batch that ran (fit) and the smallest that did not (None: none
+    so far), the batch sizes tried in order, and why it stopped: "" (settled, or the limit reached),
+    "trials" (max_trials spent), "time" (out_of_time said so) or "error" (a trial said neither)."""
+
+    largest_ok: int | None
+    smallest_fail: int | None
+    tried: list[int]
+    stopped: str = ""
+
+
+def search(trial: Callable[[int], bool | None], start: int, *, step: int | None = None,
+           limit: int | None = None, resolution: int = 1, guess: int | None = None,
+           largest_ok: int | None = None, smallest_fail: int | None = None, max_trials: int | None = None,
+           out_of_time: Callable[[], bool] | None = None) -> Searched:
+    """The one largest-batch search loop: ask `next_candidate` (same arguments) for a batch, run
+    `trial(batch)` -> True (it ran / fits), False (out of memory / over the limit) or None (neither: an
+    error, which says nothing about memory, so the search stops there), until the bracket is settled.
+
+    `largest_ok` / `smallest_fail` start the bracket where earlier trials left it. Every candidate lies
+    inside the open bracket, so when memory is not monotone in the batch (allocator layout: 1553 fits,
+    1554 does not, 1559 fits again) the answer is the crossing this search settles: a batch that fits
+    whose neighbour above does not."""
+    ok, fail = largest_ok, smallest_fail
+    tried: list[int] = []
+    while True:
+        if max_trials is not None and len(tried) >= max_trials:
+            return Searched(ok, fail, tried, "trials")
+        if out_of_time is not None and out_of_time():
+            return Searched(ok, fail, tried, "time")
+        batch = next_candidate(ok, fail, start, step=step, limit=limit, resolution=resolution, guess=guess)
+        if batch is None:
+            return Searched(ok, fail, tried)
+        tried.append(batch)
+        result = trial(batch)
+        if result is None:
+            return Searched(ok, fail, tried, "error")
+        if result:
+            ok = batch if ok is None else max(ok, batch)
+        else:
+            fail = batch if fail is None else min(fail, batch)

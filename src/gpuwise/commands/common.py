@@ -9,16 +9,22 @@ from ..hf import TASKS
 from ..step import OPTIMIZERS, PRECISIONS, StepConfig, checkpointing_mode
 from ..workload import Workload, load_workload
 
+BATCH_MEANING = "samples per forward/backward on each GPU"
+
 
 def add_workload_arguments(p: argparse.ArgumentParser, batch_required: bool = False, batch_default: int | None = None,
-                           configs: bool = False) -> None:
+                           configs: bool = False, batch_help: str = BATCH_MEANING) -> None:
     """The options every command that runs or plans a workload shares, with one meaning: the workload, the
     batch, the optimizer, the precision and checkpointing (`configs`: also hf:ID / config.json, with
-    --seq-len and --task)."""
+    --seq-len and --task). `-b` is BATCH_MEANING everywhere; fit alone takes the samples per optimizer
+    step on each GPU, which it splits into a micro-batch (BATCH_MEANING) x gradient accumulation, and says
+    so in `batch_help`. Default policy: a workload file's batch is its author's, so -b is asked for where
+    the answer depends on it (estimate, measure, train); a model config's default is 1 sequence (estimate);
+    a search's start (fit 8, tune 32) has a default, shown in the help."""
     p.add_argument("workload", metavar="WORKLOAD", help="path/to/job.py, pkg.module or examples:NAME"
                    + (", hf:ORG/NAME or config.json" if configs else ""))
     p.add_argument("-b", "--batch-size", type=positive_int, required=batch_required, default=batch_default,
-                   help="samples per step" + (f" (default {batch_default})" if batch_default else ""))
+                   help=batch_help + (f" (default {batch_default})" if batch_default else ""))
     p.add_argument("--optimizer", choices=list(OPTIMIZERS), help="override the workload's optimizer (default adamw)")
     p.add_argument("--precision", default="fp32", choices=list(PRECISIONS), help="numeric precision (default fp32)")
     p.add_argument("--checkpointing", nargs="?", const="full", default="none", choices=["none", "full", "selective"],
@@ -28,6 +34,34 @@ def add_workload_arguments(p: argparse.ArgumentParser, batch_required: bool = Fa
     if configs:
         p.add_argument("--seq-len", type=positive_int, help="hf:ID / config.json: tokens per sample (default 512)")
         p.add_argument("--task", choices=list(TASKS), help="hf:ID / config.json: the head (default causal-lm)")
+
+
+GPU_NAMES = "a catalog name (H100, A100-40GB, rtx4090, 'NVIDIA H200')"
+
+
+def add_gpu_argument(p: argparse.ArgumentParser, *, on_this_machine: bool = False, every: bool = False,
+                     required: bool = False, default: str | None = None) -> None:
+    """`--gpu`, one option wherever a GPU is named. A plan names a catalog GPU, `auto` (the visible GPU with
+    the most free memory) or, where a list of answers makes sense (`every`: fit), `all` (every catalog GPU);
+    a command that runs the step (`on_this_machine`: measure, tune) names this machine's device: cuda,
+    cuda:N, cpu or `auto` (cuda when there is one, else cpu), and keeps `--device` as the same option.
+    `all` means nothing where one GPU answers (estimate, measure, tune): it is a one-line error there."""
+    if on_this_machine:
+        p.add_argument("--gpu", "--device", dest="device", default=default, metavar="DEVICE",
+                       help="the GPU to run on: cuda, cuda:N, cpu or auto (default: cuda when there is one, else "
+                            "cpu); --device is the same option")
+        return
+    names = GPU_NAMES + ", auto: the visible GPU with the most free memory"
+    p.add_argument("--gpu", required=required, default=default, metavar="NAME",
+                   help=names + (", or all: every catalog GPU" if every else "")
+                   + (f" (default {default})" if default else ""))
+
+
+def refuse_gpu_all(gpu: str | None, command: str, one: str = "a catalog name or auto") -> None:
+    """`--gpu all` where one GPU answers: a one-line error that says where `all` applies."""
+    if gpu is not None and gpu.strip().lower() == "all":
+        raise GpuwiseError(f"--gpu all: `gpuwise {command}` answers for one GPU ({one}); "
+                           "`gpuwise fit --gpu all` ranks every catalog GPU")
 
 
 def workload_from_args(args: argparse.Namespace) -> Workload:

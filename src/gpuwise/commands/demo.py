@@ -12,7 +12,7 @@ from __future__ import annotations
 from ..demo import run_demo
 from ..report import console
 from ..report.demo import render_demo
-from .common import positive_int
+from .common import BATCH_MEANING, positive_int
 
 HELP = "run the main job on a bundled example: devices, pick, plan, measure — a short report"
 EXAMPLES = """\
@@ -24,7 +24,7 @@ EXAMPLES = """\
 
 def add_arguments(p) -> None:
     p.add_argument("workload", nargs="?", default="examples:resnet", help="workload (default examples:resnet)")
-    p.add_argument("-b", "--batch-size", type=positive_int, default=32, help="batch size (default 32)")
+    p.add_argument("-b", "--batch-size", type=positive_int, default=32, help=BATCH_MEANING + " (default 32)")
     p.add_argument("--gpu", default="H100", help="GPU to plan for from the catalog (default H100)")
     p.add_argument("--steps", type=positive_int, default=3, help="measured steps (default 3)")
     p.add_argument("--no-measure", action="store_true", help="plan only, run nothing")

@@ -14,7 +14,7 @@ from ..report import console
 from ..report.plan import plot_estimate, render_estimate
 from ..report.progress import StageProgress
 from ..units import fmt_bytes
-from .common import add_workload_arguments, positive_int
+from .common import add_gpu_argument, add_workload_arguments, positive_int, refuse_gpu_all
 
 HELP = "predict a training step's GPU memory, FLOPs and largest batch (no GPU needed)"
 EXAMPLES = """\
@@ -35,8 +35,7 @@ the cuBLAS workspaces and CUDA context: peak allocated, reserved and what nvidia
 def add_arguments(p) -> None:
     add_workload_arguments(p, configs=True)  # -b: required for workload files, 1 sequence by default for a config
     p.add_argument("--target", choices=["cuda", "cpu"], default="cuda", help="device to predict for (default cuda)")
-    p.add_argument("--gpu", metavar="NAME", help="GPU from the catalog, e.g. H100, A100-40GB, L4, 'NVIDIA H200'; "
-                   "auto: the visible GPU with the most free memory, judged on its free memory")
+    add_gpu_argument(p)
     p.add_argument("--margin", type=float, default=None, metavar="PCT",
                    help="percent of GPU memory kept free when finding the largest batch (default 5)")
     p.add_argument("--no-max-batch", action="store_true", help="with --gpu: skip the largest-batch search")
@@ -116,6 +115,7 @@ def mode_kwargs(args) -> dict:
 
 
 def run(args) -> int:
+    refuse_gpu_all(args.gpu, "estimate")
     if args.batch_size is None:
         if not is_config_source(args.workload):
             raise GpuwiseError("-b/--batch-size is required for a workload (a model config or hf: id defaults to 1)")

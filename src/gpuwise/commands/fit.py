@@ -8,7 +8,7 @@ from ..plan.fit import attach_costs, fit, fit_all_gpus
 from ..plan.speed.cost import parse_prices
 from ..report import console
 from ..report.fit import gpus_table, plot_fit, render_fit
-from .common import add_workload_arguments, positive_int
+from .common import add_gpu_argument, add_workload_arguments, positive_int
 
 HELP = "will it fit on GPU X (or N of them), and how to make it fit: ranked options (no GPU needed)"
 EXAMPLES = """\
@@ -23,8 +23,10 @@ config, layers 1 and 2 are traced and extrapolated. Options that fit come first,
 
 
 def add_arguments(p) -> None:
-    add_workload_arguments(p, batch_default=8, configs=True)  # -b: per optimizer step per GPU
-    p.add_argument("--gpu", required=True, metavar="NAME", help="catalog GPU (e.g. H100, rtx4090, L4) or 'all'")
+    add_workload_arguments(p, batch_default=8, configs=True,
+                           batch_help="samples per optimizer step on each GPU, split into a micro-batch x "
+                                      "gradient accumulation (estimate's -b x --grad-accum)")
+    add_gpu_argument(p, every=True, required=True)
     p.add_argument("-n", "--nproc", type=positive_int, default=1, help="number of GPUs (default 1)")
     p.add_argument("--margin", type=float, default=None, metavar="PCT", help="percent of GPU memory kept free (default 5)")
     p.add_argument("--plot", metavar="FILE", help="chart of the options (memory vs the GPU, samples/s) to FILE")

@@ -10,7 +10,13 @@ from ..report import console
 from ..report.measure import maxbatch_table, measurement_table, oom_message
 from ..report.progress import ProgressPrinter
 from ..workload import load_workload
-from .common import add_workload_arguments, positive_int, step_config_from_args
+from .common import (
+    add_gpu_argument,
+    add_workload_arguments,
+    positive_int,
+    refuse_gpu_all,
+    step_config_from_args,
+)
 
 HELP = "run real steps on a device (in a child process, OOM-safe): peak memory, device memory, step time"
 EXAMPLES = """\
@@ -28,8 +34,7 @@ def add_arguments(p) -> None:
     add_workload_arguments(p)
     p.add_argument("--steps", type=positive_int, default=10, help="measured steady-state steps (default 10)")
     p.add_argument("--warmup", type=positive_int, default=2, help="warm-up steps before measuring (default 2)")
-    p.add_argument("--gpu", "--device", dest="device", default=None, metavar="DEVICE",
-                   help="cuda, cuda:N or cpu (default: cuda if available, else cpu); --device is the same option")
+    add_gpu_argument(p, on_this_machine=True)
     p.add_argument("--snapshot", metavar="FILE", help="save a CUDA memory snapshot of the run (cuda only)")
     p.add_argument("--max-batch", action="store_true",
                    help="find the largest batch that runs, by isolated trials (from --batch-size, default 1)")
@@ -40,6 +45,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
+    refuse_gpu_all(args.device, "measure", "cuda, cuda:N, cpu or auto")
     config = step_config_from_args(args)
     if args.max_batch:
         return _max_batch(args, config, find_max_batch, resolve_device, maxbatch_table)

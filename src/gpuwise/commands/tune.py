@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from ..errors import GpuwiseError
 from ..report import console
@@ -13,14 +14,14 @@ from ..tuning import goodput, tune
 from ..tuning.script import code_change, run_script_trial, tune_script
 from ..units import parse_duration
 from ..workload import load_workload
-from .common import positive_int
+from .common import BATCH_MEANING, add_gpu_argument, positive_int, refuse_gpu_all
 
 HELP = "find the batch size, DataLoader settings and precision that train fastest (measured, resumable)"
 TRAILING_COMMAND = True  # `gpuwise tune [options] -- CMD`: cli.main splits the command off first
 EXAMPLES = """\
   gpuwise tune --budget 90s -- python train.py --epochs 1   # your own script, unchanged: DataLoader settings
   gpuwise tune examples:imagefolder --budget 5m
-  gpuwise tune train_job.py --device cuda:0 --results tune.jsonl --plot tune-charts/
+  gpuwise tune train_job.py --gpu cuda:0 --results tune.jsonl --plot tune.png
   gpuwise tune examples:resnet --batch-sizes 32,64,128 --json | jq .best
   # killed? run the same command again: finished trials are read back from --results, not repeated
 """
@@ -31,11 +32,14 @@ def add_arguments(p) -> None:
                    help="path/to/job.py, pkg.module or examples:NAME; or give your script after `--` instead")
     p.set_defaults(cmd=[])
     p.add_argument("--budget", default="5m", help="time for the whole search, e.g. 90s, 5m (default 5m)")
-    p.add_argument("--gpu", "--device", dest="device", metavar="DEVICE",
-                   help="cuda, cuda:1 ... or cpu (default: cuda when there is one, else cpu); --device is the same option")
+    p.add_argument("--max-trials", type=positive_int, metavar="N",
+                   help="at most N trials (those read back from --results count); the search ends at whichever of "
+                        "--budget and --max-trials comes first (a script's winner is re-measured on top)")
+    add_gpu_argument(p, on_this_machine=True)
     p.add_argument("--results", help="JSONL file: every trial is appended as it finishes; a rerun resumes from it")
-    p.add_argument("--plot", metavar="DIR", help="write charts (samples/s vs batch size and vs workers) here")
-    p.add_argument("-b", "--batch-size", type=positive_int, help="the batch as given (baseline, search start; default 32)")
+    p.add_argument("--plot", metavar="FILE", help="write a chart (samples/s vs batch size and vs workers) to FILE, as in "
+                   "estimate and fit; a folder (the older form, deprecated) still gets one PNG per chart")
+    p.add_argument("-b", "--batch-size", type=positive_int, help=BATCH_MEANING + ": the baseline's, and the search's start (default 32)")
     p.add_argument("--batch-sizes", help="comma-separated batch sizes to try instead of the search")
     p.add_argument("--precision", default="fp32", help="the precision as given (baseline; default fp32)")
     p.add_argument("--precisions", help="comma-separated candidates (default: what the device does cheaply)")
@@ -64,16 +68,31 @@ def _ints(text: str | None) -> list[int] | None:
     return values
 
 
-def _check_plot_folder(folder: str) -> None:
+IMAGE_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg")  # what matplotlib's Agg backend writes
+
+
+def _plot_is_folder(path: str) -> bool:
+    """`--plot` is a FILE, as in estimate and fit. The older form, a folder for one PNG per chart, still
+    works, with a deprecation note on stderr: a path that is a folder or has no image extension. Checked
+    before the budget is spent, not after."""
+    target = Path(path)
+    if target.suffix.lower() in IMAGE_SUFFIXES and not target.is_dir():
+        if not target.resolve().parent.is_dir():
+            raise GpuwiseError(f"--plot {path}: the folder {target.resolve().parent} does not exist")
+        return False
+    console.err.print(f"note: --plot {path}: a folder is the older form of --plot and is deprecated; give a file "
+                      "(e.g. --plot tune.png) for one chart, as in estimate and fit", markup=False)
     try:
-        os.makedirs(folder, exist_ok=True)
+        os.makedirs(path, exist_ok=True)
     except OSError as exc:
-        raise GpuwiseError(f"--plot {folder!r}: cannot create the folder: {exc.strerror or exc}") from None
-    if not os.access(folder, os.W_OK):
-        raise GpuwiseError(f"--plot {folder!r}: the folder is not writable")
+        raise GpuwiseError(f"--plot {path!r}: cannot create the folder: {exc.strerror or exc}") from None
+    if not os.access(path, os.W_OK):
+        raise GpuwiseError(f"--plot {path!r}: the folder is not writable")
+    return True
 
 
 def run(args) -> int:
+    refuse_gpu_all(args.device, "tune", "cuda, cuda:N, cpu or auto")
     budget_s = parse_duration(args.budget)
     if args.cmd:
         if args.workload:
@@ -84,15 +103,14 @@ def run(args) -> int:
     args.measure = args.measure or "2s"
     precisions = [check_precision(p) for p in args.precisions.split(",")] if args.precisions else None
     load_workload(args.workload).build_batch(1)  # a bad workload is one line, before the progress bar starts
-    if args.plot:
-        _check_plot_folder(args.plot)  # before the budget is spent, not after
+    plot_folder = _plot_is_folder(args.plot) if args.plot else False
     with report.TuneProgress(budget_s) as bar:
         result = tune(args.workload, budget_s=budget_s, device=args.device, results=args.results,
                       batch_sizes=_ints(args.batch_sizes), batch_size=args.batch_size,
                       precision=check_precision(args.precision), precisions=precisions,
                       optimizer=args.optimizer, measure_s=parse_duration(args.measure),
-                      max_workers=args.max_workers, on_trial=bar)
-    charts = report.plot(result, args.plot) if args.plot else []
+                      max_workers=args.max_workers, max_trials=args.max_trials, on_trial=bar)
+    charts = [] if not args.plot else report.plot(result, args.plot) if plot_folder else report.plot_file(result, args.plot)
     text = report.snippet(result)
     advice = _goodput_of_workload(args, result) if args.objective == "goodput" else None
     if args.json:
@@ -136,7 +154,7 @@ def _run_script(args, budget_s: float) -> int:
                                "precision and optimizer are its own (gpuwise measures them and advises)")
     result = tune_script(args.cmd, budget_s=budget_s, results=args.results,
                          measure_s=parse_duration(args.measure or "3s"), max_workers=args.max_workers,
-                         on_trial=print_progress)
+                         max_trials=args.max_trials, on_trial=print_progress)
     change = code_change(result)
     advice = _goodput_of_script(args, result) if args.objective == "goodput" else None
     if args.json:

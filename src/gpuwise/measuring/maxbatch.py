@@ -1,8 +1,8 @@
 """The true max batch on a real device: isolated trials, a pure search strategy, and the driver.
 
-The strategy is one pure function, `next_candidate(largest_ok, smallest_fail, start, ...)` (gpuwise/bracket.py), so that
-every search (this one, the tuner's batch search) is the same few lines and tests can assert the exact
-sequence of batch sizes tried (after Lightning's `tuner/batch_size_scaling.py`, without its duplicated
+The strategy is one pure function, `next_candidate(largest_ok, smallest_fail, start, ...)` (gpuwise/bracket.py), driven by
+one loop, `bracket.search`, so that every search (this one, the tuner's, the planner's) is the same loop and tests can
+assert the exact sequence of batch sizes tried (after Lightning's `tuner/batch_size_scaling.py`, without its duplicated
 power/binsearch loops):
 
 * no seed (`step=None`): start, 2*start, 4*start, ... until one fails; halve while the start fails;
@@ -20,7 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from ..bracket import next_candidate
+from .. import bracket
+from ..bracket import next_candidate  # noqa: F401  (re-exported by gpuwise.measuring)
 from ..errors import GpuwiseError
 from .child import run_isolated
 
@@ -65,35 +66,33 @@ class TrialOutcome(NamedTuple):
 def search(trial: Callable[[int], TrialOutcome], start: int, *, step: int | None = None,
            limit: int | None = None, resolution: int = 1, max_trials: int = 64,
            on_trial: Callable[[Trial], None] | None = None) -> MaxBatchResult:
-    """Drive `next_candidate` with `trial(batch_size) -> TrialOutcome` until the search ends.
+    """`bracket.search` with `trial(batch_size) -> TrialOutcome` until the search ends.
 
     A status other than ok/oom (a crash, a timeout, a bug in the workload) stops the search: it says
     nothing about memory, so guessing past it would report a wrong maximum.
     """
-    largest_ok: int | None = None
-    smallest_fail: int | None = None
     trials: list[Trial] = []
     values: dict[int, dict] = {}
-    error = ""
-    while len(trials) < max_trials:
-        batch = next_candidate(largest_ok, smallest_fail, start, step=step, limit=limit, resolution=resolution)
-        if batch is None:
-            break
+    errors: list[str] = []
+
+    def ran(batch: int) -> bool | None:
         outcome = trial(batch)
         record = Trial(batch, outcome.status, float(outcome.seconds))
         trials.append(record)
         if on_trial is not None:
             on_trial(record)
         if outcome.status == OK:
-            largest_ok = batch if largest_ok is None else max(largest_ok, batch)
             values[batch] = dict(outcome.value or {})
-        elif outcome.status == OOM:
-            smallest_fail = batch if smallest_fail is None else min(smallest_fail, batch)
-        else:
-            error = f"batch {batch}: {outcome.status}: {outcome.error}".rstrip(": ")
-            break
-    capped = smallest_fail is None and largest_ok is not None and limit is not None and largest_ok >= limit
-    return MaxBatchResult(largest_ok, trials, capped=capped, error=error, values=values)
+            return True
+        if outcome.status == OOM:
+            return False
+        errors.append(f"batch {batch}: {outcome.status}: {outcome.error}".rstrip(": "))
+        return None
+
+    found = bracket.search(ran, start, step=step, limit=limit, resolution=resolution, max_trials=max_trials)
+    largest_ok = found.largest_ok
+    capped = found.smallest_fail is None and largest_ok is not None and limit is not None and largest_ok >= limit
+    return MaxBatchResult(largest_ok, trials, capped=capped, error=errors[0] if errors else "", values=values)
 
 
 def isolated_trial(workload: str, *, optimizer: str | None = None, precision: str = "fp32",

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .. import bracket
 from .curve import (
     DEFAULT_MARGIN_PCT,
     DEFAULT_MAX_TRACES,
@@ -24,7 +25,6 @@ from .curve import (
     Piecewise,
     fit_line,
     fit_pieces,
-    next_candidate,
     phase_peaks,
 )
 
@@ -153,36 +153,23 @@ def find_capacity(point: Callable[[int], CurvePoint], batch_size: int, memory_by
                     answer >= MAX_BATCH, replay_predicted, s.replays)
 
 
+def next_candidate(last_fit: int, first_fail: int | None, guess: int | None = None) -> int | None:
+    """The next batch size to trace, from the largest known to fit (0: none) and the smallest known not to
+    fit (None: none failed yet): gpuwise/bracket.py's search from 1, up to MAX_BATCH, trying `guess` first
+    when it lies inside the bracket. None when the answer is settled (last_fit + 1 == first_fail)."""
+    return bracket.next_candidate(last_fit or None, first_fail, 1, limit=MAX_BATCH, guess=guess)
+
+
 def _crossing(fits: Callable[[int], bool], lo: int, hi: int | None, guess: int) -> int:
     """The largest b in [lo, hi) with fits(b) and not fits(b + 1) (or hi == b + 1), searched from
-    `guess`: steps of 1, 2, 4 ... away from it until the answer is bracketed, then bisection. `lo` is
-    taken to fit (0: nothing) and `hi` not to (None: MAX_BATCH + 1)."""
+    `guess`: `bracket.search`'s seed mode with step 1 (steps of 1, 2, 4 ... away from it until the answer
+    is bracketed, then bisection). `lo` is taken to fit (0: nothing) and `hi` not to (None: MAX_BATCH + 1)."""
     top = MAX_BATCH + 1 if hi is None else hi
     g = min(max(guess, lo + 1), top - 1)
     if g <= lo:
         return lo
-    step = 1
-    if fits(g):
-        lo = g
-        while lo + step < top:
-            if not fits(lo + step):
-                top = lo + step
-                break
-            lo, step = lo + step, step * 2
-    else:
-        top = g
-        while top - step > lo:
-            if fits(top - step):
-                lo = top - step
-                break
-            top, step = top - step, step * 2
-    while top - lo > 1:
-        mid = (lo + top) // 2
-        if fits(mid):
-            lo = mid
-        else:
-            top = mid
-    return lo
+    found = bracket.search(lambda b: b <= lo or fits(b), g, step=1, limit=top - 1)
+    return found.largest_ok if found.largest_ok is not None else lo
 
 
 class _Search:

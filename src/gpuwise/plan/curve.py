@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .. import bracket
-
 MAX_BATCH = 1 << 20          # search ceiling: a million samples per step
 DEFAULT_MARGIN_PCT = 5.0     # headroom kept free on the GPU: allocator growth across steps, other libraries
 DEFAULT_MAX_TRACES = 16      # traces the search may add to the asked batch's own
@@ -55,13 +53,6 @@ def fit_line(a: tuple[int, int], b: tuple[int, int]) -> LinearFit:
         return LinearFit(float(y1), 0.0)
     slope = (y2 - y1) / (x2 - x1)
     return LinearFit(y1 - slope * x1, slope)
-
-
-def next_candidate(last_fit: int, first_fail: int | None, guess: int | None = None) -> int | None:
-    """The next batch size to trace, from the largest known to fit (0: none) and the smallest known not to
-    fit (None: none failed yet): gpuwise/bracket.py's search from 1, up to MAX_BATCH, trying `guess` first
-    when it lies inside the bracket. None when the answer is settled (last_fit + 1 == first_fail)."""
-    return bracket.next_candidate(last_fit or None, first_fail, 1, limit=MAX_BATCH, guess=guess)
 
 
 def phase_peaks(p: CurvePoint) -> dict[str, int]:

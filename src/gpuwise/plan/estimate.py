@@ -21,7 +21,7 @@ from ..hf import num_layers_of
 from ..optional_libs import sized_without_notes
 from ..step import OPTIMIZERS, StepConfig, checkpointing_mode
 from ..truth import record_workload
-from ..workload import Workload, check_batch_size, load_workload
+from ..workload import Workload, load_workload
 from .capacity import Capacity, find_capacity
 from .catalog import GpuSpec, lookup, tensor_core_capability
 from .curve import DEFAULT_MARGIN_PCT, CurvePoint
@@ -192,7 +192,6 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     modes = make_modes(grad_accum, lora, qlora, freeze, offload_optimizer, lora_targets=lora_targets,
                        lora_alpha=lora_alpha, lora_dropout=lora_dropout, base_dtype=base_dtype,
                        qlora_quant=qlora_quant, bnb_version=bnb_version)
-    check_batch_size(batch_size)
     check_target(target)
     split = make_split(nproc, strategy)
     if split.strategy == "pipeline":

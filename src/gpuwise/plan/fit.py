@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..bracket import search
 from ..errors import GpuwiseError
 from ..optional_libs import install_hint, missing, sized_without_notes
 from ..step import StepConfig
@@ -261,11 +262,10 @@ def point_micro(point: Point, samples: int) -> int:
     return getattr(point, "micro_batch", samples)
 
 
-def estimate_args(source: str, gpu: str, v: Variant, micro: int, accum: int, margin_pct: float) -> list[str] | None:
-    """The `gpuwise estimate` arguments of one option (None for pipeline: estimate does not split layers)."""
-    if v.split.strategy == "pipeline":
-        return None
-    args = ["gpuwise", "estimate", source, "-b", str(micro), "--precision", v.config.precision]
+def _step_flags(v: Variant, micro: int, accum: int) -> list[str]:
+    """The flags of one option's step, as `estimate` and `train` both take them: micro-batch, precision,
+    optimizer, checkpointing, LoRA / QLoRA, optimizer offload (train_args declines those), accumulation."""
+    args = ["-b", str(micro), "--precision", v.config.precision]
     if v.config.optimizer:
         args += ["--optimizer", v.config.optimizer]
     if v.config.checkpointing:
@@ -278,6 +278,14 @@ def estimate_args(source: str, gpu: str, v: Variant, micro: int, accum: int, mar
         args.append("--offload-optimizer")
     if accum > 1:
         args += ["--grad-accum", str(accum)]
+    return args
+
+
+def estimate_args(source: str, gpu: str, v: Variant, micro: int, accum: int, margin_pct: float) -> list[str] | None:
+    """The `gpuwise estimate` arguments of one option (None for pipeline: estimate does not split layers)."""
+    if v.split.strategy == "pipeline":
+        return None
+    args = ["gpuwise", "estimate", source, *_step_flags(v, micro, accum)]
     if v.split.nproc > 1:
         args += ["-n", str(v.split.nproc), "--strategy", v.split.strategy]
     args += ["--gpu", gpu]
@@ -298,17 +306,7 @@ def train_args(source: list[str], v: Variant, micro: int, accum: int) -> list[st
     if "--task" in named:
         i = named.index("--task")
         del named[i:i + 2]
-    args = ["gpuwise", "train", *named, "-b", str(micro), "--precision", v.config.precision]
-    if v.config.optimizer:
-        args += ["--optimizer", v.config.optimizer]
-    if v.config.checkpointing:
-        args.append("--checkpointing")
-    if v.modes.qlora:
-        args.append("--qlora")
-    elif v.modes.lora_rank:
-        args += ["--lora", str(v.modes.lora_rank)]
-    if accum > 1:
-        args += ["--grad-accum", str(accum)]
+    args = ["gpuwise", "train", *named, *_step_flags(v, micro, accum)]
     nproc = max(v.split.nproc, 1)
     args += ["-n", str(nproc)]
     if v.split.strategy not in ("single", "ddp"):
@@ -412,21 +410,30 @@ def _option(ev: Evaluator, v: Variant, spec: GpuSpec, micro: int, accum: int, li
 
 
 def _best_micro_batch(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limit: float) -> FitOption:
-    """The largest micro-batch (a divisor of `batch`, the rest accumulated) that fits: the whole batch
-    first, then micro-batch 1, then the divisor the two predict (memory is about linear in the batch)."""
-    whole = _option(ev, v, spec, batch, 1, limit)
-    if whole.fits or batch == 1:
-        return whole
-    one = _option(ev, v, spec, 1, batch, limit)
-    if not one.fits:
-        return one
-    per_sample = (whole.device_used_bytes - one.device_used_bytes) / max(batch - 1, 1)
-    for m in _divisors(batch):
-        if 1 < m < batch and one.device_used_bytes + per_sample * (m - 1) <= limit:
-            cand = _option(ev, v, spec, m, batch // m, limit)
-            if cand.fits:
-                return cand
-    return one
+    """The largest micro-batch (a divisor of `batch`, the rest accumulated) that fits, by the one
+    largest-batch loop (bracket.search) over the divisors in ascending order: the whole batch first,
+    then micro-batch 1, then the divisor the two predict (memory is about linear in the batch), then
+    bisection. The answer is traced and fits, and the next larger divisor is traced and does not (the
+    rule estimate's largest batch keeps); micro-batch 1 when even that does not fit."""
+    divisors = sorted(_divisors(batch))        # index k (1-based) -> the k-th smallest divisor
+    tried: dict[int, FitOption] = {}
+
+    def trial(k: int) -> bool:
+        if k not in tried:
+            m = divisors[k - 1]
+            tried[k] = _option(ev, v, spec, m, batch // m, limit)
+        return tried[k].fits
+
+    n = len(divisors)
+    if trial(n) or n == 1:
+        return tried[n]
+    if not trial(1):
+        return tried[1]
+    per_sample = (tried[n].device_used_bytes - tried[1].device_used_bytes) / max(batch - 1, 1)
+    predicted = [k for k in range(2, n) if tried[1].device_used_bytes + per_sample * (divisors[k - 1] - 1) <= limit]
+    guess = max(predicted) if predicted else 2
+    found = search(trial, n, limit=n, largest_ok=1, smallest_fail=n, guess=guess if guess < n else None)
+    return tried[found.largest_ok or 1]
 
 
 def attach_costs(results: list[FitResult], tokens: float | None = None, samples: float | None = None,

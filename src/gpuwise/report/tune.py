@@ -100,8 +100,50 @@ def _opt(v: Any) -> str:
     return "-" if v is None else str(v)
 
 
+def _panels(result) -> list[tuple[str, object]]:
+    """(file name, draw(ax)) for each chart there is data for: samples/s vs batch size (compute-only
+    trials) and vs num_workers (end-to-end trials)."""
+    panels = []
+    prec = result.best.precision
+    pts = sorted((r.batch_size, r.samples_per_s) for r in result.trials
+                 if r.kind == "compute" and r.ok and r.precision == prec)
+    pts = list(dict(pts).items())
+    if pts:
+        def by_batch(ax, pts=pts):
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=f"compute only ({prec})")
+            ax.set_xscale("log", base=2)
+            ax.set_xticks([p[0] for p in pts], [str(p[0]) for p in pts])
+            ax.set_xlabel("batch size")
+            ax.set_ylabel("samples/s")
+            if result.largest_safe_batch_size:
+                ax.axvline(result.largest_safe_batch_size, color="red", ls="--", label="largest safe batch")
+            ax.axvline(result.best.batch_size, color="green", ls=":", label="chosen")
+            ax.set_title(f"{result.workload}: samples/s vs batch size")
+            ax.legend()
+        panels.append(("samples_per_s_vs_batch_size.png", by_batch))
+    b = result.best.batch_size
+    pts = sorted((r.num_workers, r.samples_per_s) for r in result.trials
+                 if r.kind == "train" and r.ok and r.batch_size == b
+                 and not r.persistent_workers and r.prefetch_factor is None)
+    pts = list(dict(pts).items())
+    if pts:
+        def by_workers(ax, pts=pts):
+            from matplotlib.ticker import MaxNLocator
+
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=f"end to end, batch {b}")
+            if result.limit_samples_per_s:
+                ax.axhline(result.limit_samples_per_s, color="gray", ls="--", label="compute-only limit")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_xlabel("num_workers")
+            ax.set_ylabel("samples/s")
+            ax.set_title(f"{result.workload}: samples/s vs DataLoader workers")
+            ax.legend()
+        panels.append(("samples_per_s_vs_num_workers.png", by_workers))
+    return panels
+
+
 def plot(result, folder: str) -> list[str]:
-    """samples/s vs batch size (compute-only trials) and vs num_workers (end-to-end trials), as PNGs."""
+    """The charts (see `_panels`) as PNGs in `folder` (the older `--plot DIR` form)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -109,42 +151,28 @@ def plot(result, folder: str) -> list[str]:
 
     os.makedirs(folder, exist_ok=True)
     paths = []
-    prec = result.best.precision
-    pts = sorted((r.batch_size, r.samples_per_s) for r in result.trials
-                 if r.kind == "compute" and r.ok and r.precision == prec)
-    pts = list(dict(pts).items())
-    if pts:
+    for name, draw in _panels(result):
         fig, ax = plt.subplots(figsize=(6, 4))
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=f"compute only ({prec})")
-        ax.set_xscale("log", base=2)
-        ax.set_xticks([p[0] for p in pts], [str(p[0]) for p in pts])
-        ax.set_xlabel("batch size")
-        ax.set_ylabel("samples/s")
-        if result.largest_safe_batch_size:
-            ax.axvline(result.largest_safe_batch_size, color="red", ls="--", label="largest safe batch")
-        ax.axvline(result.best.batch_size, color="green", ls=":", label="chosen")
-        ax.set_title(f"{result.workload}: samples/s vs batch size")
-        ax.legend()
-        paths.append(_save(fig, folder, "samples_per_s_vs_batch_size.png"))
-    b = result.best.batch_size
-    pts = sorted((r.num_workers, r.samples_per_s) for r in result.trials
-                 if r.kind == "train" and r.ok and r.batch_size == b
-                 and not r.persistent_workers and r.prefetch_factor is None)
-    pts = list(dict(pts).items())
-    if pts:
-        fig, ax = plt.subplots(figsize=(6, 4))
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=f"end to end, batch {b}")
-        if result.limit_samples_per_s:
-            ax.axhline(result.limit_samples_per_s, color="gray", ls="--", label="compute-only limit")
-        from matplotlib.ticker import MaxNLocator
-
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_xlabel("num_workers")
-        ax.set_ylabel("samples/s")
-        ax.set_title(f"{result.workload}: samples/s vs DataLoader workers")
-        ax.legend()
-        paths.append(_save(fig, folder, "samples_per_s_vs_num_workers.png"))
+        draw(ax)
+        paths.append(_save(fig, folder, name))
     return paths
+
+
+def plot_file(result, path: str) -> list[str]:
+    """The charts (see `_panels`) side by side in one figure at `path` (`--plot FILE`, as in estimate and
+    fit; the extension picks the format); [] when no trial gave a chart."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = _panels(result)
+    if not panels:
+        return []
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4), squeeze=False)
+    for (_, draw), ax in zip(panels, axes[0]):
+        draw(ax)
+    return [_save(fig, os.path.dirname(path) or ".", os.path.basename(path))]
 
 
 def _save(fig, folder: str, name: str) -> str:

@@ -33,6 +33,58 @@ def steps_factor(batch: float, b_noise: float) -> float:
     return 1.0 + b_noise / batch
 
 
+def path_b_noise(readings: Sequence[float], batch: float) -> float:
+    """The one B_noise that gives a whole run's steps(B) when the noise scale changes along the run.
+
+    Eq. 2.11 holds step by step: a step at batch B with noise scale B_t makes the progress of
+    1 / (1 + B_t / B) steps at B -> infinity (McCandlish et al. 2018, section 2.2: the expected improvement
+    at the tuned rate is dL_max / (1 + B_noise/B)). Summed over a run to the target, steps(B) = sum over its
+    S_min progress of (1 + B_t/B) = S_min (1 + B_bar/B), with B_bar the mean of B_t weighted by each step's
+    S_min progress. `readings` are B_t at the steps of a reference run at `batch` (one per step, smoothed),
+    each weighing 1 / (1 + B_t/batch). Not the value at the end (the largest: B_noise grows as the loss
+    falls) nor the ratio of whole-run means (the early, large |G|^2 dominates it)."""
+    pts = [max(float(b), 0.0) for b in readings if b is not None and math.isfinite(b)]
+    if not pts or batch <= 0:
+        raise ValueError("no noise-scale readings to average")
+    w = [1.0 / (1.0 + b / batch) for b in pts]
+    return sum(wi * b for wi, b in zip(w, pts)) / sum(w)
+
+
+def steps_along_path(path: Sequence[tuple[float, float, float, float]], batch: float, ref_batch: float,
+                     ref_lr: float, lr_cap: float = math.inf) -> float:
+    """steps(B) to cover the loss a reference run covered, from its readings along the way, with the learning
+    rate tuned at B but held below gradient descent's stability limit.
+
+    Each reading (|G|^2, G'HG, tr(H Sigma), lambda_max) is a point of the reference run (SGD at `ref_lr`,
+    `ref_batch`). The paper's local model (McCandlish et al. 2018, eq. 2.4-2.7): a step of lr e at batch B
+    lowers the loss by dL(e, B) = e |G|^2 - e^2 / 2 (G'HG + tr(H Sigma) / B), best at
+    e_opt(B) = |G|^2 / (G'HG + tr(H Sigma)/B). The model has no stability limit: along H's top eigenvector
+    repeated steps diverge above e = 2 / lambda_max (gradient descent on a quadratic; Cohen et al. 2021, "Gradient
+    Descent on Neural Networks Typically Occurs at the Edge of Stability"), and where that is below e_opt the
+    rate is capped there, so e(B) = min(e_opt(B), 2 / lambda_max, lr_cap) (`lr_cap`: the largest rate the runs
+    may use, if any). A reference step covers
+    dL(ref_lr, ref_batch); at B that takes dL(ref_lr, ref_batch) / dL(e(B), B) steps; steps(B) is their sum.
+    Without the cap this is eq. 2.11 along the path: S_min (1 + B_bar / B), B_bar = path_b_noise's mean."""
+    total = 0.0
+    for g2, ghg, trh, lam in path:
+        if g2 <= 0 or ghg <= 0:
+            continue  # negative curvature along G: the quadratic model has no best step here
+        trh = max(trh, 0.0)
+        covered = ref_lr * g2 - ref_lr ** 2 / 2 * (ghg + trh / ref_batch)
+        if covered <= 0:
+            continue
+        curv = ghg + trh / batch
+        e = g2 / curv
+        if lam and lam > 0:
+            e = min(e, 2.0 / lam)
+        e = min(e, lr_cap)
+        gain = e * g2 - e * e / 2 * curv
+        total += covered / gain
+    if total <= 0:
+        raise ValueError("no usable readings along the path")
+    return total
+
+
 def best_batch_linear_time(b_noise: float, fixed_s: float, per_sample_s: float) -> float:
     """The B minimising (1 + B_noise/B)(a + b B): d/dB = 0 at B = sqrt(B_noise a / b)."""
     if per_sample_s <= 0:

@@ -103,5 +103,6 @@ class TuneOptions:
     optimizer: str | None = None
     measure_s: float = 2.0
     max_workers: int | None = None
+    max_trials: int | None = None
     min_gain: float = MIN_GAIN
     on_trial: Callable[[Trial, float], None] | None = field(default=None, compare=False)

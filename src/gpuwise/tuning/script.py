@@ -221,13 +221,17 @@ def _key(cmd: list[str], overrides: dict, measure_s: float, repeat: int = 0) -> 
 
 def tune_script(cmd: list[str], budget_s: float = 90.0, results: str | None = None, measure_s: float = 3.0,
                 max_workers: int | None = None, on_trial: Callable[[ScriptTrial, float], None] | None = None,
-                env: dict | None = None) -> ScriptTuneResult:
+                env: dict | None = None, max_trials: int | None = None) -> ScriptTuneResult:
     """Search the DataLoader settings of `cmd` (see the module docstring); raises GpuwiseError when the
-    script as it is cannot be measured."""
+    script as it is cannot be measured. `max_trials` bounds the search by count as `budget_s` does by time
+    (trials read back from `results` count; the winner's back-to-back re-measurement comes on top, as it
+    may run past the budget)."""
     if not cmd:
         raise GpuwiseError("no command given: use `gpuwise tune -- python train.py ...`")
     if budget_s <= 0:
         raise GpuwiseError(f"--budget must be positive, got {budget_s}")
+    if max_trials is not None and max_trials < 1:
+        raise GpuwiseError(f"--max-trials must be at least 1, got {max_trials}")
     if max_workers is not None and max_workers < 1:
         raise GpuwiseError(f"--max-workers must be at least 1, got {max_workers}")
     start = time.monotonic()
@@ -266,7 +270,12 @@ def tune_script(cmd: list[str], budget_s: float = 90.0, results: str | None = No
     per_trial_s = max(base.seconds, 1.0)
 
     def room() -> bool:  # once a setting has won, its back-to-back re-measurement (2 x CONFIRM_PAIRS trials) too
+        if max_trials is not None and len(trials) >= max_trials:
+            return False
         return left() >= (0.8 + (2 * CONFIRM_PAIRS if best is not base else 0)) * per_trial_s
+
+    def spent() -> str:
+        return "trial limit" if max_trials is not None and len(trials) >= max_trials else "budget"
 
     def better(t: ScriptTrial) -> bool:
         return t.status == "ok" and beats(t.band, best.band)
@@ -276,7 +285,7 @@ def tune_script(cmd: list[str], budget_s: float = 90.0, results: str | None = No
     misses = 0
     for w in counts:
         if not room():
-            notes.append(f"budget spent before trying num_workers={w}")
+            notes.append(f"{spent()} spent before trying num_workers={w}")
             break
         t = trial({"num_workers": w})
         if better(t):
@@ -293,7 +302,7 @@ def tune_script(cmd: list[str], budget_s: float = 90.0, results: str | None = No
         extra.append({"pin_memory": True})
     for change in extra:
         if not room():
-            notes.append(f"budget spent before trying {change}")
+            notes.append(f"{spent()} spent before trying {change}")
             break
         t = trial(dict(best.overrides, **change))
         if better(t):

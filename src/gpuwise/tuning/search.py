@@ -1,7 +1,7 @@
 """The tuner's search strategies as small functions over a `measure` callback, testable without a device.
 
-Batch size: the candidates come from `measure.maxbatch.next_candidate` (the one pure strategy shared
-with `gpuwise measure --max-batch`); the tuner adds the speed rule on top. Worker count: a hill climb
+Batch size: the fit trials are `bracket.search` (the one largest-batch loop, shared with
+`gpuwise measure --max-batch` and the planner); the tuner adds the speed rule on top. Worker count: a hill climb
 from an estimate (compute rate / one worker's rate) that stops when the next step is slower.
 """
 
@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..measuring.maxbatch import next_candidate
+from .. import bracket
 
 MIN_GAIN = 0.05  # stop growing the batch when doubling gains less than 5% samples/s (issue 5)
 # differences below this fraction are noise: repeated trials on a shared CPU differ by 5-30% (measured
@@ -51,7 +51,7 @@ def search_batch(measure: Measure, start: int, *, oom_possible: bool, seed: int 
     """Throughput-optimal and largest safe batch with few trials.
 
     1. With a planner `seed` (and OOM possible): confirm the largest safe batch first with fit trials
-       (seed, seed +/- seed//16 doubling, bisection: `next_candidate`'s seed mode).
+       (seed, seed +/- seed//16 doubling, bisection: `bracket.search`'s seed mode).
     2. Speed: start, 2*start, ... (capped at the largest safe batch and `limit`); stop when a doubling
        gains less than `min_gain`, or at the first OOM.
     3. Without a seed, when OOM is possible: continue with fit trials (doubling from the largest that
@@ -71,15 +71,15 @@ def search_batch(measure: Measure, start: int, *, oom_possible: bool, seed: int 
             fail = batch if fail is None else min(fail, batch)
         return p
 
+    def fit_trial(batch: int) -> bool | None:
+        status = run(batch, False).status
+        return True if status == "ok" else False if status == "oom" else None
+
     searched = False
     if oom_possible and seed:
-        step = max(1, seed // 16)
-        while not out_of_time():
-            b = next_candidate(ok, fail, seed, step=step, limit=limit)
-            if b is None:
-                break
-            if run(b, False).status not in ("ok", "oom"):
-                return BatchSearch(None, ok, probes, f"batch {b}: {probes[-1].status}")
+        found = bracket.search(fit_trial, seed, step=max(1, seed // 16), limit=limit, out_of_time=out_of_time)
+        if found.stopped == "error":
+            return BatchSearch(None, ok, probes, f"batch {found.tried[-1]}: {probes[-1].status}")
         searched = True
     cap = ok if searched else limit
     best, best_rate, reason = None, None, ""
@@ -109,12 +109,7 @@ def search_batch(measure: Measure, start: int, *, oom_possible: bool, seed: int 
                 reason = f"reached the {'largest safe batch' if searched else 'limit'} {b}"
         b = nxt
     if oom_possible and not searched and not out_of_time():
-        while not out_of_time():
-            nb = next_candidate(ok, fail, start, limit=limit)
-            if nb is None:
-                break
-            if run(nb, False).status not in ("ok", "oom"):
-                break
+        bracket.search(fit_trial, start, limit=limit, largest_ok=ok, smallest_fail=fail, out_of_time=out_of_time)
         searched = fail is not None or (limit is not None and ok == limit)
     if best is None and ok is not None and not out_of_time():  # the start itself did not fit
         p = run(ok, True)

@@ -84,19 +84,22 @@ class TuneResult:
 def tune(workload: str | Workload, budget_s: float = 300, device: str | None = None, results: str | None = None,
          batch_sizes: list[int] | None = None, *, batch_size: int | None = None, precision: str = "fp32",
          precisions: list[str] | None = None, optimizer: str | None = None, measure_s: float = 2.0,
-         max_workers: int | None = None, min_gain: float = search.MIN_GAIN,
+         max_workers: int | None = None, max_trials: int | None = None, min_gain: float = search.MIN_GAIN,
          on_trial: Callable[[Trial, float], None] | None = None) -> TuneResult:
     """Tune `workload` on `device` within `budget_s` seconds; every trial goes to `results` (JSONL).
 
     `batch_sizes` replaces the batch search by these candidates; `batch_size` is the batch of the
     baseline and the search's start (default 32); `precision` the baseline's precision; `precisions`
-    the candidates (default: what the device supports cheaply). `on_trial(record, elapsed_s)` is called
+    the candidates (default: what the device supports cheaply). `max_trials` bounds the trials by count as
+    `budget_s` does by time (trials read back from `results` count, so a rerun stops where the first one
+    did); the search ends at whichever comes first. `on_trial(record, elapsed_s)` is called
     after each trial (the CLI's progress bar).
     """
     wl = load_workload(workload)
     options = TuneOptions(budget_s=budget_s, results=results, batch_sizes=batch_sizes, batch_size=batch_size,
                           precision=precision, precisions=precisions, optimizer=optimizer, measure_s=measure_s,
-                          max_workers=max_workers, min_gain=min_gain, on_trial=on_trial)
+                          max_workers=max_workers, max_trials=max_trials, min_gain=min_gain,
+                          on_trial=on_trial)
     return _Tuner(wl, resolve_device(device), options).run()
 
 
@@ -105,6 +108,8 @@ class _Tuner:
         o = options
         if o.budget_s <= 0:
             raise GpuwiseError(f"the budget must be positive, got {o.budget_s}s")
+        if o.max_trials is not None and o.max_trials < 1:
+            raise GpuwiseError(f"max_trials must be at least 1, got {o.max_trials}")
         if o.max_workers is not None and o.max_workers < 0:
             raise GpuwiseError(f"max_workers must be 0 or more, got {o.max_workers}")
         self.wl, self.budget_s, self.device = wl, float(o.budget_s), str(device)
@@ -113,6 +118,7 @@ class _Tuner:
         self.batch_sizes, self.batch_size, self.precision = o.batch_sizes, o.batch_size, o.precision
         self.precisions, self.optimizer, self.measure_s = o.precisions, o.optimizer, float(o.measure_s)
         self.max_workers, self.min_gain, self.on_trial = o.max_workers, o.min_gain, o.on_trial
+        self.max_trials = o.max_trials
         self.start = time.monotonic()
         self.trials: list[Trial] = []
         self.ran_s: list[float] = []
@@ -139,7 +145,11 @@ class _Tuner:
         return OVERHEAD_GUESS_S.get(self.dtype, 5.0) + self.measure_s
 
     def out_of_time(self) -> bool:
-        """True once the time left cannot fit a typical trial (80% of the median so far, or a first guess)."""
+        """True once the time left cannot fit a typical trial (80% of the median so far, or a first guess),
+        or once `max_trials` trials are done."""
+        if self.max_trials is not None and len(self.trials) >= self.max_trials:
+            self.out_of_budget = True
+            return True
         need = 0.8 * self.expected_trial_s()
         if self.remaining() < need:
             if self.budget_s - self.elapsed() < need:
@@ -246,7 +256,9 @@ class _Tuner:
                            samples_per_s=limit_rate if ds_len is None else None)
         base_d = replace(baseline_settings, samples_per_s=self.rate(base))
         if self.out_of_budget:
-            self.notes.append(f"the budget ({self.budget_s:g}s) ran out: the answer is the best found so far")
+            spent = (f"the trial limit ({self.max_trials})" if self.max_trials is not None
+                     and len(self.trials) >= self.max_trials else f"the budget ({self.budget_s:g}s)")
+            self.notes.append(f"{spent} ran out: the answer is the best found so far")
         note = lr_note(b0, best.batch_size)
         return TuneResult(
             workload=wl.spec, device=self.device, best=best, baseline=base_d, limit_samples_per_s=limit_rate,

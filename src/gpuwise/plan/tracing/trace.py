@@ -22,7 +22,7 @@ from typing import Any
 
 from ...errors import GpuwiseError
 from ...step import StepConfig, TrainStep, tensors_in
-from ...workload import check_batch_size, load_workload
+from ...workload import load_workload
 from ..memory.events import MemEvent, MemoryTrace, check_target
 from ..memory.warmup import DeferredWarmUp, NotCopyable, warm_up_step_from_steady
 from ..speed.ops import OpCosts
@@ -407,10 +407,10 @@ def trace_step(workload, batch_size: int, config: StepConfig | None = None, targ
     the first forward/backward (the default for "cpu", whose live-bytes peak does not depend on
     history). "copy" and "optimizer" trace one forward/backward instead of two. `layers` (with
     `fallback=False`): the model has that many repeated blocks; each event is tagged with its block
-    (plan/tracing/repeat.py's rebuild).
+    (plan/tracing/repeat.py's rebuild). `batch_size` comes validated from the public edge (the CLI's
+    argument parser, plan/inputs.resolve_inputs); the workload's own `build_batch` guards it again.
     """
     check_target(target)
-    check_batch_size(batch_size)
     workload = load_workload(workload)
     config = config or StepConfig()
     if warmup is None:
