@@ -48,6 +48,34 @@ def test_scale_prints_predicted_next_to_measured(capfd, monkeypatch):
     result = json.loads(out)
     one, two = result["points"]
     assert one["predicted_efficiency"] == 1.0
-    expected = predict.predict([2], one["step_s"], one["gradient_bytes"], predict.GLOO_LOOPBACK)[0]
-    assert two["predicted_efficiency"] == pytest.approx(expected.efficiency)
-    assert result["link"]["name"] == "gloo-loopback" and "assumed" in result["link"]["source"]
+    link = result["link"]
+    assert link["name"] == "gloo-loopback" and link["source"].startswith("measured here") and not link["assumed"]
+    used = predict.Link("gloo-loopback", link["busbw_bytes_per_s"], 1.0, link["latency_s"], link["source"])
+    expected = predict.predict([2], one["step_s"], one["gradient_bytes"], used)[0]
+    assert two["predicted_communication_s"] == pytest.approx(expected.communication_s)
+    # either a number (the host was otherwise idle) or "cannot tell" with the reason, never both
+    assert (two["predicted_efficiency"] is None) == (two["prediction_caveat"] is not None)
+    if two["prediction_caveat"]:
+        assert two["prediction_caveat"].startswith("cannot tell: ")
+
+
+def test_gloo_loopback_is_measured_here():
+    link = predict.measure_gloo_loopback(nbytes=1 << 20, repeats=1)
+    assert link is not None and link.source.startswith("measured here")
+    assert link.busbw_bytes_per_s > 0 and link.latency_s > 0
+
+
+def test_core_contention_and_other_load():
+    link = predict.GLOO_LOOPBACK
+    # 2 ranks x 1 thread on 1 core: each rank's compute takes twice as long
+    idle = predict.Host(cores=1, threads_per_rank=1, other_load=0.0)
+    (two,) = predict.predict([2], 0.1, 0, link, idle)
+    assert two.caveat is None and two.step_s == pytest.approx(0.2 + two.communication_s)
+    # enough cores: no stretch
+    (two,) = predict.predict([2], 0.1, 0, link, predict.Host(cores=4, threads_per_rank=1, other_load=0.0))
+    assert two.step_s == pytest.approx(0.1 + two.communication_s)
+    # others running: cannot tell, and why
+    (two,) = predict.predict([2], 0.1, 0, link, predict.Host(cores=2, threads_per_rank=1, other_load=3.0))
+    assert two.caveat.startswith("cannot tell: 3.0 other runnable processes")
+    (two,) = predict.predict([2], 0.1, 0, link, predict.Host(cores=2, threads_per_rank=1, other_load=None))
+    assert two.caveat.startswith("cannot tell: ")

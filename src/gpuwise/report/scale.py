@@ -18,15 +18,19 @@ def scale_table(result: ScaleResult) -> Table:
                 "predicted comm", "comm %"):
         t.add_column(col, justify="right")
     for p in result.points:
-        pred = f"{p.predicted_efficiency:.0%}" if p.predicted_efficiency is not None else "-"
+        pred = (f"{p.predicted_efficiency:.0%}" if p.predicted_efficiency is not None
+                else "cannot tell" if getattr(p, "prediction_caveat", None) else "-")
         pred_comm = _ms(p.predicted_communication_s) if p.predicted_communication_s is not None else "-"
         t.add_row(str(p.nproc), f"{p.samples_per_s:,.1f}", f"{p.per_rank_samples_per_s:,.1f}", f"{p.efficiency:.0%}",
                   pred, _ms(p.step_s), _ms(p.compute_s), _ms(p.communication_s), pred_comm,
                   f"{p.communication_fraction:.0%}")
     if result.link:
-        how = "" if result.link.get("assumed") else "given: "
-        t.caption = (f"predicted: the 1-rank step + a ring all-reduce of the gradients over {result.link['name']} "
-                     f"({how}{result.link['source']}), no overlap")
+        how = "" if result.link.get("assumed") or result.link["source"].startswith("measured") else "given: "
+        t.caption = (f"predicted: the 1-rank step (stretched when ranks x threads exceed the cores) + a ring all-reduce "
+                     f"of the gradients over {result.link['name']} ({how}{result.link['source']}), no overlap")
+        caveats = sorted({p.prediction_caveat for p in result.points if getattr(p, "prediction_caveat", None)})
+        if caveats:
+            t.caption += "; " + "; ".join(caveats)
     return t
 
 

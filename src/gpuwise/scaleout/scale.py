@@ -85,6 +85,7 @@ class ScalePoint:
     fixed_global_speedup: float | None   # estimated speedup if the global batch were split instead
     predicted_efficiency: float | None = None       # scaleout/predict.py: the communication model's
     predicted_communication_s: float | None = None  # all-reduce time it assumed (the result's `link`)
+    prediction_caveat: str | None = None            # "cannot tell: ..." (CPU ranks beside other load)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -197,6 +198,7 @@ def measure_scaling(cfg: ScaleConfig, nprocs: list[int], *, device: str = "auto"
     # CPU ranks: one thread each at every size, so a rank has the same resources at 1 and at n ranks
     # (like one GPU per rank); a 1-rank job with all cores would not be the 1-GPU reference.
     extra_env = {} if "OMP_NUM_THREADS" in os.environ else {"OMP_NUM_THREADS": "1"}
+    host = predict.host_now(int(os.environ.get("OMP_NUM_THREADS", extra_env.get("OMP_NUM_THREADS", "1")) or 1))
     timings = []
     for n in sizes:
         with _polling(cfg, on_progress):
@@ -207,7 +209,7 @@ def measure_scaling(cfg: ScaleConfig, nprocs: list[int], *, device: str = "auto"
             on_point(timing)
     result = ScaleResult(cfg.workload, cfg.batch_size, timings[-1].backend, timings[-1].device,
                          points_from(timings, cfg.batch_size))
-    predict.attach(result, link)  # the communication model's efficiency next to the measured one
+    predict.attach(result, link, host, measure_link=True)  # the model's efficiency next to the measured one
     return result
 
 
