@@ -20,6 +20,7 @@ from gpuwise.step import StepConfig
 
 CONFIGS = os.path.join(os.path.dirname(__file__), "data", "configs")
 TINY = os.path.join(CONFIGS, "tiny-llama.json")
+WIDE_VOCAB = os.path.join(CONFIGS, "wide-vocab-llama.json")
 
 
 def train(capsys, *args: str) -> dict:
@@ -47,11 +48,15 @@ def test_estimate_answers_per_rank_on_the_cpu_target_and_sizes_fsdp2_units(capsy
     assert planned_rank_peak(capsys, TINY, 2, 16, "fsdp") == exact.allocated_bytes != averaged.allocated_bytes
 
 
-def test_fsdp_trains_a_llama_config_and_each_ranks_peak_is_the_plans(capsys):
-    r = train(capsys, TINY, "--strategy", "fsdp", "--steps", "3", "-b", "2", "--seq-len", "32", "--measure-peak")
-    assert (r["world_size"], r["backend"], r["strategy"], r["steps"]) == (2, "gloo", "fsdp", 3)
+# wide-vocab: FSDP2's root group (embeddings, LM head) is 86 % of the parameters; its gathered parameters,
+# unsharded gradients and reduce-scatter input set the peak (the averaged-block model was 17 % under)
+@pytest.mark.parametrize("config", [TINY, WIDE_VOCAB])
+def test_fsdp_trains_a_llama_config_and_each_ranks_peak_is_the_plans(capsys, config):
+    steps = "3" if config == TINY else "2"
+    r = train(capsys, config, "--strategy", "fsdp", "--steps", steps, "-b", "2", "--seq-len", "32", "--measure-peak")
+    assert (r["world_size"], r["backend"], r["strategy"], r["steps"]) == (2, "gloo", "fsdp", int(steps))
     assert r["final_loss"] > 0 and len(r["rank_peak_bytes"]) == 2
-    planned = planned_rank_peak(capsys, TINY, 2, 32, "fsdp")
+    planned = planned_rank_peak(capsys, config, 2, 32, "fsdp")
     for measured in r["rank_peak_bytes"]:
         assert abs(measured - planned) <= 0.10 * measured, (measured, planned)
 
