@@ -264,7 +264,9 @@ def shard_trace(trace: MemoryTrace, split: Split, block_param_bytes: int = 0,
         elif s in ("fsdp", "hsdp"):
             gathered = FSDP_BLOCKS_IN_FLIGHT * block_param_bytes + block_param_bytes  # + 1 block of grads
             notes.append(f"{s}: parameters, gradients and optimizer state / {n}; + {FSDP_BLOCKS_IN_FLIGHT} "
-                         "blocks' unsharded parameters (all-gather, prefetch) and one block's gradients; with "
+                         "blocks' unsharded parameters (all-gather, prefetch) and one block's gradients, each block "
+                         "the average of all parameters (the model's root group and blocks were not sized: it was "
+                         "not built on the meta device; gpuwise refuses real builds of large configs); with "
                          "torch.autocast its cache keeps every block's 16-bit weight copy through forward "
                          "(MixedPrecisionPolicy(param_dtype=bf16) avoids that: not modelled)")
         elif s == "fsdp-grad-op":
