@@ -9,9 +9,11 @@ its events are the same with the sharded categories shrunk, plus what the librar
     zero1      optimizer state / N                          (ZeRO stage 1, DeepSpeed `stage: 1`)
     zero2      + gradients / N                              (ZeRO-2; FSDP `SHARD_GRAD_OP` keeps the
                                                              parameters whole from forward to backward)
-    fsdp       + parameters / N, + the unsharded parameters of the block being all-gathered and of the
-    (zero3)    next one (FSDP2 `fully_shard`, reshard_after_forward=True, prefetches one block ahead),
-               + one block's unsharded gradients before its reduce-scatter
+    fsdp       + parameters / N, + what FSDP2 `fully_shard` (reshard_after_forward=True, one block
+    (zero3)    prefetched) holds unsharded, by phase: the root group (embeddings, final norm, head) and two
+               blocks in forward; in backward also the head's gradients, one block's gradients and the
+               previous block's reduce-scatter input; at the end the root's gradients and their
+               reduce-scatter input (`fsdp_gathered_bytes`; without the model's units: 3 averaged blocks)
     fsdp-grad-op  FSDP2 `fully_shard(reshard_after_forward=False)`: parameters sharded at rest but all
                unsharded from forward until backward has used them; gradients and state / N
     hsdp       FSDP within a node of `node_size` GPUs, replicated across nodes (HYBRID_SHARD)
