@@ -8,8 +8,9 @@ import pytest
 from gpuwise.hf import hf_workload
 from gpuwise.plan import estimate
 from gpuwise.plan.memory.events import live_peak
-from gpuwise.plan.tracer import trace_workload
+from gpuwise.plan.tracer import rebuilt_trace, trace_workload
 from gpuwise.plan.tracing import repeat
+from gpuwise.plan.tracing.modes import TrainingModes
 from gpuwise.plan.tracing.repeat import canonical, rebuild, repeated_trace
 from gpuwise.plan.tracing.trace import _run
 from gpuwise.step import StepConfig
@@ -37,6 +38,22 @@ def test_rebuilt_events_equal_the_full_depth_trace(tmp_path, target, config):
     assert live_peak(rebuilt) == live_peak(full)  # so the peak is byte-exact, breakdown and place included
     assert rebuilt.flops_per_step == full.flops_per_step
     assert any("repeated blocks: traced with 3 and 4 of 6 blocks" in n for n in rebuilt.notes)
+
+
+@pytest.mark.parametrize("config,modes", [
+    (StepConfig("adamw", "bf16", False), TrainingModes(lora_rank=8)),   # adapters only train: no embedding grads
+    (StepConfig("adamw", "bf16", True), TrainingModes(lora_rank=8)),    # a block's recompute meets the next's tail
+    (StepConfig("adamw", "bf16", False), TrainingModes(grad_accum=4)),  # gradients accumulated at backward's end
+])
+def test_a_model_with_training_modes_is_rebuilt_as_traced_whole(tmp_path, config, modes):
+    """LoRA, checkpointing under LoRA and accumulation: the rebuild from the moded 3- and 4-block models
+    equals the moded full-depth trace (fit and estimate take the same rebuild: the same bytes)."""
+    wl = hf_workload(_config(tmp_path, 6), 16)
+    rebuilt, why = rebuilt_trace(wl, 2, config, "cuda", modes=modes)
+    assert rebuilt is not None, why
+    full = trace_workload(wl, 2, config, "cuda", repeat=False, modes=modes)
+    assert canonical(rebuilt) == canonical(full)
+    assert live_peak(rebuilt) == live_peak(full)
 
 
 def test_a_rebuild_that_does_not_reproduce_the_4_block_trace_is_not_used(tmp_path, monkeypatch):

@@ -103,7 +103,11 @@ def rebuild(trace: MemoryTrace, layers: int) -> MemoryTrace:
                 if owner is None:
                     key: tuple = ("outside", e.block)
                 else:
-                    at = owner + shift if t is not None else 0 if owner == 0 else layers - 1 if owner == last else -1
+                    # a neighbour keeps its distance; the first or last block seen from the other end (a
+                    # storage kept from the last block's backward to the first's, e.g. accumulated adapters'
+                    # gradients) stays the first or last
+                    near = t is not None and abs(owner - t) <= 1
+                    at = owner + shift if near else 0 if owner == 0 else layers - 1 if owner == last else -1
                     if not 0 <= at < layers:
                         raise NotRepeating(f"an event refers to block {at} of {layers}")
                     key = (at, role.get(e.block, ("not allocated", e.block)))
@@ -114,7 +118,7 @@ def rebuild(trace: MemoryTrace, layers: int) -> MemoryTrace:
                         raise NotRepeating("a storage would be allocated twice")
                     ids[key] = len(ids)
                 elif key not in ids or ids[key] in freed:
-                    raise NotRepeating("a free does not match one allocation")
+                    raise NotRepeating(f"a free does not match one allocation (event {start}+, block {t})")
                 else:
                     freed.add(ids[key])
                 out.append(MemEvent(e.action, ids[key], e.nbytes, e.category, e.phase,
@@ -129,10 +133,10 @@ def _chunks(events: list[MemEvent], tags: list[int | None]) -> list[tuple[int | 
     over the blocks makes late join the run they happen in: between two runs of one block (a loop over
     parameters freeing the previous one's temporary), or right after the run of the next block in the
     run's direction (a model's loop dropping the previous block's output once the next one returns)."""
-    def runs(tags):
+    def runs(tags):  # a run ends where its block or the phase changes (the optimizer's frees, then zero_grad's)
         found: list[tuple[int | None, int, int]] = []
         for i, t in enumerate(tags):
-            if found and found[-1][0] == t:
+            if found and found[-1][0] == t and events[i].phase == events[i - 1].phase:
                 found[-1] = (t, found[-1][1], i + 1)
             else:
                 found.append((t, i, i + 1))
@@ -141,11 +145,20 @@ def _chunks(events: list[MemEvent], tags: list[int | None]) -> list[tuple[int | 
     chunks = runs(tags)
     out: list[tuple[int | None, int, int]] = []
     for c, (t, start, end) in enumerate(chunks):
+        b = chunks[c + 1][0] if c + 1 < len(chunks) else None
+        if (len(out) >= 2 and t is not None and out[-2][0] == t and out[-1][0] is not None
+                and abs(out[-1][0] - t) == 1 and b == out[-1][0]):
+            # the run had moved on from block t to its neighbour and goes on there: t's tail interleaved with
+            # the neighbour's run (checkpointing: autograd reaches a block's recomputation before the rest of
+            # the later block's backward, e.g. its adapters' weight gradients)
+            out[-1] = (out[-1][0], out[-1][1], end)
+            continue
         if out and t is not None and all(e.action == "free" for e in events[start:end]):
             a = out[-1][0]
             p = out[-2][0] if len(out) >= 2 else None
-            b = chunks[c + 1][0] if c + 1 < len(chunks) else None
-            if a is not None and (a == b or (p is not None and p - a == t - a and abs(t - a) == 1)):
+            # a, t, b one run turning back (a list freed last to first, right after its last block's run)
+            reversed_run = a is not None and b is not None and b - t == t - a
+            if a is not None and not reversed_run and (a == b or (p is not None and p - a == t - a and abs(t - a) == 1)):
                 out[-1] = (a, out[-1][1], end)
                 continue
         if out and out[-1][0] == t:
@@ -231,8 +244,10 @@ def _without_numbering(column: list[tuple]) -> list[tuple]:
 
 
 def repeated_trace(wl, batch_size: int, config: StepConfig, target: str,
-                   progress=None) -> tuple[MemoryTrace | None, str]:
-    """The step of `wl` (a model config with L blocks) rebuilt from 3- and 4-block traces, or (None, why)."""
+                   progress=None, shaped=None) -> tuple[MemoryTrace | None, str]:
+    """The step of `wl` (a model config with L blocks) rebuilt from 3- and 4-block traces, or (None, why).
+    `shaped`: what makes the small models' workloads into the traced one (the training modes: LoRA,
+    QLoRA, accumulation are applied to each small model as to the full one)."""
     from .trace import trace_step
 
     cfg = getattr(wl, "hf_config", None)
@@ -250,6 +265,8 @@ def repeated_trace(wl, batch_size: int, config: StepConfig, target: str,
         if progress is not None:
             progress(f"tracing {n} of {layers} blocks at batch {batch_size}")
         small = hf_workload(wl.source, wl.seq_len, wl.task, num_layers=n)
+        if shaped is not None:
+            small = shaped(small)
         try:
             traces[n] = trace_step(small, batch_size, config, target, fallback=False, warmup=warmup, layers=n)
         except Exception as exc:  # noqa: BLE001 - whatever the fake trace cannot do, the whole trace handles

@@ -108,7 +108,9 @@ class LayerTags:
     def on_alloc(self, block: int, module: str) -> int | None:
         """A new block: its layer (the running block's; outside every module, its inputs'); returns the event's."""
         here = self.layer_of(module)
-        self.block_layer[block] = here if here is not None else None if module else self._provenance()
+        # outside the blocks, its inputs' layer: also in a module outside them, whose scope autograd's own
+        # ops (accumulating a block's gradient at the end of backward) inherit
+        self.block_layer[block] = here if here is not None else self._provenance()
         return here
 
     def finish(self, raw_events) -> EventLayers:

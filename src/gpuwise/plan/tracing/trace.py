@@ -105,6 +105,10 @@ class _TraceMode(_dispatch_mode_base()):
 
     # --- storages -------------------------------------------------------------------------------
     def module(self) -> str:
+        """The module running now; outside every module while autograd accumulates a gradient into a leaf
+        (AccumulateGrad runs after the module's backward, whose scope would otherwise linger)."""
+        if self.phase == "backward" and _accumulating_grad():
+            return ""
         return self.tracker.current()
 
     def alloc(self, nbytes: int, op: str, storage=None) -> int:
@@ -215,6 +219,13 @@ class _TraceMode(_dispatch_mode_base()):
         if self.layers is not None:
             self.layers.op_done()
         return out
+
+
+def _accumulating_grad() -> bool:
+    import torch
+
+    node = torch._C._current_autograd_node()
+    return node is not None and type(node).__name__ == "AccumulateGrad"
 
 
 def _storages(obj, device_type: str):
@@ -349,11 +360,11 @@ def _trace_once(workload, batch_size: int, config: StepConfig, target: str, fake
         if layers is not None:
             mode.layers = LayerTags.follow(mode, model, layers)
         step = fake_train_step(workload, config, model) if fake else TrainStep(workload, config, "cpu", model)
-        if mode.layers is not None:
-            mode.layers.tag_parameters(mode, step.model)
         batch = step.to_device(workload.build_batch(batch_size))
         _label(mode, list(step.model.parameters()), "parameters", create=True)
         _label(mode, list(step.model.buffers()), "buffers", create=True)
+        if mode.layers is not None:  # after the storages built outside the trace (adapters' models) exist
+            mode.layers.tag_parameters(mode, step.model)
         _label(mode, batch, "inputs", create=True)
         deferred = None
         if warmup in ("optimizer", "copy"):
