@@ -8,8 +8,7 @@ search ask here; nothing else in plan/ imports the tracer's insides. What it doe
 - `modes` (plan/tracing/modes.py): LoRA / QLoRA / freezing / accumulation wrap the model and loss and are
   traced with the real libraries; offloading the optimizer is a transform of the trace, not a new one;
 - `repeat`: a model config may be rebuilt exactly from its 3- and 4-block traces, its modes applied to
-  each (plan/tracing/repeat.py); the notes say when it was traced whole instead, and why
-  (`rebuilt_trace` answers "cannot" instead of tracing whole: fit's choice);
+  each (plan/tracing/repeat.py); the notes say when it was traced whole instead, and why;
 - the step is traced on fake tensors (plan/tracing/trace.py), with a fallback where that cannot run.
 """
 
@@ -33,39 +32,18 @@ def trace_workload(workload: Workload | str, batch_size: int, config: StepConfig
                    progress: Progress | None = None, *, modes: TrainingModes | None = None,
                    layers: int | None = None) -> MemoryTrace:
     """The step's events (see the module's docstring)."""
-    wl, shaped, offload = _prepared(workload, config, modes, layers)
-    return _offloaded(_traced(wl, batch_size, config, target, repeat, progress, shaped), offload)
-
-
-def rebuilt_trace(workload: Workload | str, batch_size: int, config: StepConfig, target: str, *,
-                  modes: TrainingModes | None = None) -> tuple[MemoryTrace | None, str]:
-    """The step of a model config rebuilt exactly from its 3- and 4-block traces, without tracing it whole:
-    (trace, "") or (None, why it cannot be rebuilt). `fit` asks here and falls back to a labelled
-    extrapolation; `trace_workload(repeat=True)` traces the model whole instead."""
-    wl, shaped, offload = _prepared(workload, config, modes, None)
-    rebuilt, why = repeated_trace(wl, batch_size, config, target, None, shaped)
-    if rebuilt is None:
-        return None, why or "not a model config with enough repeated blocks"
-    return _offloaded(rebuilt, offload), ""
-
-
-def _prepared(workload: Workload | str, config: StepConfig, modes: TrainingModes | None,
-              layers: int | None) -> tuple[Workload, Callable[[Workload], Workload] | None, bool]:
-    """The workload at `layers` with the modes applied; what applies them to the small models of the
-    repeated blocks; whether the optimizer state is offloaded (a transform of the trace)."""
     wl = load_workload(workload)
     if layers is not None:
         wl = hf_workload(wl.source, wl.seq_len, wl.task, num_layers=layers)
-    if modes is None:
-        return wl, None, False
-    traced_modes = replace(modes, offload_optimizer=False)
+    offload = modes is not None and modes.offload_optimizer
+    shaped = None
+    if modes is not None:
+        traced_modes = replace(modes, offload_optimizer=False)
+        wl = apply_modes(wl, traced_modes, config.precision)
 
-    def shaped(small: Workload) -> Workload:  # the small models of the repeated blocks get the same modes
-        return apply_modes(small, traced_modes, config.precision)
-    return apply_modes(wl, traced_modes, config.precision), shaped, modes.offload_optimizer
-
-
-def _offloaded(trace: MemoryTrace, offload: bool) -> MemoryTrace:
+        def shaped(small: Workload) -> Workload:  # the small models of the repeated blocks get the same modes
+            return apply_modes(small, traced_modes, config.precision)
+    trace = _traced(wl, batch_size, config, target, repeat, progress, shaped)
     if not offload:
         return trace
     off = offload_optimizer_state(trace)

@@ -129,10 +129,13 @@ def rebuild(trace: MemoryTrace, layers: int) -> MemoryTrace:
 
 
 def _chunks(events: list[MemEvent], tags: list[int | None]) -> list[tuple[int | None, int, int]]:
-    """Runs of consecutive events of one block: (block or None, first event, end). Frees alone that a run
-    over the blocks makes late join the run they happen in: between two runs of one block (a loop over
-    parameters freeing the previous one's temporary), or right after the run of the next block in the
-    run's direction (a model's loop dropping the previous block's output once the next one returns)."""
+    """Runs of consecutive events of one block and phase: (block or None, first event, end). Frees alone
+    that a run over the blocks makes late join the run they happen in: between two runs of one block (a
+    loop over parameters freeing the previous one's temporary), or right after the run of the next block
+    in the run's direction (a model's loop dropping the previous block's output once the next one
+    returns) — unless they turn the run back (a list freed last to first). A block's events that come
+    back after its neighbour's run began, with the neighbour going on after them, join the neighbour's
+    run (a block's backward tail interleaved with the recompute of the block before it)."""
     def runs(tags):  # a run ends where its block or the phase changes (the optimizer's frees, then zero_grad's)
         found: list[tuple[int | None, int, int]] = []
         for i, t in enumerate(tags):

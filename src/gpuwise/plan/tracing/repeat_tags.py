@@ -2,11 +2,12 @@
 rebuild the events of an L-layer model from a 3-layer trace.
 
 An event belongs to layer i when it happens while `<blocks>.i` (or a module inside it) runs, forward or
-backward. Outside every module (the optimizer, zero_grad, the model's construction) an allocation belongs
-to the layer its inputs belong to: a parameter to the block it sits in (by name), a gradient or
-optimizer state to its parameter's block, the i-th output of a foreach op to the layer of the i-th
-element of its input lists; a free outside the blocks to the layer of the storage it frees. Events of
-the embeddings, head, loss and anything mixing layers belong to none (None).
+backward. Outside the blocks (the optimizer, zero_grad, the model's construction, the head and loss, and
+autograd's AccumulateGrad, which runs in no module) an allocation belongs to the layer its inputs belong
+to: a parameter to the block it sits in (by name), a gradient or optimizer state to its parameter's block,
+the i-th output of a foreach op to the layer of the i-th element of its input lists; a free outside the
+blocks to the layer of the storage it frees. Events whose inputs mix layers or have none belong to none
+(None).
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ class LayerTags:
         return found.pop() if len(found) == 1 else None
 
     def on_alloc(self, block: int, module: str) -> int | None:
-        """A new block: its layer (the running block's; outside every module, its inputs'); returns the event's."""
+        """A new block: its layer (the running block's; outside the blocks, its inputs'); returns the event's."""
         here = self.layer_of(module)
         # outside the blocks, its inputs' layer: also in a module outside them, whose scope autograd's own
         # ops (accumulating a block's gradient at the end of backward) inherit
