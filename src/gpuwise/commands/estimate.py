@@ -62,6 +62,10 @@ def add_version_arguments(p) -> None:
     p.add_argument("--zero-grad", choices=["none", "zeros"], default="none",
                    help="none: zero_grad(set_to_none=True), torch >= 2.0; zeros: gradients kept between steps, "
                         "zeroed in place (torch < 2.0, transformers' Trainer of then)")
+    p.add_argument("--loop-keeps-loss", action="store_true",
+                   help="the training loop keeps the last loss (and its autograd graph) until the next step's loss "
+                        "replaces it, as litgpt's finetune loops do: what bitsandbytes <= 0.43.1 keeps for a 4-bit "
+                        "matmul's backward then lives into the next forward (with --bnb-version)")
     p.add_argument("--module-loading", choices=["lazy", "eager"], default=None,
                    help="CUDA module loading the context size assumes (default: $CUDA_MODULE_LOADING, else lazy; "
                         "eager: every kernel image loaded at start, torch < 1.13 / CUDA < 11.7)")
@@ -69,7 +73,7 @@ def add_version_arguments(p) -> None:
 
 def version_kwargs(args) -> dict:
     return {"attn": args.attn, "optimizer_impl": args.optimizer_impl, "zero_grad": args.zero_grad,
-            "module_loading": args.module_loading}
+            "module_loading": args.module_loading, "keep_last_loss": args.loop_keeps_loss}
 
 
 def add_split_arguments(p) -> None:

@@ -157,7 +157,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
              lora_targets: Any = None, lora_alpha: float | None = None, lora_dropout: float | None = None,
              base_dtype: str | None = None, qlora_quant: str | None = None, bnb_version: str | None = None,
              attn: str | None = None, zero_grad: str = "none", module_loading: str | None = None,
-             layer_checkpointing: int | None = None, on_progress: Progress | None = None) -> Estimate:
+             keep_last_loss: bool = False, layer_checkpointing: int | None = None, on_progress: Progress | None = None) -> Estimate:
     """Predict the memory and compute of one steady-state training step of `workload` at `batch_size`.
 
     `workload`: a workload file / module / `examples:NAME`, `hf:ORG/NAME` or a config.json (built with
@@ -176,6 +176,9 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     ("for-loop" / "foreach" / "fused"; default: torch's choice for CUDA, foreach), `zero_grad` ("none" /
     "zeros": gradients kept between steps, torch < 2.0), `module_loading` ("lazy" / "eager": the CUDA
     context with every kernel image loaded, torch < 1.13; default CUDA_MODULE_LOADING, else lazy).
+    The setting of a training loop: `keep_last_loss` (the loop keeps the last loss, and its autograd graph,
+    until the next step's loss replaces it, as litgpt's finetune loops do: what a custom autograd Function
+    keeps in ctx, bitsandbytes <= 0.43.1's 4-bit matmul input, then lives into the next forward).
 
     `target="cuda"` replays the trace through the caching-allocator model and adds library workspaces
     and the CUDA context (for `gpu`'s architecture; Hopper when no GPU is named). With `gpu`, also a
@@ -203,7 +206,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     if not 0 <= margin_pct < 100:
         raise GpuwiseError(f"margin must be a percentage in [0, 100), got {margin_pct!r}")
     config = StepConfig(optimizer=optimizer, precision=precision, checkpointing=checkpointing,
-                        optimizer_impl=optimizer_impl, zero_grad=zero_grad)
+                        optimizer_impl=optimizer_impl, zero_grad=zero_grad, keep_last_loss=keep_last_loss)
     base = load_workload(workload)
     wl = apply_modes(base, modes, config.precision)
 

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 
 from ... import optional_libs
 from ...errors import GpuwiseError
+from ...step import hold_loss
 from ...workload import Workload
 from ..memory.events import MemEvent, MemoryTrace
 from .bnb_versions import bitsandbytes_as, parse_version
@@ -172,7 +173,10 @@ def apply_modes(wl: Workload, modes: TrainingModes, precision: str = "fp32") -> 
         with bitsandbytes_as(modes.bnb_version if modes.qlora else None):  # what the forward keeps
             for _ in range(modes.traced_micro_steps - 1):
                 _mark_trace_phase("forward")
-                base_loss(model, batch).backward()  # gradients accumulate into .grad
+                micro = base_loss(model, batch)
+                hold_loss(micro)  # a loop that keeps its last loss releases the one before only now
+                micro.backward()  # gradients accumulate into .grad
+                del micro
             _mark_trace_phase("forward")
             return base_loss(model, batch)
 
