@@ -103,6 +103,9 @@ def add_mode_arguments(p) -> None:
                    "nf4-dq: NF4 with double quantization; nf4, fp4: without)")
     p.add_argument("--bnb-version", metavar="X.Y.Z", help="--qlora: the bitsandbytes release the run used, where its "
                    "memory differs from the installed one (before 0.43.2 every 4-bit layer kept its input)")
+    p.add_argument("--qlora-by", choices=["transformers", "lightning"], help="--qlora: who quantizes the base "
+                   "(default transformers: every linear layer but the output head; lightning: Fabric's "
+                   "BitsandbytesPrecision as litgpt's --quantize bnb.* runs it, the head too, from fp16)")
     p.add_argument("--freeze", action="append", metavar="REGEX",
                    help="freeze parameters whose name matches (repeatable)")
     p.add_argument("--offload-optimizer", action="store_true", help="optimizer state and step on the CPU")
@@ -115,7 +118,8 @@ def mode_kwargs(args) -> dict:
     return {"seq_len": args.seq_len, "task": args.task, "grad_accum": args.grad_accum, "lora": args.lora,
             "qlora": args.qlora, "freeze": args.freeze, "offload_optimizer": args.offload_optimizer,
             "lora_targets": args.lora_targets, "lora_alpha": args.lora_alpha, "lora_dropout": args.lora_dropout,
-            "base_dtype": args.base_dtype, "qlora_quant": args.qlora_quant, "bnb_version": args.bnb_version}
+            "base_dtype": args.base_dtype, "qlora_quant": args.qlora_quant, "bnb_version": args.bnb_version,
+            "qlora_by": args.qlora_by}
 
 
 def run(args) -> int:
