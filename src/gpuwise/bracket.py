@@ -9,7 +9,7 @@ one loop that drives it: every largest-batch search is `search(trial, ...)` with
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple, Union
+from typing import NamedTuple
 
 
 def next_candidate(largest_ok: int | None, smallest_fail: int | None, start: int, *,
@@ -63,7 +63,7 @@ class Searched(NamedTuple):
     stopped: str = ""
 
 
-Guess = Union[int, None, Callable[[int | None, int | None], "int | None"]]
+Guess = int | None | Callable[[int | None, int | None], int | None]
 
 
 def search(trial: Callable[[int], bool | None], start: int, *, step: int | None = None,
