@@ -30,8 +30,13 @@ def test_layer_extrapolation_matches_a_full_depth_trace(config, modes, split):
     assert ev.layers == 5
     extrapolated = ev.evaluate(2, config, modes, split)
     full = ev._point(ev.trace(None, 2, config, modes), modes, split, extrapolated.block_param_bytes)
-    # live bytes: exact but for the 512-byte rounding of sharded pieces
-    assert abs(extrapolated.peak_allocated_bytes - full.peak_allocated_bytes) <= 0.005 * full.peak_allocated_bytes
+    # live bytes: exact but for the 512-byte rounding of sharded pieces; under FSDP the full-depth backward
+    # peaks in the second-to-last block (FSDP2 holds 4 blocks in a middle block, 3 in the last, 1 after it),
+    # which 1- and 2-layer traces cannot place: the extrapolation stands the last block in for it, and
+    # counts one more block's sharded gradients (1.2 % over here, never under)
+    over = extrapolated.peak_allocated_bytes - full.peak_allocated_bytes
+    assert -0.005 * full.peak_allocated_bytes <= over <= (0.015 if split.strategy == "fsdp" else 0.005) * \
+        full.peak_allocated_bytes
     assert abs(extrapolated.device_used_bytes - full.device_used_bytes) <= 0.10 * full.device_used_bytes
 
 
