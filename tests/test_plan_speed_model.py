@@ -48,6 +48,19 @@ def test_attention_kernel_fractions():
     # flash on Ampere: forward 70 %, backward 50 %
     assert attention_s(700 * TF, "flash", "forward", "ampere", 1000 * TF) == pytest.approx(1.0)
     assert attention_s(500 * TF, "flash", "backward", "ampere", 1000 * TF) == pytest.approx(1.0)
+    # FlashAttention in Triton: FA2 is 1.3-1.5x faster forward (1.4 taken), 2x backward (FA2 paper sec. 4.1)
+    assert attention_s(500 * TF, "triton", "forward", "ampere", 1000 * TF) == pytest.approx(1.0)
+    assert attention_s(250 * TF, "triton", "backward", "ampere", 1000 * TF) == pytest.approx(1.0)
+
+
+def test_relabel_attention_prices_flash_calls_as_another_kernel():
+    c = OpCosts()
+    c.attention[("forward", "flash")] = 10
+    c.attention[("backward", "efficient")] = 3
+    c.kernels["forward"] = 7
+    r = c.relabel_attention("flash", "triton")
+    assert dict(r.attention) == {("forward", "triton"): 10, ("backward", "efficient"): 3}
+    assert r.kernels == c.kernels and c.attention[("forward", "flash")] == 10  # the original is untouched
 
 
 def test_ddp_hides_all_but_the_last_bucket_behind_backward():

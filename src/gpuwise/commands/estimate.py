@@ -52,10 +52,11 @@ def add_version_arguments(p) -> None:
     """What differs between torch / transformers versions: --attn, optimizer implementation, zero_grad,
     CUDA module loading (a published table of 2022 ran eager attention, for-loop AdamW, kept gradients
     and an eagerly loaded context)."""
-    p.add_argument("--attn", choices=["eager", "sdpa", "flash"],
+    p.add_argument("--attn", choices=["eager", "sdpa", "flash", "triton"],
                    help="transformers attn_implementation: eager (the (L, L) scores kept; transformers < 4.36), "
                         "sdpa (the kernel torch picks for the GPU; default of transformers >= 4.36), "
-                        "flash (sdpa with the flash kernel forced)")
+                        "flash (sdpa with the flash kernel forced), triton (a FlashAttention kernel in Triton, "
+                        "as llm-foundry's attn_impl triton: flash's memory, its own speed)")
     p.add_argument("--optimizer-impl", choices=["default", "for-loop", "foreach", "fused"], default="default",
                    help="torch optimizer implementation (default: torch's choice on CUDA, foreach; "
                         "for-loop: torch < 2.0 and transformers' adamw_hf)")

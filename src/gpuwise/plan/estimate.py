@@ -275,7 +275,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
             est.roofline = roofline(flops, traffic_bytes(est.by_category), batch_size * modes.grad_accum, spec,
                                     config.precision)
             est.speed = _speed(whole, est, spec, wl, modes, config.precision, split.nproc, split.strategy,
-                               str(layer_checkpointing) if layer_checkpointing else None)
+                               str(layer_checkpointing) if layer_checkpointing else None, attention.attn)
         else:
             notes.append(f"{spec.name}: memory only (no FLOP/s or bandwidth given): no roofline")
         if search_max_batch:
@@ -312,12 +312,15 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
 
 
 def _speed(trace: MemoryTrace, est: Estimate, spec: GpuSpec, wl: Workload, modes, precision: str, nproc: int,
-           strategy: str, selective: str | None = None) -> Speed | None:
-    """The step-time model over the traced ops (plan/speed/); None when the trace recorded none."""
+           strategy: str, selective: str | None = None, attn: str | None = None) -> Speed | None:
+    """The step-time model over the traced ops (plan/speed/); None when the trace recorded none. `attn`
+    "triton": the flash calls are priced as the Triton FlashAttention kernel."""
     costs = trace.op_costs
     if costs is None:
         est.notes.append("no per-op record (the trace fell back): no speed prediction")
         return None
+    if attn == "triton":
+        costs = costs.relabel_attention("flash", "triton")
     if modes.grad_accum > modes.traced_micro_steps:
         costs = costs.scaled(modes.grad_accum / modes.traced_micro_steps)
     steady = trace.events[trace.steady_start:]
