@@ -81,6 +81,23 @@ def test_fsdp_exposes_one_block_each_way_when_compute_is_long():
     assert plan.total_s == pytest.approx(2 * ag + rs)
 
 
+def test_hsdp_reduces_across_nodes_behind_backward_over_the_stated_network():
+    from gpuwise.plan.speed.comm import all_reduce_s, node_network, reduce_scatter_s
+    rs = reduce_scatter_s(4e9, 8, "nvlink4")
+    # 16 nodes; each of the 8 shard positions all-reduces its 0.5 GB shard across nodes
+    kw = {"gpus_per_node": 1, "nics_per_node": 1}
+    default = all_reduce_s(4e9 / 8, 16, "ib-ndr", network="ib-ndr", **kw)  # one 400 Gb/s NIC per GPU
+    net = node_network(800 / 8)  # 800 Gb/s per node, shared by its 8 shard positions
+    stated = all_reduce_s(4e9 / 8, 16, net, network=net, **kw)
+    assert stated > 3 * default
+    long = comm_time("hsdp", 128, "nvlink4", 4e9, 2e9, 10.0, 20.0, blocks=32)
+    assert long.exposed_s < default  # behind a long backward only the last block's share waits
+    short = comm_time("hsdp", 128, "nvlink4", 4e9, 2e9, 10.0, 0.01, blocks=32, network_gbps=800)
+    ag = comm_time("fsdp", 8, "nvlink4", 4e9, 2e9, 10.0, 20.0, blocks=32).total_s - rs
+    assert short.total_s == pytest.approx(2 * ag / 2 + rs + stated)
+    assert short.exposed_s > stated
+
+
 def test_host_bound_step_when_the_gpu_outruns_python():
     # 10 000 aten ops x 4 us = 40 ms of host dispatch; 1000 tiny kernels on the GPU are far less
     c = OpCosts()

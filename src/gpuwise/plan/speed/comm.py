@@ -106,6 +106,15 @@ DEFAULT_NETWORK = {"nvlink2": "ib-edr", "nvlink3": "ib-hdr", "nvlink4": "ib-ndr"
 GPUS_PER_NODE = 8
 
 
+def node_network(gbps_per_node: float) -> Link:
+    """A node's stated node-to-node bandwidth (Gb/s, all its NICs together: "128 GPUs with 400Gbps"), as one
+    link per node at the InfiniBand/RoCE efficiency (use with nics_per_node=1)."""
+    if gbps_per_node <= 0:
+        raise GpuwiseError(f"node network bandwidth must be > 0 Gb/s, got {gbps_per_node}")
+    return Link(f"node-{gbps_per_node:g}gbps", gbps_per_node / 8 * GB, NETWORK_EFFICIENCY, INTER_NODE_LATENCY_S,
+                "the job's stated node-to-node bandwidth")
+
+
 def get_link(link: str | Link) -> Link:
     if isinstance(link, Link):
         return link

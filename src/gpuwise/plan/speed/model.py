@@ -79,7 +79,8 @@ def recompute_parts(forward: dict[str, float], selective: str | None) -> dict[st
 def predict(costs: OpCosts, gpu: GpuSpec, precision: str, *, samples_per_rank: int, flops_per_step: float,
             tokens_per_sample: int | None = None, nproc: int = 1, strategy: str = "single",
             grad_bytes: float = 0, param_bytes: float = 0, blocks: int = 1,
-            roofline_step_s: float | None = None, selective: str | None = None) -> Speed:
+            roofline_step_s: float | None = None, selective: str | None = None,
+            network_gbps: float | None = None) -> Speed:
     """Predicted steady-state step of one rank on `gpu` (see the module docstring). `selective`: selective
     activation checkpointing the trace did not run, added as backward recomputation (`recompute_parts`)."""
     sp = speed_spec(gpu)
@@ -118,7 +119,8 @@ def predict(costs: OpCosts, gpu: GpuSpec, precision: str, *, samples_per_rank: i
     fwd_s = sum(phases.get("forward", {}).values())
     bwd_s = sum(phases.get("backward", {}).values())
     opt_s = sum(phases.get("optimizer", {}).values())
-    plan = comm_time(strategy, nproc, sp.link, grad_bytes, param_bytes, fwd_s, bwd_s, blocks)
+    plan = comm_time(strategy, nproc, sp.link, grad_bytes, param_bytes, fwd_s, bwd_s, blocks,
+                     network_gbps=network_gbps)
     gpu_s = fwd_s + bwd_s + opt_s + plan.exposed_s
     host_s = launch.host_s(sum(costs.host_ops.values()))
     step_s = max(gpu_s, host_s)
