@@ -145,8 +145,17 @@ def table(results: list[dict], skipped: list[dict], summ: dict) -> str:
               f"{len(summ['sources'])} sources ({', '.join(summ['sources'])}; {summ['documents']} documents), GPU types "
               f"{', '.join(summ['gpu_types'])}, {summ['gpus_min']} to {summ['gpus_max']} GPUs: median |error| "
               f"{summ['median_abs_error_pct']:.1f} %, max {summ['max_abs_error_pct']:.1f} %; "
-              f"{summ['within_15_pct']} within 15 %, {summ['within_30_pct']} within 30 %.", "",
-              "Not expressible (recorded, not predicted):", ""]
+              f"{summ['within_15_pct']} within 15 %, {summ['within_30_pct']} within 30 %.", ""]
+    lines += ["| source | GPU | measurements | median error (signed) | median abs error | max abs error |",
+              "|---|---|---:|---:|---:|---:|"]
+    groups: dict[tuple, list[float]] = {}
+    for r in results:
+        if not r.get("duplicate_of"):
+            groups.setdefault((r.get("repo") or r["source"], r["gpu"]), []).append(r["error_pct"])
+    for (src, gpu), errs in sorted(groups.items()):
+        lines.append(f"| {src} | {gpu} | {len(errs)} | {statistics.median(errs):+.1f} % | "
+                     f"{statistics.median(abs(e) for e in errs):.1f} % | {max(abs(e) for e in errs):.1f} % |")
+    lines += ["", "Not expressible (recorded, not predicted):", ""]
     lines += [f"- {r['id']}: {r['why_not']}" for r in skipped]
     return "\n".join(lines)
 
