@@ -101,14 +101,25 @@ def add_mode_arguments(p) -> None:
     p.add_argument("--qlora", action="store_true", help="QLoRA: 4-bit base weights (bitsandbytes) + LoRA")
     p.add_argument("--qlora-quant", choices=["nf4-dq", "nf4", "fp4"], help="--qlora: 4-bit format (default "
                    "nf4-dq: NF4 with double quantization; nf4, fp4: without)")
-    p.add_argument("--bnb-version", metavar="X.Y.Z", help="--qlora: the bitsandbytes release the run used, where its "
-                   "memory differs from the installed one (before 0.43.2 every 4-bit layer kept its input)")
+    p.add_argument("--bnb-version", metavar="X.Y.Z", help="--qlora / --quantize: the bitsandbytes release the run used, "
+                   "where its memory differs from the installed one (before 0.43.2 every 4-bit layer kept its input; "
+                   "before 0.50 a multi-token inference matmul dequantized its weight to 16 bits)")
     p.add_argument("--freeze", action="append", metavar="REGEX",
                    help="freeze parameters whose name matches (repeatable)")
     p.add_argument("--offload-optimizer", action="store_true", help="optimizer state and step on the CPU")
     p.add_argument("--inference", action="store_true", help="inference instead of training: a no-grad forward, "
                    "or for a causal LM prefill of --seq-len tokens + --new-tokens decode steps with a KV cache")
     p.add_argument("--new-tokens", type=int, default=1, metavar="N", help="--inference: tokens generated (default 1)")
+    p.add_argument("--prefill-logits", choices=["last", "all"], default="last", help="--inference: the prompt "
+                   "positions the prefill computes logits for (default last, as transformers' generate asks; all: "
+                   "litgpt's GPT.forward, transformers before 4.45)")
+    p.add_argument("--quantize", choices=["nf4", "nf4-dq", "fp4"], help="--inference: bitsandbytes 4-bit linear "
+                   "weights (transformers' load_in_4bit, litgpt's --quantize bnb.nf4 / bnb.nf4-dq / bnb.fp4); "
+                   "--precision bf16/fp16 is the compute dtype")
+    p.add_argument("--quantize-loader", choices=["transformers", "fabric"], default="transformers",
+                   help="--quantize: who loads the 4-bit weights (default transformers: the output head kept 16-bit; "
+                   "fabric: Lightning Fabric's BitsandbytesPrecision, as litgpt: every nn.Linear, the head too, "
+                   "quantized from float16)")
 
 
 def mode_kwargs(args) -> dict:
@@ -120,6 +131,11 @@ def mode_kwargs(args) -> dict:
 
 def run(args) -> int:
     refuse_gpu_all(args.gpu, "estimate")
+    if (args.quantize or args.quantize_loader != "transformers" or args.prefill_logits != "last") and not args.inference:
+        raise GpuwiseError("--quantize / --quantize-loader / --prefill-logits are for --inference "
+                           "(training with 4-bit weights: --qlora)")
+    if args.inference and (args.qlora or args.lora or args.qlora_quant):
+        raise GpuwiseError("--inference: --lora/--qlora are training modes; 4-bit inference weights: --quantize")
     if args.batch_size is None:
         if not is_config_source(args.workload):
             raise GpuwiseError("-b/--batch-size is required for a workload (a model config or hf: id defaults to 1)")
@@ -155,7 +171,8 @@ def _run_inference(args) -> int:
     dtype = {"bf16-pure": "bf16", "tf32": "fp32"}.get(args.precision, args.precision)
     with console.err.status("tracing generation with fake tensors…"):
         est = estimate_inference(args.workload, args.batch_size, args.seq_len, args.new_tokens, dtype,
-                                 args.target, args.gpu)
+                                 args.target, args.gpu, quantize=args.quantize, loader=args.quantize_loader,
+                                 bnb_version=args.bnb_version, prefill_logits=args.prefill_logits)
     if args.json:
         console.emit_json(est.to_dict())
         return 0

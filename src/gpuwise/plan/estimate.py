@@ -116,7 +116,7 @@ def _curve_point(batch_size: int, c: CudaMemory) -> CurvePoint:
                       dict(r.phase_peak_allocated_bytes), c.overheads.outside_allocator_bytes)
 
 
-def _capability(spec: GpuSpec | None) -> tuple[int, int] | None:
+def gpu_capability(spec: GpuSpec | None) -> tuple[int, int] | None:
     """The GPU's compute capability (catalog), which decides the attention kernels; None without a GPU."""
     if spec is None:
         return None
@@ -212,7 +212,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
 
     with attention_target(attn=attn):  # validates attn
         pass
-    capability = _capability(spec)
+    capability = gpu_capability(spec)
     attention = AttentionTarget(capability or (9, 0), spec.name if spec is not None else "", attn)
     cfg = getattr(base, "hf_config", None)
     layers = num_layers_of(cfg) if cfg is not None else None
