@@ -54,12 +54,14 @@ def parse_args(argv: list[str]) -> dict:
     p.add_argument("--optimizer-impl", default="default")  # the estimate CLI's version flags (commands/estimate.py)
     p.add_argument("--zero-grad", default="none")
     p.add_argument("--module-loading")
+    p.add_argument("--network-gbps", type=float)
     a = p.parse_args(argv)
     return {"batch_size": a.batch_size, "seq_len": a.seq_len, "precision": a.precision, "gpu": a.gpu,
             "nproc": a.nproc, "strategy": a.strategy, "checkpointing": a.checkpointing, "lora": a.lora,
             "layer_checkpointing": a.layer_checkpointing, "task": a.task, "attn": a.attn,
             "qlora": a.qlora, "grad_accum": a.grad_accum, "optimizer": a.optimizer,
-            "optimizer_impl": a.optimizer_impl, "zero_grad": a.zero_grad, "module_loading": a.module_loading}
+            "optimizer_impl": a.optimizer_impl, "zero_grad": a.zero_grad, "module_loading": a.module_loading,
+            "network_gbps": a.network_gbps}
 
 
 def predict_row(row: dict) -> dict:
@@ -79,7 +81,8 @@ def predict_row(row: dict) -> dict:
         predicted = sp.samples_per_s
         bound = rl.samples_per_s * max(sp.nproc, 1) if rl else None
     measured = float(row["value"])
-    return {"id": row["id"], "source": row["source"]["name"], "document": row["source"].get("url"), "gpu": row["setting"]["gpu"],
+    return {"id": row["id"], "source": row["source"]["name"], "repo": row["source"].get("repo") or row["source"].get("paper"),
+            "document": row["source"].get("url"), "gpu": row["setting"]["gpu"],
             "gpus": row["setting"]["gpus"], "model": row["setting"]["model"], "metric": row["metric"],
             "measured": measured, "predicted": predicted, "error_pct": 100 * (predicted - measured) / measured,
             "roofline": bound, "roofline_ratio": measured / bound if bound else None,
@@ -87,27 +90,72 @@ def predict_row(row: dict) -> dict:
             "estimate_s": round(time.perf_counter() - started, 1), "args": row["gpuwise_args"]}
 
 
+def measurement_key(row: dict) -> tuple:
+    """What one measurement is: the same published number (quote, value, metric) on the same GPUs. Two
+    documents quoting one run (transformers' model_memory_anatomy and perf_train_gpu_one print the same
+    V100 log lines) are one measurement, whatever their rows' ids."""
+    s = row["setting"]
+    return (" ".join(str(row["quote"]).split()), float(row["value"]), row["metric"], s["gpu"], s["gpus"])
+
+
+def group_measurements(rows: list[dict]) -> list[list[dict]]:
+    """Expressible rows grouped by measurement, in first-seen order. Within a group the row that states the
+    most of the setting (the most estimate flags: e.g. the torch/transformers version flags of the
+    2022 run) comes first: it is the one counted; the others are kept as `same_as` duplicates."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(measurement_key(r), []).append(r)
+    return [sorted(g, key=lambda r: -len(r["gpuwise_args"])) for g in groups.values()]
+
+
 def summary(results: list[dict]) -> dict:
+    """Over measurements: result rows with `duplicate_of` (another row's quote of the same run) are not
+    counted. `sources`: distinct repositories or papers (two doc pages of one repository are one source)."""
+    dups = [r for r in results if r.get("duplicate_of")]
+    results = [r for r in results if not r.get("duplicate_of")]
     errs = [abs(r["error_pct"]) for r in results]
-    return {"rows": len(results), "projects": sorted({r["source"] for r in results}),
+    return {"measurements": len(results), "duplicate_rows": len(dups),
+            "sources": sorted({r.get("repo") or r["source"] for r in results}),
             "documents": len({r["document"] for r in results}),
             "gpu_types": sorted({r["gpu"] for r in results}), "gpus_min": min((r["gpus"] for r in results), default=0),
             "gpus_max": max((r["gpus"] for r in results), default=0),
             "median_abs_error_pct": statistics.median(errs) if errs else None,
-            "max_abs_error_pct": max(errs) if errs else None}
+            "max_abs_error_pct": max(errs) if errs else None,
+            "within_15_pct": sum(e <= 15 for e in errs), "within_30_pct": sum(e <= 30 for e in errs)}
 
 
 def table(results: list[dict], skipped: list[dict], summ: dict) -> str:
     lines = ["Predicted vs published throughput (`python benchmarks/published_speed.py`; the roofline's rate is "
-             "the bound at 100 % of datasheet peak, `measured/roofline` how much of it the real run reached).", "",
+             "the bound at 100 % of datasheet peak, `measured/roofline` how much of it the real run reached). "
+             "One line per measurement: a run quoted by two documents is one measurement, predicted with the "
+             "row that states more of its setting (listed under it as `same measurement`).", "",
              "| row | GPUs | measured | predicted | error | roofline | measured/roofline | bound by |",
              "|---|---:|---:|---:|---:|---:|---:|---|"]
+    dups: dict[str, list[str]] = {}
     for r in results:
-        lines.append(f"| {r['id']} | {r['gpus']} x {r['gpu']} | {r['measured']:,.0f} | {r['predicted']:,.0f} | "
+        if r.get("duplicate_of"):
+            dups.setdefault(r["duplicate_of"], []).append(r["id"])
+    for r in results:
+        if r.get("duplicate_of"):
+            continue
+        also = f" (same measurement: {', '.join(dups[r['id']])})" if r["id"] in dups else ""
+        lines.append(f"| {r['id']}{also} | {r['gpus']} x {r['gpu']} | {r['measured']:,.0f} | {r['predicted']:,.0f} | "
                      f"{r['error_pct']:+.1f} % | {r['roofline']:,.0f} | {r['roofline_ratio']:.2f} | {r['bound_by']} |")
-    lines += ["", f"{summ['rows']} rows from {summ['documents']} documents of {', '.join(summ['projects'])}, GPU types {', '.join(summ['gpu_types'])}, {summ['gpus_min']} to "
-              f"{summ['gpus_max']} GPUs: median |error| {summ['median_abs_error_pct']:.1f} %, max "
-              f"{summ['max_abs_error_pct']:.1f} %.", "", "Not expressible (recorded, not predicted):", ""]
+    lines += ["", f"{summ['measurements']} measurements ({summ['duplicate_rows']} more rows quote one of them) from "
+              f"{len(summ['sources'])} sources ({', '.join(summ['sources'])}; {summ['documents']} documents), GPU types "
+              f"{', '.join(summ['gpu_types'])}, {summ['gpus_min']} to {summ['gpus_max']} GPUs: median |error| "
+              f"{summ['median_abs_error_pct']:.1f} %, max {summ['max_abs_error_pct']:.1f} %; "
+              f"{summ['within_15_pct']} within 15 %, {summ['within_30_pct']} within 30 %.", ""]
+    lines += ["| source | GPU | measurements | median error (signed) | median abs error | max abs error |",
+              "|---|---|---:|---:|---:|---:|"]
+    groups: dict[tuple, list[float]] = {}
+    for r in results:
+        if not r.get("duplicate_of"):
+            groups.setdefault((r.get("repo") or r["source"], r["gpu"]), []).append(r["error_pct"])
+    for (src, gpu), errs in sorted(groups.items()):
+        lines.append(f"| {src} | {gpu} | {len(errs)} | {statistics.median(errs):+.1f} % | "
+                     f"{statistics.median(abs(e) for e in errs):.1f} % | {max(abs(e) for e in errs):.1f} % |")
+    lines += ["", "Not expressible (recorded, not predicted):", ""]
     lines += [f"- {r['id']}: {r['why_not']}" for r in skipped]
     return "\n".join(lines)
 
@@ -136,26 +184,30 @@ def main() -> int:
     args = ap.parse_args()
     from corpus import load_rows
 
+    all_rows = [r for r in load_rows() if r["metric"] in SPEED_METRICS]
+    skipped = [{"id": r["id"], "why_not": r["why_not"]} for r in all_rows if r["gpuwise_args"] is None]
+    duplicate_of = {d["id"]: g[0]["id"] for g in group_measurements([r for r in all_rows if r["gpuwise_args"]])
+                    for d in g[1:]}
     if args.render:
         saved = json.load(open(RESULTS))
-        for r in saved["rows"]:  # results written before the document key existed
-            r.setdefault("document", next((x["source"].get("url") for x in load_rows() if x["id"] == r["id"]), None))
-        summ = summary(saved["rows"])
-        skipped = [{"id": r["id"], "why_not": r["why_not"]} for r in load_rows()
-                   if r["metric"] in SPEED_METRICS and r["gpuwise_args"] is None]
-        write_readme(table(saved["rows"], skipped, summ))
-        write_atomic(RESULTS, json.dumps({**saved, "summary": summ}, indent=1) + "\n")
+        src = {r["id"]: r["source"] for r in all_rows}
+        for r in saved["rows"]:  # results written before the repo key existed
+            r.setdefault("repo", src.get(r["id"], {}).get("repo"))
+        results = mark_duplicates(saved["rows"], duplicate_of)
+        summ = summary(results)
+        write_readme(table(results, skipped, summ))
+        write_atomic(RESULTS, json.dumps({**saved, "summary": summ, "rows": results}, indent=1) + "\n")
         print(json.dumps(summ, indent=1))
         return 0
 
-    rows = [r for r in load_rows() if r["metric"] in SPEED_METRICS]
+    rows = [r for r in all_rows if r["gpuwise_args"] is not None]
     if args.ids:
         wanted = set(args.ids.split(","))
         rows = [r for r in rows if r["id"] in wanted]
-    skipped = [r for r in rows if r["gpuwise_args"] is None]
     results = []
     for row in rows:
-        if row["gpuwise_args"] is None:
+        if row["id"] in duplicate_of:  # one measurement, predicted once (with the row that states more)
+            results.append({"id": row["id"], "duplicate_of": duplicate_of[row["id"]], "args": row["gpuwise_args"]})
             continue
         print(f"{row['id']} ...", file=sys.stderr, flush=True)
         res = predict_row(row)
@@ -165,16 +217,22 @@ def main() -> int:
     if args.ids and os.path.exists(RESULTS):  # merge into the saved results: the other rows keep theirs
         saved = {r["id"]: r for r in json.load(open(RESULTS))["rows"]}
         saved.update({r["id"]: r for r in results})
-        results = list(saved.values())
+        order = [r["id"] for r in all_rows]
+        results = sorted(saved.values(), key=lambda r: order.index(r["id"]) if r["id"] in order else len(order))
+        results = [r for r in results if r["id"] in order]
+    results = mark_duplicates(results, duplicate_of)
     summ = summary(results)
     os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
-    write_atomic(RESULTS, json.dumps({"summary": summ, "rows": results,
-                                      "not_expressible": [{"id": r["id"], "why_not": r["why_not"]} for r in skipped]},
-                                     indent=1) + "\n")
-    skipped = [r for r in load_rows() if r["metric"] in SPEED_METRICS and r["gpuwise_args"] is None]
-    write_readme(table(results, [{"id": r["id"], "why_not": r["why_not"]} for r in skipped], summ))
+    write_atomic(RESULTS, json.dumps({"summary": summ, "rows": results, "not_expressible": skipped}, indent=1) + "\n")
+    write_readme(table(results, skipped, summ))
     print(json.dumps(summ, indent=1))
     return 0
+
+
+def mark_duplicates(results: list[dict], duplicate_of: dict[str, str]) -> list[dict]:
+    """Rows quoting a measurement another row predicts: kept as `{id, duplicate_of, args}` only."""
+    return [{"id": r["id"], "duplicate_of": duplicate_of[r["id"]], "args": r.get("args")}
+            if r["id"] in duplicate_of else r for r in results]
 
 
 if __name__ == "__main__":

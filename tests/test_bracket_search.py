@@ -59,3 +59,17 @@ def test_capacity_crossing_is_the_search_from_its_guess():
     assert _crossing(lambda b: b <= 40, 30, 45, 44) == 40
     assert _crossing(lambda b: True, 30, 45, 31) == 44          # hi is taken not to fit
     assert _crossing(lambda b: False, 30, 45, 40) == 30         # lo is taken to fit
+
+
+def test_a_guess_that_learns_is_asked_afresh_each_round_and_only_while_the_bracket_is_open():
+    # plan/capacity.py's model guesses anew after every trace; a guess outside the open bracket is ignored
+    asked = []
+
+    def guess(ok, fail):
+        asked.append((ok, fail))
+        return 70 if fail is None else 1000
+
+    found = bracket.search(lambda b: b <= 70, 1, guess=guess)
+    assert found.tried == [70, 140, 105, 87, 78, 74, 72, 71]
+    assert (found.largest_ok, found.smallest_fail) == (70, 71)
+    assert asked[:2] == [(None, None), (70, None)] and len(asked) == len(found.tried)

@@ -183,7 +183,7 @@ def test_lightning_quantizes_the_head_too_from_fp16():
                                             num_hidden_layers=1, vocab_size=128)).to(torch.bfloat16)
 
     hf, lightning = model(), model()
-    assert quantize_linear_4bit(lightning, head=True, source_dtype=torch.float16) == quantize_linear_4bit(hf) + 1
+    assert quantize_linear_4bit(lightning, keep_head=False, from_dtype=torch.float16) == quantize_linear_4bit(hf) + 1
     assert type(hf.lm_head).__name__ == "Linear" and type(lightning.lm_head).__name__ == "Linear4bit"
     assert lightning.lm_head.weight.quant_state.dtype == torch.float16
     assert hf.model.layers[0].mlp.up_proj.weight.quant_state.dtype == torch.bfloat16
@@ -191,3 +191,14 @@ def test_lightning_quantizes_the_head_too_from_fp16():
         make_modes(lora=8, qlora_by="lightning")
     with pytest.raises(GpuwiseError, match="qlora-by"):
         make_modes(qlora=True, qlora_by="torchao")
+
+
+def test_bf16_true_leaves_the_4bit_quant_state_in_bitsandbytes_dtypes():
+    # model.to(bf16) (litgpt's bf16-true) casts parameters and buffers, not bitsandbytes' quant state (an
+    # attribute of the 4-bit weight): the fp32 absmax of NF4 without double quantization stays fp32
+    def buffers(precision):
+        wl = apply_modes(load_workload(LLAMA), make_modes(qlora=True, lora=8, qlora_quant="nf4"), precision)
+        trace = trace_step(wl, 2, StepConfig(precision=precision), target="cuda")
+        return live_peak(trace).by_category["buffers"]
+
+    assert buffers("bf16-pure") == buffers("bf16")

@@ -21,6 +21,7 @@ from gpuwise.step import StepConfig
 CONFIGS = os.path.join(os.path.dirname(__file__), "data", "configs")
 TINY = os.path.join(CONFIGS, "tiny-llama.json")
 WIDE_VOCAB = os.path.join(CONFIGS, "wide-vocab-llama.json")
+SMALL = os.path.join(CONFIGS, "small-llama.json")
 
 
 def train(capsys, *args: str) -> dict:
@@ -49,8 +50,11 @@ def test_estimate_answers_per_rank_on_the_cpu_target_and_sizes_fsdp2_units(capsy
 
 
 # wide-vocab: FSDP2's root group (embeddings, LM head) is 86 % of the parameters; its gathered parameters,
-# unsharded gradients and reduce-scatter input set the peak (the averaged-block model was 17 % under)
-@pytest.mark.parametrize("config", [TINY, WIDE_VOCAB])
+# unsharded gradients and reduce-scatter input set the peak (the averaged-block model was 17 % under).
+# small (4 blocks): the peak is in a middle block's backward (4 blocks unsharded); which rank holds one more
+# all-gather buffer at it depends on when gloo's threads free it (measured -3 % / +3 % against the plan;
+# before those frees were counted, the profiler's sum grew a block a step and the plan looked 8-17 % under)
+@pytest.mark.parametrize("config", [TINY, WIDE_VOCAB, SMALL])
 def test_fsdp_trains_a_llama_config_and_each_ranks_peak_is_the_plans(capsys, config):
     steps = "3" if config == TINY else "2"
     r = train(capsys, config, "--strategy", "fsdp", "--steps", steps, "-b", "2", "--seq-len", "32", "--measure-peak")

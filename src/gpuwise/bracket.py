@@ -63,13 +63,18 @@ class Searched(NamedTuple):
     stopped: str = ""
 
 
+Guess = int | None | Callable[[int | None, int | None], int | None]
+
+
 def search(trial: Callable[[int], bool | None], start: int, *, step: int | None = None,
-           limit: int | None = None, resolution: int = 1, guess: int | None = None,
+           limit: int | None = None, resolution: int = 1, guess: Guess = None,
            largest_ok: int | None = None, smallest_fail: int | None = None, max_trials: int | None = None,
            out_of_time: Callable[[], bool] | None = None) -> Searched:
     """The one largest-batch search loop: ask `next_candidate` (same arguments) for a batch, run
     `trial(batch)` -> True (it ran / fits), False (out of memory / over the limit) or None (neither: an
     error, which says nothing about memory, so the search stops there), until the bracket is settled.
+    `guess` may be a function of the bracket, `guess(largest_ok, smallest_fail)`, asked afresh each round
+    while the bracket is open (a model that learns from every trial: plan/capacity.py).
 
     `largest_ok` / `smallest_fail` start the bracket where earlier trials left it. Every candidate lies
     inside the open bracket, so when memory is not monotone in the batch (allocator layout: 1553 fits,
@@ -82,9 +87,12 @@ def search(trial: Callable[[int], bool | None], start: int, *, step: int | None 
             return Searched(ok, fail, tried, "trials")
         if out_of_time is not None and out_of_time():
             return Searched(ok, fail, tried, "time")
-        batch = next_candidate(ok, fail, start, step=step, limit=limit, resolution=resolution, guess=guess)
+        batch = next_candidate(ok, fail, start, step=step, limit=limit, resolution=resolution)
         if batch is None:
             return Searched(ok, fail, tried)
+        if guess is not None:
+            g = guess(ok, fail) if callable(guess) else guess
+            batch = next_candidate(ok, fail, start, step=step, limit=limit, resolution=resolution, guess=g)
         tried.append(batch)
         result = trial(batch)
         if result is None:

@@ -28,11 +28,26 @@ def _quiet_fd2():
 
 
 @contextlib.contextmanager
-def cpu_memory_profile(**kwargs):
-    """`torch.profiler.profile(activities=[CPU], profile_memory=True, **kwargs)`, without kineto's banner."""
+def cpu_memory_profile(all_threads: bool = False, **kwargs):
+    """`torch.profiler.profile(activities=[CPU], profile_memory=True, **kwargs)`, without kineto's banner.
+
+    The profiler records the allocations and frees of the threads it profiles only: a tensor whose last
+    reference drops on another thread (a gloo worker finishing a collective releases its output, FSDP2's
+    all-gather buffer, after the main thread did) is never seen freed, and the running sum of `[memory]`
+    sizes grows step after step (2 gloo ranks, FSDP2, small Llama: one gathered block a step on one rank,
+    two on the other). `all_threads=True` also counts those frees: c10's CPU memory reporter, with
+    `FLAGS_caffe2_report_cpu_memory_usage` set (libc10's exported flag), keeps its byte total over every
+    thread's allocations and frees, and each recorded event carries that total (`total_allocated`), which
+    `cpu_truth.peak_in_profile(totals=True)` reads. The flag is set only while profiling."""
     from torch.profiler import ProfilerActivity, profile
 
+    flag = _report_cpu_memory_flag() if all_threads else None
+    if all_threads and flag is None:
+        raise RuntimeError("this torch build does not export FLAGS_caffe2_report_cpu_memory_usage: "
+                           "frees on other threads cannot be counted")
     prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True, **kwargs)
+    if flag is not None:
+        flag.value = True
     with _quiet_fd2():
         prof.__enter__()
     try:
@@ -40,3 +55,18 @@ def cpu_memory_profile(**kwargs):
     finally:
         with _quiet_fd2():
             prof.__exit__(None, None, None)
+        if flag is not None:
+            flag.value = False
+
+
+def _report_cpu_memory_flag():
+    """libc10's `FLAGS_caffe2_report_cpu_memory_usage` (a C bool, CPUAllocator.cpp), or None."""
+    import ctypes
+
+    import torch
+
+    try:
+        lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libc10.so"))
+        return ctypes.c_bool.in_dll(lib, "FLAGS_caffe2_report_cpu_memory_usage")
+    except (OSError, ValueError):
+        return None

@@ -6,7 +6,8 @@ the search looks for the crossing among allocator replays of traces interpolated
 (plan/memory/synth.py: exact where every size is affine in the batch, ~2 % of a trace each), then traces the
 crossing c and c + 1. Where replays miss twice it proposes the phase lines' crossing and its neighbour,
 refits through the traces nearest the limit, and falls back to doubling / bisection when the model
-creeps; it stops at `max_traces`.
+creeps; it stops at `max_traces`. The loop is gpuwise/bracket.py's `search`, with these proposals as
+its guess (asked afresh after every trace).
 """
 
 from __future__ import annotations
@@ -110,33 +111,46 @@ def find_capacity(point: Callable[[int], CurvePoint], batch_size: int, memory_by
         s.cache[first.batch_size] = first
     p0 = s.get(batch_size, count=first is None)
     b1 = max(4 * batch_size, SECOND_BATCH_MIN) if s.fits(batch_size) else max(1, batch_size // 4)
-    predicted = line = replay_predicted = None
+    predicted = line = None
     if b1 != batch_size and not s.done():
         p1 = s.get(b1)
         predicted = s.model().largest_within(limit)
         line = fit_line((p0.batch_size, p0.device_used_bytes), (b1, p1.device_used_bytes)).largest_within(limit)
-    check_b, check_model, misses, pending = None, None, 0, None
-    while not s.done() and s.traces < max_traces:
+    check: list = []            # [the first batch traced by the search below, the model before it]
+    state = {"misses": 0, "pending": None, "expect": None, "replay_predicted": None}
+
+    def propose(ok: int | None, fail: int | None) -> int | None:
+        """The next batch to trace: the c + 1 the replays named after c held, else the replays' crossing
+        (until they have missed twice), else the phase lines' proposal (`_Search.propose`)."""
         b = expect = None
+        pending = state["pending"]
         if pending is not None and pending[0] not in s.cache and s.known_fit < pending[0] < (s.first_fail or MAX_BATCH + 1):
             b, expect = pending   # the replays' crossing held at c: trace the c + 1 they named
-        elif replayed is not None and misses < 2:
+        elif replayed is not None and state["misses"] < 2:
             found = s.replayed_crossing(replayed)
             if found is not None:
                 c, fits_c, fits_c1 = found
-                replay_predicted = c if replay_predicted is None else replay_predicted
+                if state["replay_predicted"] is None:
+                    state["replay_predicted"] = c
                 b, expect = (c, fits_c) if c not in s.cache else (c + 1, fits_c1)
-                pending = (c + 1, fits_c1)
-        if b is None:
-            b = s.propose()
-        if b is None:
-            break
-        if check_b is None and b not in s.cache:
-            check_b, check_model = b, s.model()
+                state["pending"] = (c + 1, fits_c1)
+        state["expect"] = expect
+        return b if b is not None else s.propose()
+
+    def trial(b: int) -> bool:
+        if not check and b not in s.cache:
+            check.extend((b, s.model()))
         s.get(b)
-        if expect is not None and s.fits(b) != expect:
-            misses += 1   # the sizes are not affine in b here (a kernel's workspace, a data-dependent shape)
-            pending = None
+        if state["expect"] is not None and s.fits(b) != state["expect"]:
+            state["misses"] += 1   # the sizes are not affine in b here (a kernel's workspace, a data-dependent shape)
+            state["pending"] = None
+        return s.fits(b)
+
+    if not s.done():
+        bracket.search(trial, 1, limit=MAX_BATCH, guess=propose, largest_ok=s.known_fit or None,
+                       smallest_fail=s.first_fail, out_of_time=lambda: s.traces >= max_traces)
+    check_b, check_model = check if check else (None, None)
+    replay_predicted = state["replay_predicted"]
     model = s.model()
     answer = s.known_fit
     check_err = None

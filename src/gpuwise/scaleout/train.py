@@ -263,8 +263,9 @@ def train(cfg: TrainConfig) -> TrainResult:
 
 
 def _peak_profile():
-    """The CPU allocator's profile (plan/tracing/cpu_truth.py's truth), entered: every allocation from here."""
-    cm = cpu_memory_profile()
+    """The CPU allocator's profile (plan/tracing/cpu_truth.py's truth), entered: every allocation from here,
+    and every free, on whichever thread (gloo's workers drop the last reference to collective buffers)."""
+    cm = cpu_memory_profile(all_threads=True)
     return cm, cm.__enter__()
 
 
@@ -278,7 +279,7 @@ def _end_peak_profile(profiling, steady: bool = True) -> int | None:
     """Stop the profile; the steady step's peak of CPU-allocator bytes (None without a steady step)."""
     cm, prof = profiling
     cm.__exit__(None, None, None)
-    return peak_in_profile(prof).peak_bytes if steady else None
+    return peak_in_profile(prof, totals=True).peak_bytes if steady else None
 
 
 def write_json_atomic(path: str, obj: dict) -> None:

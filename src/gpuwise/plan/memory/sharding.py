@@ -147,37 +147,67 @@ def rank_trace(trace: MemoryTrace, split: Split, block_param_bytes: int = 0,
 def fsdp_gathered_bytes(param_bytes: int, units: FsdpUnits, n: int,
                         device_type: str) -> dict[str, int]:
     """Bytes FSDP2 holds beyond the shards, by phase (torch 2.x `_fully_shard/_fsdp_param_group.py`
-    `pre_forward` / `post_backward`, `_fsdp_collectives.py` `foreach_reduce`):
+    `pre_forward` / `pre_backward` / `post_backward`, `_fsdp_collectives.py` `foreach_reduce`):
       forward: the root's gathered parameters (all-gathered in the root's pre-forward) + the block in use
         and the one prefetched;
-      backward (before the first block's backward: without the last two terms; in it: without the last):
-        the root's parameters (resharded after forward when reshard_after_forward=True is passed,
-        gathered again in its pre-backward) and the unsharded gradients of its parameters that ran after
-        the blocks (LM head, final norm) + the block in use and the one prefetched + that block's unsharded
-        gradients + the previous block's reduce-scatter input (kept until the next reduce:
-        `reduce_scatter_max_input_buffers` = 1);
+      backward, by where it is in the blocks (L of them, run last to first): throughout, the root's
+        parameters (resharded after forward, gathered again in its pre-backward) and the unsharded
+        gradients of its parameters that ran after the blocks (LM head, final norm), kept until the
+        root's reduce-scatter at the end; and
+        `backward_head` (the head's backward): the last block, prefetched in the root's pre-backward;
+        `backward_first` (block L-1): that block, the next one prefetched, its unsharded gradients;
+        `backward` (a middle block): the same + the previous block's reduce-scatter input (kept until the
+          next reduce: `reduce_scatter_max_input_buffers` = 1, freed in `post_backward_rs_wait`);
+        `backward_last` (block 0): the block, its gradients, the previous input (nothing to prefetch);
+        `backward_only` (the block of a one-block model): the block and its gradients;
+        `backward_tail` (after the blocks: the embeddings' backward): block 0's reduce-scatter input;
       end of backward (a spike, the root's `post_backward` after its reshard): the root's unsharded
         gradients, still referenced while `foreach_reduce` copies them into the reduce-scatter input
-        (root-sized); on gloo (the CPU target) one more shard-sized buffer (measured with the profiler on
-        2 gloo ranks, hidden-1024 Llama: + root / N at the root's reduce)."""
+        (root-sized); on gloo (the CPU target) gloo's `_reduce_scatter_base` clones its input and the
+        shard is allocated (measured with the profiler on 2 gloo ranks: + root / N at the root's reduce).
+    Measured per phase on 2 gloo ranks (small / hidden-1024 Llama, frees on gloo's threads counted)."""
     root, after, block = (int(param_bytes * u) for u in units[:3])
     return {"forward": root + FSDP_BLOCKS_IN_FLIGHT * block,
-            "backward_head": root + after + FSDP_BLOCKS_IN_FLIGHT * block,
+            "backward_head": root + after + block,
             "backward_first": root + after + (FSDP_BLOCKS_IN_FLIGHT + 1) * block,
             "backward": root + after + (FSDP_BLOCKS_IN_FLIGHT + 2) * block,
+            "backward_last": root + after + 3 * block,
+            "backward_only": root + after + 2 * block,
+            "backward_tail": root + after + block,
             "end": 2 * root + (-(-root // n) if device_type == "cpu" else 0)}
+
+
+def _backward_units(events: list[MemEvent], blocks_path: str) -> dict[int, tuple[str, str]]:
+    """For each backward run (consecutive backward events, keyed by its first index): the first and the
+    last block unit it reaches (`blocks_path`'s child names)."""
+    runs: dict[int, tuple[str, str]] = {}
+    start, first, last = None, "", ""
+    for i, e in enumerate([*events, None]):
+        if e is not None and e.phase == "backward":
+            if start is None:
+                start, first, last = i, "", ""
+            if e.module.startswith(blocks_path + "."):
+                last = e.module[len(blocks_path) + 1:].split(".")[0]
+                first = first or last
+        elif start is not None:
+            runs[start] = (first, last)
+            start = None
+    return runs
 
 
 def _hold_by_phase(events: list[MemEvent], steady: int, sizes: dict[str, int],
                    blocks_path: str = "") -> tuple[list[MemEvent], int]:
-    """Insert a block of `sizes[phase]` alive through each forward and backward phase (in backward
-    `sizes["backward_head"]` until the first event inside `blocks_path`, `sizes["backward_first"]` inside
-    the first block), and a spike of `sizes["end"]`
-    where each backward ends (every step: warm-up and steady)."""
+    """Insert a block of `sizes[phase]` alive through each forward and backward phase (in backward, by
+    position: `backward_head` until the first event inside `blocks_path`, `backward_first` inside the
+    first block, `backward_last` inside the last (`backward_only` when they are one), `backward_tail`
+    after it, `backward` between; events
+    outside the blocks in between keep the level they are at), and a spike of `sizes["end"]` where each
+    backward ends (every step: warm-up and steady)."""
     out: list[MemEvent] = []
     block = _new_block(events)
     held: tuple[str, int, int] | None = None  # (phase, block, nbytes)
     new_steady = steady
+    runs = _backward_units(events, blocks_path) if blocks_path else {}
 
     def release(phase: str) -> None:
         nonlocal held, block
@@ -192,25 +222,36 @@ def _hold_by_phase(events: list[MemEvent], steady: int, sizes: dict[str, int],
             out.append(MemEvent("free", block, sizes["end"], "temporary", "backward", "", "FSDP root reduce-scatter"))
         block += 1
 
-    first: list[str] = []  # the first block seen in this backward
+    run = ("", "")  # this backward's (first, last) block units
+    seen_last = [False]
 
-    def key(e: MemEvent) -> str:
+    def key(i: int, e: MemEvent) -> str:
+        nonlocal run
         if e.phase != "backward":
-            first.clear()
             return e.phase
-        if not blocks_path or (held is not None and held[0] == "backward"):
+        if i in runs:
+            run, seen_last[0] = runs[i], False
+        if not blocks_path or not run[0]:
             return "backward"
         if e.module.startswith(blocks_path + "."):
             unit = e.module[len(blocks_path) + 1:].split(".")[0]
-            if not first:
-                first.append(unit)
-            return "backward_first" if unit == first[0] else "backward"
+            if unit == run[0]:
+                if unit == run[1]:
+                    seen_last[0] = True
+                    return "backward_only"
+                return "backward_first"
+            if unit == run[1]:
+                seen_last[0] = True
+                return "backward_last"
+            return "backward"
+        if seen_last[0]:
+            return "backward_tail"
         return held[0] if held is not None and held[0].startswith("backward") else "backward_head"
 
     for i, e in enumerate(events):
         if i == steady:
             new_steady = len(out)
-        phase = key(e)
+        phase = key(i, e)
         if e.phase in ("forward", "backward"):
             if held is None or held[0] != phase:
                 if held is not None and held[0].startswith("backward") and phase == "forward":
@@ -258,7 +299,8 @@ def shard_trace(trace: MemoryTrace, split: Split, block_param_bytes: int = 0,
                                              if e.action == "alloc" and e.category == "parameters")
             sizes = fsdp_gathered_bytes(param_total, units, n, trace.device_type)
             if param_bytes:  # a 1- or 2-layer trace standing for the whole model: each of its blocks at the
-                sizes["backward_first"] = sizes["backward"]  # level of a later one (a step is not extrapolated)
+                for edge in ("backward_last", "backward_only"):  # level of a middle one
+                    sizes[edge] = sizes["backward"]
             events, steady = _hold_by_phase(events, steady, sizes, units.blocks_path)
             notes.append(f"{s}: parameters, gradients and optimizer state / {n}; FSDP2 holds unsharded (root "
                          f"{units[0]:.0%} of the parameters, block {units[2]:.0%}) {sizes['forward']} bytes in "

@@ -49,15 +49,17 @@ def measure_cpu(workload, batch_size: int, config: StepConfig | None = None) -> 
     return _peak_from_profile(prof)
 
 
-def peak_in_profile(prof) -> CpuPeak:
+def peak_in_profile(prof, totals: bool = False) -> CpuPeak:
     """The peak inside the `STEADY_MARK` range of a `cpu_memory_profile` that began before anything was
-    allocated (also used by `gpuwise train --measure-peak`, on each rank)."""
-    return _peak_from_profile(prof)
+    allocated (also used by `gpuwise train --measure-peak`, on each rank). `totals`: a profile taken with
+    `all_threads=True`, whose live bytes are the allocator's total over every thread (frees on gloo's
+    worker threads included) rather than the sum of the profiled thread's events."""
+    return _peak_from_profile(prof, totals)
 
 
-def _peak_from_profile(prof) -> CpuPeak:
+def _peak_from_profile(prof, totals: bool = False) -> CpuPeak:
     window = None
-    allocs: list[tuple[int, int]] = []
+    allocs: list[tuple[int, int, int]] = []
     stack = list(prof.profiler.kineto_results.experimental_event_tree())
     while stack:
         node = stack.pop()
@@ -66,20 +68,22 @@ def _peak_from_profile(prof) -> CpuPeak:
         fields = node.extra_fields
         size = getattr(fields, "alloc_size", None)
         if size is not None and str(getattr(fields, "device", "cpu")).startswith("cpu"):
-            allocs.append((node.start_time_ns, size))
+            allocs.append((node.start_time_ns, size, getattr(fields, "total_allocated", 0)))
         stack.extend(node.children)
     if window is None:
         raise RuntimeError("the profiler recorded no steady step")
     allocs.sort(key=lambda a: a[0])
+    # the allocator's total counts from its first tracked allocation: live = total - (its total before)
+    base = allocs[0][2] - allocs[0][1] if totals and allocs else 0
     live, start, peak, count = 0, None, 0, 0
-    for t, size in allocs:
+    for t, size, total in allocs:
         if t > window[1]:
             break
         if t >= window[0]:
-            if start is None:
-                start = peak = live
+            if start is None:  # with totals: what the allocator held just before (frees since, on any thread)
+                start = peak = total - size - base if totals else live
             count += 1
-        live += size
+        live = total - base if totals else live + size
         if t >= window[0]:
             peak = max(peak, live)
     if start is None:

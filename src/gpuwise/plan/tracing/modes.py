@@ -296,7 +296,7 @@ def _with_adapters(model, modes: TrainingModes, precision: str):
         lightning = modes.qlora_by == "lightning"
         from_fp16 = lightning or quantizes_from_fp16(modes.bnb_version)
         quantize_linear_4bit(model, compute_dtype=base_dtype, quant_type=quant_type, double_quant=double_quant,
-                             head=lightning, source_dtype=torch.float16 if from_fp16 else None)
+                             keep_head=not lightning, from_dtype=torch.float16 if from_fp16 else None)
     rank = modes.lora_rank or DEFAULT_LORA_RANK
     alpha = modes.lora_alpha if modes.lora_alpha is not None else LORA_ALPHA_PER_RANK * rank
     if stand_in:  # a trace: the same adapters and forward (optional_libs.py)
@@ -344,10 +344,12 @@ def _output_head_names(model) -> set[str]:
 
 
 def quantize_linear_4bit(model, compute_dtype=None, quant_type: str = "nf4", double_quant: bool = True,
-                         head: bool = False, source_dtype=None) -> int:
-    """Replace every nn.Linear (but the output head, unless `head`) by bitsandbytes' Linear4bit holding the
-    same weights, quantized by bitsandbytes (as transformers' `replace_with_bnb_linear` + loading do) from
-    `source_dtype` (default the compute dtype; Lightning casts to float16 first: QLORA_BY)."""
+                         keep_head: bool = True, from_dtype=None) -> int:
+    """Replace every nn.Linear (but the output head, unless `keep_head=False`) by bitsandbytes' Linear4bit
+    holding the same weights, quantized by bitsandbytes (as transformers' `replace_with_bnb_linear` +
+    loading do) from the weight cast to `from_dtype` (default the compute dtype): the dtype its quant state
+    records and `dequantize_4bit` returns. Lightning Fabric's `BitsandbytesPrecision` replaces the head too
+    and quantizes from float16 (`_Linear4bit.quantize`)."""
     import torch
 
     try:
@@ -360,7 +362,7 @@ def quantize_linear_4bit(model, compute_dtype=None, quant_type: str = "nf4", dou
         if "dynamic" not in bnb.functional.name2qmap:
             bnb.functional.name2qmap["dynamic"] = bnb.functional.create_dynamic_map()
     _register_gemm_4bit_flops()
-    skip = set() if head else _output_head_names(model)
+    skip = _output_head_names(model) if keep_head else set()
     dtype = compute_dtype or torch.bfloat16
     count = 0
     for name, module in list(model.named_modules()):
@@ -374,7 +376,7 @@ def quantize_linear_4bit(model, compute_dtype=None, quant_type: str = "nf4", dou
                                       compute_dtype=dtype, compress_statistics=double_quant,
                                       quant_type=quant_type, device="meta")
             # what Params4bit._quantize does, without the Params4bit subclass (it cannot wrap a fake tensor)
-            packed, state = bnb.functional.quantize_4bit(child.weight.data.to(source_dtype or dtype),
+            packed, state = bnb.functional.quantize_4bit(child.weight.data.to(from_dtype or dtype),
                                                          blocksize=QLORA_BLOCKSIZE,
                                                          compress_statistics=double_quant, quant_type=quant_type)
             weight = torch.nn.Parameter(packed, requires_grad=False)
