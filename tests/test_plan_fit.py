@@ -114,3 +114,38 @@ def test_the_accumulation_note_names_batchnorm_only_when_the_step_runs_it(tmp_pa
     with_bn = Evaluator(str(bn), "hopper").evaluate(2, config, accum, Split("single", 1))
     without = Evaluator(TINY, "hopper").evaluate(2, config, accum, Split("single", 1))
     assert with_bn.batch_norm and not without.batch_norm
+
+
+def _deep_tiny(tmp_path, layers: int = 6) -> str:
+    path = tmp_path / f"tiny{layers}.json"
+    path.write_text(json.dumps({**json.load(open(TINY)), "num_hidden_layers": layers}))
+    return str(path)
+
+
+def test_fit_options_are_what_their_estimate_cmd_gives(tmp_path, capsys):
+    """fit rebuilds a deep config as estimate does (3- and 4-block traces): the top options' bytes are the
+    bytes their `estimate_cmd` prints, to the byte."""
+    import shlex
+
+    result = fit(_deep_tiny(tmp_path), "rtx4090", 1, 2, seq_len=16, precision="bf16")
+    top = [o for o in result.options if o.fits and o.estimate_cmd][:3]
+    assert len(top) == 3
+    for o in top:
+        assert not any(n.startswith("numbers from") for n in o.notes), o.notes  # no extrapolation here
+        assert main(shlex.split(o.estimate_cmd)[1:] + ["--json"]) == 0
+        est = json.loads(capsys.readouterr().out)
+        assert any("repeated blocks: traced with 3 and 4 of 6 blocks" in n for n in est["notes"])
+        assert est["device_used_bytes"] == o.device_used_bytes, o.name
+
+
+def test_a_step_the_rebuild_does_not_cover_is_extrapolated_and_says_so(tmp_path):
+    """LoRA with accumulation: the 4-block trace differs from its rebuild, so estimate traces it whole; fit
+    extrapolates from the 3- and 4-block traces (no whole trace) and labels the option."""
+    ev = Evaluator(_deep_tiny(tmp_path), "hopper")
+    config, modes = StepConfig("adamw", "bf16", False), TrainingModes(lora_rank=8, grad_accum=2)
+    point = ev.evaluate(2, config, modes, Split())
+    assert any(n.startswith("numbers from traces with 3 and 4 of 6 layers") and "not rebuilt exactly" in n
+               for n in point.notes), point.notes
+    assert ev.traces_run == 2
+    full = ev._point(ev.trace(None, 2, config, modes), modes, Split(), point.block_param_bytes)
+    assert abs(point.device_used_bytes - full.device_used_bytes) <= 0.05 * full.device_used_bytes

@@ -2,7 +2,7 @@
 
 Each option is a set of changes to the job (precision, activation checkpointing, optimizer, LoRA /
 QLoRA, offload, gradient accumulation, sharding over N GPUs); gpuwise traces the changed step (the
-real libraries, fake tensors; plan/scaled.py makes a 7B model cost two small traces per variant) and
+real libraries, fake tensors; plan/scaled.py rebuilds a 7B model from 3- and 4-block traces as estimate does) and
 reports, per rank: device memory as nvidia-smi would show it, a samples/s bound, the effective batch,
 what changes in the training's numerics, and the code to write. The JSON form is docs/contracts.md's
 `gpuwise fit --json` contract. Options that fit come first, fastest first.
@@ -28,7 +28,7 @@ from ..optional_libs import install_hint, missing, sized_without_notes
 from ..step import StepConfig
 from .catalog import CATALOG, GpuSpec, lookup
 from .curve import DEFAULT_MARGIN_PCT
-from .estimate import resolve_gpu
+from .estimate import gpu_capability, resolve_gpu
 from .flops import roofline, traffic_bytes
 from .inputs import resolve_inputs
 from .memory.sharding import DEFAULT_NODE_SIZE, Split, comm_bytes_per_step
@@ -342,7 +342,7 @@ def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, 
         spec = lookup(str(gpu))
     wl, batch_size = resolve_inputs(workload, batch_size, seq_len=seq_len, task=task)
     ev = evaluator or Evaluator(wl, spec.arch)
-    ev.arch = spec.arch
+    ev.arch, ev.capability = spec.arch, gpu_capability(spec)  # estimate's replay and attention kernels
     limit = spec.memory_bytes * (1 - margin_pct / 100)
     adapters = getattr(ev.wl, "hf_config", None) is not None
     named = _source_args(source if source is not None else workload, ev.wl)

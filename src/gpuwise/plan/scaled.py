@@ -1,20 +1,23 @@
-"""Fast numbers for deep models: trace 1 and 2 layers, extrapolate to L (and evaluate many variants).
+"""`fit`'s numbers: each variant's step as `estimate` traces it, evaluated under any split.
 
-A decoder's step is its embeddings and head plus L identical blocks: every byte count of the step
-(parameters, gradients, state, activations, the caching allocator's segments) and its FLOPs grow
-linearly in L, so two traces of the model built from its config with 1 and 2 layers give the L-layer
-numbers as  x(L) = x(1) + (x(2) - x(1)) * (L - 1). The traces are small (fake tensors, a second each),
-so `fit` can evaluate dozens of variants of a 7B or 70B model in seconds. Checked against full-depth
-traces in tests/test_plan_fit.py. A workload that is not a model config is traced whole.
+A deep model config (L identical blocks) is traced as `estimate` traces it, through the tracer's one
+entrance: rebuilt exactly from 3- and 4-block traces (plan/tracing/repeat.py), under the named GPU's
+attention kernels, replayed through the same allocator model, so each option's bytes are what its
+`estimate_cmd` prints (tests/test_plan_fit.py). A model the rebuild does not cover (its blocks differ,
+or the 4-block trace differs from its rebuild, e.g. LoRA with accumulation) is not traced whole, which
+costs L blocks: its numbers are extrapolated linearly in the blocks from the two small traces,
+x(L) = x(a) + (x(b) - x(a)) * (L - a) / (b - a), and the option says so (a labelled fallback; estimate
+traces it whole). A workload that is not a model config, or a config under 6 blocks, is traced whole.
 
-`Evaluator` caches traces by (layers, micro-batch, step config, modes): sharding and offload are
-transforms of a trace (plan/memory/sharding.py, plan/tracing/modes.py) and cost no new trace.
+`Evaluator` caches traces by (blocks, micro-batch, step config, traced modes, GPU capability): sharding
+and offload are transforms of a trace (plan/memory/sharding.py, plan/tracing/modes.py) and cost no new
+trace; accumulation over N micro-steps traces min(N, 2) of them whatever N is.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..hf import num_layers_of
@@ -23,7 +26,7 @@ from ..workload import load_workload
 from .memory.cuda import cuda_memory
 from .memory.events import CATEGORIES, MemoryTrace, live_peak
 from .memory.sharding import Split, block_param_bytes, fsdp_units_of, rank_trace, trainable_bytes
-from .tracer import trace_workload
+from .tracer import NotRebuilt, trace_workload
 from .tracing.modes import TrainingModes, offload_optimizer_state
 
 
@@ -43,12 +46,12 @@ class Point:
     batch_norm: bool = False        # the step runs batch norm (accumulation changes its statistics)
     op_costs: Any = None            # plan/speed/ops.py OpCosts of the step (the speed model's input)
 
-    def extrapolate(self, two: Point, layers: int) -> Point:
-        """The step at `layers` from this 1-layer point and a 2-layer one. Each phase's peak is linear
-        in the layers, but which phase peaks can change with depth (a max of lines): every phase is
-        extrapolated and the highest taken. The allocator's and context's bytes above the live peak
-        (cached free blocks, which accumulate per layer) are extrapolated the same way."""
-        w = layers - 1
+    def extrapolate(self, two: Point, layers: int, at: tuple[int, int] = (1, 2)) -> Point:
+        """The step at `layers` from this point and `two`, traced with `at` = (a, a + 1) layers. Each
+        phase's peak is linear in the layers, but which phase peaks can change with depth (a max of
+        lines): every phase is extrapolated and the highest taken. The allocator's and context's bytes
+        above the live peak (cached free blocks, which accumulate per layer) are extrapolated the same way."""
+        w = (layers - at[0]) / (at[1] - at[0])
 
         def lin(a: int, b: int) -> int:
             return max(int(round(a + (b - a) * w)), 0)
@@ -93,16 +96,23 @@ def phase_peaks(trace: MemoryTrace, round_to: int = 512) -> tuple[dict[str, tupl
 
 
 class Evaluator:
-    """Traces a workload (or a model config at 1 and 2 layers) once per variant; evaluates any split."""
+    """Traces a workload once per variant, micro-batch and GPU capability, as `estimate` does; evaluates
+    any split of it.
 
-    def __init__(self, workload, arch: str):
+    A deep model config is rebuilt exactly from its 3- and 4-block traces (the tracer's `repeat`, the same
+    way in as `estimate`'s, under the same GPU's attention kernels), so an option's bytes are what its
+    `estimate_cmd` gives. Where the rebuild is not available (the notes say why) the numbers are
+    extrapolated from the small traces instead (`Point.extrapolate`), and the option says so."""
+
+    def __init__(self, workload, arch: str, capability: tuple[int, int] | None = None):
         self.wl = load_workload(workload)
         self.arch = arch
+        self.capability = capability   # the GPU's compute capability: the attention kernels (estimate's)
         cfg = getattr(self.wl, "hf_config", None)
         self.layers = num_layers_of(cfg) if cfg is not None else None
         if self.layers is not None and self.layers <= 2:
             self.layers = None  # nothing to gain
-        self._traces: dict[tuple, MemoryTrace] = {}
+        self._traces: dict[tuple, MemoryTrace | NotRebuilt] = {}
         self._fsdp_units: tuple | None = None
         self.traces_run = 0
 
@@ -115,14 +125,40 @@ class Evaluator:
         return self._fsdp_units[0]
 
     # -- traces -----------------------------------------------------------------------------------
-    def trace(self, layers: int | None, micro_batch: int, config: StepConfig, modes: TrainingModes) -> MemoryTrace:
-        from dataclasses import replace
+    def _key(self, layers, micro_batch: int, config: StepConfig, modes: TrainingModes, repeat: bool) -> tuple:
+        # offload is a transform of the trace; accumulation traces min(N, 2) micro-steps whatever N is
+        traced = replace(modes, offload_optimizer=False, grad_accum=modes.traced_micro_steps)
+        step = (config.optimizer, config.precision, config.checkpointing, config.optimizer_impl, config.zero_grad)
+        return (layers, micro_batch, step, traced, repeat, self.capability)
 
-        traced_modes = replace(modes, offload_optimizer=False)  # offload is a transform of the trace
-        key = (layers, micro_batch, config.optimizer, config.precision, config.checkpointing, traced_modes)
+    def _run(self, key: tuple, config: StepConfig) -> MemoryTrace:
+        from .tracing.sdpa import AttentionTarget, using_target  # deferred: imports torch
+
+        layers, micro_batch, _, traced, repeat, capability = key
+        with using_target(AttentionTarget(capability or (9, 0))):
+            return trace_workload(self.wl, micro_batch, config, "cuda", repeat, modes=traced, layers=layers,
+                                  whole=False)
+
+    def trace(self, layers: int | None, micro_batch: int, config: StepConfig, modes: TrainingModes) -> MemoryTrace:
+        """The step traced with `layers` blocks (None: as the workload is), without the rebuild."""
+        key = self._key(layers, micro_batch, config, modes, False)
         if key not in self._traces:
-            self._traces[key] = trace_workload(self.wl, micro_batch, config, "cuda", modes=traced_modes, layers=layers)
+            self._traces[key] = self._run(key, config)
             self.traces_run += 1
+        return self._traces[key]
+
+    def rebuilt(self, layers: int | None, micro_batch: int, config: StepConfig,
+                modes: TrainingModes) -> MemoryTrace | NotRebuilt:
+        """The step as `estimate` traces it (a deep model config rebuilt from 3- and 4-block traces; a
+        model config of `layers` blocks: a pipeline stage), or `NotRebuilt` with the small traces."""
+        key = self._key(layers, micro_batch, config, modes, True)
+        if key not in self._traces:
+            try:
+                self._traces[key] = self._run(key, config)
+                self.traces_run += 2 if _was_rebuilt(self._traces[key]) else 1
+            except NotRebuilt as exc:
+                self._traces[key] = exc
+                self.traces_run += len(exc.traces)
         return self._traces[key]
 
     # -- numbers ----------------------------------------------------------------------------------
@@ -145,33 +181,49 @@ class Evaluator:
 
     def evaluate(self, micro_batch: int, config: StepConfig, modes: TrainingModes, split: Split) -> Point:
         """One rank's numbers at `micro_batch` (FLOPs per optimizer step include the accumulation)."""
-        if self.layers is None:
-            point = self._point(self.trace(None, micro_batch, config, modes), modes, split,
-                                block_param_bytes(self.trace(None, micro_batch, config, modes)))
-        else:
-            layers = self.layers
-            if split.strategy == "pipeline":
-                layers = math.ceil(self.layers / split.nproc)
-            t1 = self.trace(1, micro_batch, config, modes)
-            t2 = self.trace(2, micro_batch, config, modes)
-            block = max(_param_bytes(t2) - _param_bytes(t1), 0)
-            # the whole model's parameter bytes: one block is `units.block` of them
-            units = self.units(split)
-            whole = int(block / units.block) if units is not None and units.block else None
-            point = self._point(t1, modes, split, block, whole).extrapolate(
-                self._point(t2, modes, split, block, whole), layers)
-            point.notes.append(f"numbers from traces with 1 and 2 of {self.layers} layers, extrapolated to {layers}")
-            if split.strategy == "pipeline" and split.nproc > 1:
-                extra = (split.nproc - 1) * point.activations_bytes
-                point.device_used_bytes += extra
-                point.peak_allocated_bytes += extra
-                point.notes.append(f"pipeline: stage 0 of {split.nproc} holds {split.nproc} micro-batches' "
-                                   "activations (1F1B); embeddings and head counted in the stage")
+        layers = self.layers
+        if layers is not None and split.strategy == "pipeline":
+            layers = math.ceil(self.layers / split.nproc)
+        got = self.rebuilt(layers if layers != self.layers else None, micro_batch, config, modes)
+        if isinstance(got, NotRebuilt):
+            point = self._extrapolated(got, micro_batch, config, modes, split, layers)
+        else:  # estimate's numbers: its trace, its FSDP unit
+            point = self._point(got, modes, split, block_param_bytes(got, layers))
+        if layers is not None and split.strategy == "pipeline" and split.nproc > 1:
+            extra = (split.nproc - 1) * point.activations_bytes
+            point.device_used_bytes += extra
+            point.peak_allocated_bytes += extra
+            point.notes.append(f"pipeline: stage 0 of {split.nproc} holds {split.nproc} micro-batches' "
+                               f"activations (1F1B); {layers} of {self.layers} layers, embeddings and head "
+                               "counted in the stage")
         if modes.grad_accum > 1:
             point.flops_per_step = point.flops_per_step * modes.grad_accum // modes.traced_micro_steps
             if point.op_costs is not None:
                 point.op_costs = point.op_costs.scaled(modes.grad_accum / modes.traced_micro_steps)
         return point
+
+    def _extrapolated(self, failed: NotRebuilt, micro_batch: int, config: StepConfig, modes: TrainingModes,
+                      split: Split, layers: int) -> Point:
+        """The labelled fallback: linear in the blocks between two small traces (the rebuild's 3- and
+        4-block ones when they ran, else 1 and 2 blocks)."""
+        if len(failed.traces) == 2:
+            (a, ta), (b, tb) = sorted(failed.traces.items())
+        else:
+            a, b = 1, 2
+            ta, tb = (self.trace(n, micro_batch, config, modes) for n in (a, b))
+        block = max((_param_bytes(tb) - _param_bytes(ta)) // (b - a), 0)
+        # the whole model's parameter bytes: one block is `units.block` of them
+        units = self.units(split)
+        whole = int(block / units.block) if units is not None and units.block else None
+        point = self._point(ta, modes, split, block, whole).extrapolate(
+            self._point(tb, modes, split, block, whole), layers, (a, b))
+        point.notes.append(f"numbers from traces with {a} and {b} of {self.layers} layers, extrapolated to {layers} "
+                           f"(not rebuilt exactly: {failed.why}; estimate traces it whole)")
+        return point
+
+
+def _was_rebuilt(trace: MemoryTrace) -> bool:
+    return any(n.startswith("repeated blocks: traced with") for n in trace.notes)
 
 
 def _param_bytes(trace: MemoryTrace) -> int:

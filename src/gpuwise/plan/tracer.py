@@ -1,14 +1,16 @@
 """The one way into the tracer: a workload's training step at a batch size, with its modes, at a depth.
 
-    trace_workload(workload, batch_size, config, target, modes=..., layers=..., repeat=...) -> MemoryTrace
+    trace_workload(workload, batch_size, config, target, modes=..., layers=..., repeat=..., whole=...) -> MemoryTrace
 
 `estimate`, `fit` (plan/scaled.py's Evaluator) and, through `estimate`, the hint and the largest-batch
 search ask here; nothing else in plan/ imports the tracer's insides. What it does, in order:
-- `layers`: a model config is rebuilt with that many blocks (fit's 1- and 2-block traces);
+- `layers`: a model config is rebuilt with that many blocks (a pipeline stage's; fit's labelled fallback);
 - `modes` (plan/tracing/modes.py): LoRA / QLoRA / freezing / accumulation wrap the model and loss and are
   traced with the real libraries; offloading the optimizer is a transform of the trace, not a new one;
 - `repeat`: a model config may be rebuilt exactly from its 3- and 4-block traces, its modes applied to
-  each (plan/tracing/repeat.py); the notes say when it was traced whole instead, and why;
+  each (plan/tracing/repeat.py); the notes say when it was traced whole instead, and why. With
+  `whole=False` a deep model config that cannot be rebuilt is not traced whole: `NotRebuilt` says why and
+  carries the 3- and 4-block traces already run (fit extrapolates from them, and says so);
 - the step is traced on fake tensors (plan/tracing/trace.py), with a fallback where that cannot run.
 """
 
@@ -28,9 +30,19 @@ from .tracing.repeat import repeated_trace
 Progress = Callable[[str], None]  # told each stage as it starts
 
 
+class NotRebuilt(Exception):
+    """A deep model config's step could not be rebuilt from its repeated blocks (`trace_workload(...,
+    repeat=True, whole=False)`): `why`, and `traces`, the small traces run on the way, by block count
+    (empty when none ran)."""
+
+    def __init__(self, why: str, traces: dict[int, MemoryTrace]):
+        super().__init__(why)
+        self.why, self.traces = why, traces
+
+
 def trace_workload(workload: Workload | str, batch_size: int, config: StepConfig, target: str, repeat: bool = False,
                    progress: Progress | None = None, *, modes: TrainingModes | None = None,
-                   layers: int | None = None) -> MemoryTrace:
+                   layers: int | None = None, whole: bool = True) -> MemoryTrace:
     """The step's events (see the module's docstring)."""
     wl = load_workload(workload)
     if layers is not None:
@@ -43,7 +55,7 @@ def trace_workload(workload: Workload | str, batch_size: int, config: StepConfig
 
         def shaped(small: Workload) -> Workload:  # the small models of the repeated blocks get the same modes
             return apply_modes(small, traced_modes, config.precision)
-    trace = _traced(wl, batch_size, config, target, repeat, progress, shaped)
+    trace = _traced(wl, batch_size, config, target, repeat, progress, shaped, whole)
     if not offload:
         return trace
     off = offload_optimizer_state(trace)
@@ -52,14 +64,18 @@ def trace_workload(workload: Workload | str, batch_size: int, config: StepConfig
 
 
 def _traced(wl: Workload, batch_size: int, config: StepConfig, target: str, repeat: bool,
-            progress: Progress | None, shaped: Callable[[Workload], Workload] | None = None) -> MemoryTrace:
+            progress: Progress | None, shaped: Callable[[Workload], Workload] | None = None,
+            whole: bool = True) -> MemoryTrace:
     from .tracing.trace import trace_step  # deferred: trace.py imports torch, `import gpuwise.plan` must not
 
     why = ""
     if repeat:
-        rebuilt, why = repeated_trace(wl, batch_size, config, target, progress, shaped)
+        small: dict[int, MemoryTrace] = {}
+        rebuilt, why = repeated_trace(wl, batch_size, config, target, progress, shaped, small)
         if rebuilt is not None:
             return rebuilt
+        if why and not whole:
+            raise NotRebuilt(why, small)
     if progress is not None:
         progress(f"tracing the step at batch {batch_size}")
     try:

@@ -247,10 +247,11 @@ def _without_numbering(column: list[tuple]) -> list[tuple]:
 
 
 def repeated_trace(wl, batch_size: int, config: StepConfig, target: str,
-                   progress=None, shaped=None) -> tuple[MemoryTrace | None, str]:
+                   progress=None, shaped=None, traced: dict | None = None) -> tuple[MemoryTrace | None, str]:
     """The step of `wl` (a model config with L blocks) rebuilt from 3- and 4-block traces, or (None, why).
     `shaped`: what makes the small models' workloads into the traced one (the training modes: LoRA,
-    QLoRA, accumulation are applied to each small model as to the full one)."""
+    QLoRA, accumulation are applied to each small model as to the full one). `traced`, when given, gets
+    the small traces run, by block count (a caller that cannot trace whole extrapolates from them)."""
     from .trace import trace_step
 
     cfg = getattr(wl, "hf_config", None)
@@ -263,7 +264,7 @@ def repeated_trace(wl, batch_size: int, config: StepConfig, target: str,
     if why is not None:
         return None, why
     warmup = "copy" if target == "cuda" else "optimizer"
-    traces = {}
+    traces = traced if traced is not None else {}
     for n in (TRACED, CHECKED):
         if progress is not None:
             progress(f"tracing {n} of {layers} blocks at batch {batch_size}")
@@ -273,6 +274,7 @@ def repeated_trace(wl, batch_size: int, config: StepConfig, target: str,
         try:
             traces[n] = trace_step(small, batch_size, config, target, fallback=False, warmup=warmup, layers=n)
         except Exception as exc:  # noqa: BLE001 - whatever the fake trace cannot do, the whole trace handles
+            traces.clear()
             return None, f"the {n}-block trace failed ({type(exc).__name__})"
     try:
         if canonical(rebuild(traces[TRACED], CHECKED)) != canonical(traces[CHECKED]):
