@@ -15,9 +15,15 @@ per-example gradient norms with the probe `gpuwise watch` uses (gpuwise/bootstra
 second pass over the same path, the Hessian-weighted quantities of the paper's B_noise (HessianNoise: G'HG,
 tr(H Sigma), H's top eigenvalue); (2) every batch size B trains from the same start to the target with the
 learning rate tuned around `goodput.scaled_lr`'s (eq. 2.7 for SGD: lr_max / (1 + B_noise / B)), doubled while
-the steps fall (up to lr_max), else halved; the fewest steps count (steps(B) assumes a tuned learning rate);
-(3) the prediction: `goodput.steps_along_path` (eq. 2.4-2.7 applied at every reading of the reference run,
-the rate capped at 2 / lambda_max and at lr_max, as in the runs), times the measured step time; eq. 2.11 with
+the steps fall (up to lr_max), else halved; the fewest steps count (steps(B) assumes a tuned learning rate).
+Steps to the target are those of the expected loss: the seeds' runs step in lockstep and the first evaluation
+at which their mean loss is <= the target counts (`seeds_to_target`), not a single run's first dip below it;
+(3) the prediction: `goodput.steps_to_target`: with one rate for the whole run (as the runs use, searched below
+lr_max as theirs is), the run follows the reference's noise-free path (eq. 2.4-2.7 without the noise term, the
+rate capped at 2 / lambda_max) down to the target minus the noise's settled excess at the target
+(`goodput.noise_floor`: lr tr(Sigma) / (2B (2 - lr tr(H Sigma)/tr(Sigma)))), times the measured step time.
+The reference run's readings go REF_PAST past the target for that, smoothed by centred means. Kept for
+comparison: the one-step model summed along the path (`goodput.steps_along_path`), and eq. 2.11 with
 single values of the noise scale (at the target, whole-run, progress-weighted mean) is kept for comparison.
 `--replot` redraws the plot from the results file.
 
@@ -45,6 +51,8 @@ from gpuwise.tuning import goodput  # noqa: E402
 
 POWER_ITERATIONS = 20   # H's top eigenvalue: power iterations at the first reading ...
 POWER_WARM = 3          # ... then per reading, from the last vector (H moves little in a step)
+PATH_WINDOW = 0.1       # the path's readings: centred means over +-10 % of the run (one value for every task)
+REF_PAST = 0.5          # the reference run's readings go on for half again its steps to the target
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
 
@@ -209,6 +217,37 @@ def train_to_target(task: Task, b: int, lr: float, seed: int, probe: NoiseProbe 
     return {"steps": None, "step_time_s": statistics.median(times)}
 
 
+def seeds_to_target(task: Task, b: int, lr: float, seeds: list[int], limit: float = math.inf) -> dict:
+    """Steps until the evaluation loss averaged over the seeds' runs is <= the target: the runs step in lockstep
+    and the mean of their losses (an estimate of the expected loss E[L_t], which steps(B) predicts) is checked
+    every `eval_every` steps. Not the first step at which one noisy run dips below the target: that comes earlier
+    the noisier the run (small batches, large rates), e.g. logreg at B=16, lr 0.19: single runs first dip below at
+    201-293 steps, the mean of 4 crosses at 385. Also each seed's own first dip, for comparison, and the median
+    time of a training step (evaluation not counted). Stops at `limit` steps (the best so far at this batch: a
+    rate that needs more is not picked) with steps None."""
+    runs = []
+    for seed in seeds:
+        m = task.model()
+        runs.append((m, torch.optim.SGD(m.parameters(), lr=lr), torch.Generator().manual_seed(seed)))
+    times, first = [], [None] * len(seeds)
+    for step in range(1, int(min(task.max_steps, limit)) + 1):
+        for m, opt, gen in runs:
+            t = time.perf_counter()
+            bt = task.batch(b, gen)
+            opt.zero_grad(set_to_none=True)
+            task.loss(m, bt).backward()
+            opt.step()
+            times.append(time.perf_counter() - t)
+        if step % task.eval_every == 0:
+            values = [task.eval_loss(m) for m, _, _ in runs]
+            if not all(math.isfinite(v) for v in values):
+                return {"steps": None, "first_dip": first, "step_time_s": statistics.median(times), "diverged": True}
+            first = [f or (step if v <= task.target else None) for f, v in zip(first, values)]
+            if statistics.mean(values) <= task.target:
+                return {"steps": step, "first_dip": first, "step_time_s": statistics.median(times)}
+    return {"steps": None, "first_dip": first, "step_time_s": statistics.median(times)}
+
+
 class HessianNoise:
     """The paper's B_noise = tr(H Sigma) / G'HG (McCandlish et al. 2018, eq. 2.6; B_simple = tr(Sigma)/|G|^2 is
     its value when H is a multiple of the identity, section 2.2) at the current parameters, with the same
@@ -259,16 +298,14 @@ class HessianNoise:
                               (bb * n_big - b * n_small) / (bb - b), (n_small - n_big) / (1 / b - 1 / bb), abs(lam)))
 
     def path(self) -> list[tuple[float, float, float, float]]:
-        """(|G|^2, G'HG, tr(H Sigma), lambda_max) at every reading, each the paper's EMA (EMA_DECAY) of the
-        readings so far (one reading is noisy), for `goodput.steps_along_path`."""
-        e = [0.0] * 5
-        w = 0.0
-        out = []
-        for r in self.readings:
-            e = [EMA_DECAY * a + x for a, x in zip(e, r)]
-            w = EMA_DECAY * w + 1
-            out.append((e[2] / w, e[0] / w, e[1] / w, e[4] / w))
-        return out
+        """(|G|^2, G'HG, tr(H Sigma), lambda_max) at every reading, each the mean of the readings within
+        PATH_WINDOW of the run on either side (`goodput.centred_means`; one reading is noisy), for
+        `goodput.steps_along_path`. Not the paper's EMA: it lags, and these quantities change tens of times
+        along a run (logreg's |G|^2 falls 0.11 -> 0.003 in 25 steps), so the EMA's path carried readings from
+        earlier, larger gradients (the loss its steps covered summed to 2.1x the reference run's real drop on
+        logreg, 3.7x on the MLP, 2.3x on the LM; centred: 0.95x, 2.2x, 0.84x)."""
+        rows = [(r[2], r[0], r[1], r[4]) for r in self.readings]
+        return [tuple(x) for x in goodput.centred_means(rows, PATH_WINDOW)]
 
     def series(self, hessian: bool = True) -> list[float | None]:
         """The paper's EMA (of numerator and denominator, then their ratio) after every reading; None while the
@@ -296,9 +333,15 @@ def measure_b_noise(task: Task, seed: int) -> dict:
         ref = train_to_target(task, b, task.lr_max / 8, seed, probe)
     finally:
         probe.examples.disarm()
-    # the same run again (same seed: the same batches and path) for the Hessian readings: their extra forward
-    # passes would be seen by the probe's global hooks
-    train_to_target(task, b, task.lr_max / 8, seed, None, hess)
+    # the same run again (same seed: the same batches and path) for the Hessian readings (their extra forward
+    # passes would be seen by the probe's global hooks) and the loss at every step, REF_PAST further than the
+    # target: a run with more noise must get its noise-free path below the target
+    k = ref["steps"]
+    losses = follow(task, b, task.lr_max / 8, seed, hess, round(k * (1 + REF_PAST)))
+    readings = hess.readings
+    path = hess.path()  # over the whole run, the smoothing window included
+    at_target = goodput.centred_means([r[:4] for r in readings], PATH_WINDOW)[k]
+    hess.readings = readings[:k]  # the noise-scale series below: up to the target, as before
     rows = [dict(zip(ROW_KEYS, r)) for r in probe.rows()]  # rows() hands them over once
     whole = noise_scale(rows)
     evolution = [e["b_simple"] for e in whole["evolution"]]
@@ -319,7 +362,26 @@ def measure_b_noise(task: Task, seed: int) -> dict:
             "b_simple_end": evolution[-1], "b_simple_whole_run": whole["b_simple"], "ci_low": whole["ci_low"],
             "ci_high": whole["ci_high"], "b_simple_first": evolution[0], "steps_used": whole["steps_used"],
             "estimator": whole["estimator"],
-            "hessian_series": h_series, "b_simple_series": probe_series, "path": hess.path()}
+            "hessian_series": h_series, "b_simple_series": probe_series, "path": path,
+            "path_losses": [x[0] for x in goodput.centred_means([(v,) for v in losses], PATH_WINDOW)],
+            "tr_sigma_at_target": at_target[3], "curvature_at_target": at_target[1] / at_target[3]}
+
+
+def follow(task: Task, b: int, lr: float, seed: int, hessian: HessianNoise, steps: int) -> list[float]:
+    """`steps` steps of the reference run with the Hessian readings; the evaluation loss before each step and
+    after the last."""
+    m = task.model()
+    opt = torch.optim.SGD(m.parameters(), lr=lr)
+    gen = torch.Generator().manual_seed(seed)
+    losses = [task.eval_loss(m)]
+    for _ in range(steps):
+        bt = task.batch(b, gen)
+        opt.zero_grad(set_to_none=True)
+        task.loss(m, bt).backward()
+        hessian.read(m)
+        opt.step()
+        losses.append(task.eval_loss(m))
+    return losses
 
 
 def run_task(task: Task, seeds: list[int]) -> dict:
@@ -333,11 +395,10 @@ def run_task(task: Task, seeds: list[int]) -> dict:
         tried = []
 
         def attempt(lr, b=b, tried=tried):
-            runs = [train_to_target(task, b, lr, s) for s in seeds]
-            steps = [r["steps"] for r in runs]
-            ok = [s for s in steps if s]
-            tried.append({"lr": lr, "steps_runs": steps, "steps": statistics.mean(ok) if len(ok) == len(steps) else None,
-                          "step_time_s": statistics.median(r["step_time_s"] for r in runs)})
+            done = [t["steps"] for t in tried if t["steps"]]
+            run = seeds_to_target(task, b, lr, seeds, min(done) if done else math.inf)
+            tried.append({"lr": lr, "first_dip_runs": run["first_dip"], "steps": run["steps"],
+                          "step_time_s": run["step_time_s"]})
             return tried[-1]["steps"] or math.inf
 
         best_steps = attempt(rule)
@@ -355,26 +416,31 @@ def run_task(task: Task, seeds: list[int]) -> dict:
                 break
         done_lr = [t for t in tried if t["steps"]]
         pick = min(done_lr, key=lambda t: t["steps"]) if done_lr else tried[0]
-        point = {"batch_size": b, "lr": pick["lr"], "lr_rule": rule, "steps_runs": pick["steps_runs"],
+        point = {"batch_size": b, "lr": pick["lr"], "lr_rule": rule, "first_dip_runs": pick["first_dip_runs"],
                  "steps": pick["steps"], "step_time_s": statistics.median(t["step_time_s"] for t in tried),
                  "lr_grid": tried}
         points.append(point)
-        print(f"  {task.name} B={b:5d} lr={pick['lr']:.4f} (rule {rule:.4f}) steps={pick['steps_runs']} "
+        print(f"  {task.name} B={b:5d} lr={pick['lr']:.4f} (rule {rule:.4f}) steps={pick['steps']} (first dips {pick['first_dip_runs']}) "
               f"step={point['step_time_s'] * 1e3:.2f} ms",
               file=sys.stderr)
     done = [p for p in points if p["steps"]]
     # predicted steps(B): goodput.steps_along_path over the reference run's readings (eq. 2.4-2.7 step by step,
     # the rate capped at 2 / lambda_max), scaled by least squares to the measured points (the scale does not move
     # the ratios or the best batch)
+    # predicted steps(B): goodput.steps_to_target along the reference run's path (one rate per run, searched below
+    # lr_max as the runs' is; the noise's settled excess at the target region added to the target), absolute steps
     path, ref_b, ref_lr = noise["path"], noise["reference_batch"], noise["reference_lr"]
-    shape = {p["batch_size"]: goodput.steps_along_path(path, p["batch_size"], ref_b, ref_lr, task.lr_max)
-             for p in points}
-    scale = (sum(shape[p["batch_size"]] * p["steps"] for p in done) / sum(shape[p["batch_size"]] ** 2 for p in done))
+
+    def predict(batch):
+        return goodput.steps_to_target(path, noise["path_losses"], task.target, batch, ref_b, ref_lr,
+                                       noise["tr_sigma_at_target"], noise["curvature_at_target"], task.lr_max)
+
+    pred = {p["batch_size"]: predict(p["batch_size"]) for p in points}
     f = [goodput.steps_factor(p["batch_size"], bn) for p in done]
     s_min = sum(fi * p["steps"] for fi, p in zip(f, done)) / sum(fi * fi for fi in f)
     a, per = goodput.fit_step_time([(p["batch_size"], p["step_time_s"]) for p in points])
     for p in points:
-        p["predicted_steps"] = scale * shape[p["batch_size"]]
+        p["predicted_steps"], p["predicted_lr"] = pred[p["batch_size"]]
         p["predicted_steps_eq_2_11"] = s_min * goodput.steps_factor(p["batch_size"], bn)
         p["time_to_target_s"] = p["steps"] * p["step_time_s"] if p["steps"] else None
         p["predicted_time_to_target_s"] = p["predicted_steps"] * p["step_time_s"]  # step_time(B) measured
@@ -382,13 +448,20 @@ def run_task(task: Task, seeds: list[int]) -> dict:
     predicted_best = min(points, key=lambda p: p["predicted_time_to_target_s"])["batch_size"]
     lo, hi = done[0], done[-1]
     measured_ratio = lo["steps"] / hi["steps"]
-    predicted_ratio = shape[lo["batch_size"]] / shape[hi["batch_size"]]
-    # without the stability cap: eq. 2.11 along the path (uncapped steps_along_path)
-    nocap = [(g2, ghg, trh, 0.0) for g2, ghg, trh, _ in path]
-    shape_nc = {p["batch_size"]: goodput.steps_along_path(nocap, p["batch_size"], ref_b, ref_lr) for p in points}
-    pr_nc = shape_nc[lo["batch_size"]] / shape_nc[hi["batch_size"]]
-    uncapped = {"predicted_best_batch": min(points, key=lambda p: shape_nc[p["batch_size"]] * p["step_time_s"])[
-        "batch_size"], "predicted_ratio": pr_nc, "ratio_error": pr_nc / measured_ratio - 1}
+    predicted_ratio = pred[lo["batch_size"]][0] / pred[hi["batch_size"]][0]
+    bs = [p["batch_size"] for p in points]
+    curve = [(x, predict(x)[0]) for x in (bs[0] * (bs[-1] / bs[0]) ** (i / 40) for i in range(41))]
+    # before: the one-step model summed along the path to the target (steps_along_path, the rate at each step
+    # the one-step best, capped at 2 / lambda_max and lr_max), with and without the stability cap
+    k = noise["reference_steps"]
+    one = {x: goodput.steps_along_path(path[:k], x, ref_b, ref_lr, task.lr_max) for x in bs}
+    nocap = [(g2, ghg, trh, 0.0) for g2, ghg, trh, _ in path[:k]]
+    one_nc = {x: goodput.steps_along_path(nocap, x, ref_b, ref_lr) for x in bs}
+    one_step = {}
+    for name, sh in (("capped", one), ("uncapped", one_nc)):
+        pr = sh[lo["batch_size"]] / sh[hi["batch_size"]]
+        one_step[name] = {"predicted_best_batch": min(points, key=lambda p, sh=sh: sh[p["batch_size"]] * p["step_time_s"])[
+            "batch_size"], "predicted_ratio": pr, "ratio_error": pr / measured_ratio - 1}
     # the same prediction from the other readings of the noise scale (the criteria use b_noise)
     alternatives = {}
     for key in ("b_noise", "b_simple_path", "b_simple_end", "b_simple_whole_run", "b_noise_hessian_end"):
@@ -400,7 +473,7 @@ def run_task(task: Task, seeds: list[int]) -> dict:
         alternatives[key] = {"b_noise": v, "predicted_best_batch": pb, "predicted_ratio": pr,
                              "ratio_error": pr / measured_ratio - 1}
     return {"task": task.name, "target_loss": task.target, "lr_max": task.lr_max, "noise": noise, "s_min": s_min,
-            "scale": scale, "uncapped_path": uncapped, "alternatives_eq_2_11": alternatives,
+            "curve": curve, "one_step_path_model": one_step, "alternatives_eq_2_11": alternatives,
             "step_time_fit": {"fixed_s": a, "per_sample_s": per}, "points": points,
             "measured_best_batch": measured_best, "predicted_best_batch": predicted_best,
             "best_within_2x": max(measured_best, predicted_best) / min(measured_best, predicted_best) <= 2,
@@ -422,9 +495,8 @@ def plot(results: list[dict], path: str) -> None:
         grid = [bs[0] * (bs[-1] / bs[0]) ** (i / 60) for i in range(61)]
         n = r["noise"]
         ax = axes[0][j]
-        ax.plot(grid, [r["scale"] * goodput.steps_along_path(n["path"], b, n["reference_batch"], n["reference_lr"],
-                                                             r["lr_max"]) for b in grid], "-", color="C0",
-                label=f"predicted along the path (B_bar={n['b_noise']:.0f})")
+        ax.plot([x for x, _ in r["curve"]], [y for _, y in r["curve"]], "-", color="C0",
+                label="predicted: noise-free path to target - noise floor")
         end = n["b_simple_end"]
         if end:
             f_end = [goodput.steps_factor(p["batch_size"], end) for p in pts if p["steps"]]
@@ -432,10 +504,10 @@ def plot(results: list[dict], path: str) -> None:
             ax.plot(grid, [s_end * goodput.steps_factor(b, end) for b in grid], ":", color="C2",
                     label=f"before: S_min(1 + B_noise/B), B_simple at target={end:.0f}")
         for p in pts:
-            ax.plot([p["batch_size"]] * len([s for s in p["steps_runs"] if s]), [s for s in p["steps_runs"] if s],
+            ax.plot([p["batch_size"]] * len([s for s in p["first_dip_runs"] if s]), [s for s in p["first_dip_runs"] if s],
                     ".", color="C1", alpha=0.5)
         ax.plot([p["batch_size"] for p in pts if p["steps"]], [p["steps"] for p in pts if p["steps"]], "o", color="C1",
-                label="measured (mean of seeds)")
+                label="measured: the seeds' mean loss reaches the target")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_title(f"{r['task']}: steps to loss {r['target_loss']:.3f}")

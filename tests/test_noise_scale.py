@@ -160,6 +160,39 @@ def test_path_model_reduces_to_eq_2_11_and_is_capped_by_stability():
         goodput.steps_along_path(capped, 1000, 50, 0.1))
 
 
+def test_centred_means_smooth_without_lag():
+    # a straight line is its own centred mean (away from the ends): no lag, unlike an EMA
+    rows = [(float(i), 2.0 * i) for i in range(21)]
+    out = goodput.centred_means(rows, 0.1)  # +-2 rows
+    assert out[10] == pytest.approx([10.0, 20.0]) and out[3] == pytest.approx([3.0, 6.0])
+    assert out[0] == pytest.approx([1.0, 2.0])  # the ends average what there is: rows 0-2
+    assert goodput.centred_means([(1.0,), (3.0,)], 0.0) == [[2.0], [2.0]]  # at least one row either side
+
+
+def test_noise_floor_is_the_settled_excess_of_a_quadratic():
+    assert goodput.noise_floor(0.01, 10, 8.0) == pytest.approx(0.01 * 8.0 / 40)  # lr tr(Sigma) / (4B), lr c -> 0
+    assert goodput.noise_floor(1.0, 10, 8.0, curvature=1.0) == pytest.approx(8.0 / 20)  # / (2B (2 - lr c))
+    assert goodput.noise_floor(1.0, 10, 8.0, curvature=2.0) == math.inf
+
+
+def test_steps_to_target_follows_the_path_below_the_target_by_the_noise_floor():
+    # a path whose every reference step (lr 0.1) covers 0.1 - 0.1^2 / 2 = 0.095; at rate 1 (the best along G and
+    # lr_cap) a step covers 0.5
+    path = [(1.0, 1.0, 0.0, 1.0)] * 20
+    losses = [1.0 - 0.095 * i for i in range(21)]
+    target = 1.0 - 0.095 * 10 + 1e-3  # reached after 10 reference steps
+    steps, lr = goodput.steps_to_target(path, losses, target, 1000, 10 ** 9, 0.1, 0.0, lr_cap=1.0)
+    assert lr == 1.0 and steps == pytest.approx(10 * 0.095 / 0.5)
+    # with noise (tr(Sigma) = 1) at B = 1 the run must reach target - lr / 4: 3 more reference steps at rate 1
+    noisy, lr1 = goodput.steps_to_target(path, losses, target, 1, 10 ** 9, 0.1, 1.0, lr_cap=1.0)
+    assert lr1 == 1.0 and noisy == pytest.approx(13 * 0.095 / 0.5)
+    big, _ = goodput.steps_to_target(path, losses, target, 10 ** 6, 10 ** 9, 0.1, 1.0, lr_cap=1.0)
+    assert big == pytest.approx(steps)
+    # a target below the reference run's end, noise floor included: no rate reaches it
+    none, _ = goodput.steps_to_target(path, losses, -5.0, 1, 10 ** 9, 0.1, 1.0, lr_cap=1.0)
+    assert none == math.inf
+
+
 def test_fit_step_time_is_least_squares_and_non_negative():
     a, b = goodput.fit_step_time([(10, 2.0), (20, 3.0), (40, 5.0)])  # exactly 1 + 0.1 B
     assert a == pytest.approx(1.0) and b == pytest.approx(0.1)

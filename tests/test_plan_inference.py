@@ -34,3 +34,51 @@ def test_7b_inference_cli(capsys):
     assert d["kv_cache_bytes"] == 2 * 32 * 4 * 32 * (4096 + 2) * 128 * 2  # 2 x L x B x heads x T x dim x bf16
     assert d["parameters_bytes"] > 12.5 * 2**30
     assert d["device_used_bytes"] > d["parameters_bytes"] + d["kv_cache_bytes"]
+
+
+def test_4bit_weights_as_bitsandbytes_stores_them():
+    pytest.importorskip("bitsandbytes")
+    vocab = 128   # tests/workloads/_hf.py VOCAB
+    bf16 = estimate_inference(LLAMA, 2, new_tokens=2, dtype="bf16")
+    nf4 = estimate_inference(LLAMA, 2, new_tokens=2, dtype="bf16", quantize="nf4")
+    head_too = estimate_inference(LLAMA, 2, new_tokens=2, dtype="bf16", quantize="nf4", loader="fabric")
+    # every linear weight but the head packed two per byte (its absmax are buffers); the head as bf16 or 4-bit
+    linear = 2 * (64 * 64 * 2 + 64 * 32 * 2 + 128 * 64 * 3)
+    assert nf4.parameters_bytes == bf16.parameters_bytes - 2 * linear + linear // 2
+    assert head_too.parameters_bytes == nf4.parameters_bytes - 2 * vocab * 64 + vocab * 64 // 2
+    assert "nf4" in nf4.notes[0] and "head in bf16" in nf4.notes[0] and "head too" in head_too.notes[0]
+
+
+def test_old_bitsandbytes_dequantizes_a_multi_token_prefill():
+    pytest.importorskip("bitsandbytes")
+    new = estimate_inference(LLAMA, 2, new_tokens=2, dtype="bf16", quantize="nf4")
+    assert not any("dequantize_4bit" in e.op for e in new.trace.events)
+    dequantized = []
+    for batch in (1, 2):
+        old = estimate_inference(LLAMA, batch, new_tokens=2, dtype="bf16", quantize="nf4", bnb_version="0.42.0")
+        dequantized.append(sum("dequantize_4bit" in e.op for e in old.trace.events if e.action == "alloc"))
+    # a bf16 copy per linear layer (2 layers x 7) in every multi-row matmul: batch 1's prefill only (its
+    # 1-token decode steps take the GEMV), batch 2's prefill and both decode steps
+    assert dequantized == [14, 42]
+    # Lightning Fabric (litgpt) quantizes the head too, from float16: with every position's logits the head's
+    # matmul is multi-row too, and each dequantized fp16 weight is cast to the bf16 compute dtype
+    fabric = estimate_inference(LLAMA, 1, new_tokens=2, dtype="bf16", quantize="nf4", bnb_version="0.42.0",
+                                loader="fabric", prefill_logits="all")
+    allocs = [e for e in fabric.trace.events if e.action == "alloc"]
+    assert sum("dequantize_4bit" in e.op for e in allocs) == 15
+    assert sum(e.op == "aten._to_copy" and e.nbytes == 2 * 128 * 64 for e in allocs) >= 1   # the head, in bf16
+
+
+def test_prefill_logits_all_keeps_every_position():
+    last = estimate_inference(LLAMA, 2, new_tokens=0, dtype="fp32", target="cpu")
+    every = estimate_inference(LLAMA, 2, new_tokens=0, dtype="fp32", target="cpu", prefill_logits="all")
+    logits = [max(e.nbytes for e in est.trace.events if e.action == "alloc" and e.module == "lm_head")
+              for est in (last, every)]
+    assert logits == [2 * 1 * 128 * 4, 2 * 16 * 128 * 4]   # batch x positions x vocab x fp32
+
+
+@pytest.mark.parametrize("argv", [["--quantize", "nf4"], ["--inference", "--quantize-loader", "fabric"],
+                                  ["--inference", "--qlora"], ["--prefill-logits", "all"]])
+def test_quantize_flags_refused_where_they_mean_nothing(argv, capsys):
+    assert main(["estimate", LLAMA, "-b", "1", *argv]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1

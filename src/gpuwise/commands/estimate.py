@@ -52,10 +52,11 @@ def add_version_arguments(p) -> None:
     """What differs between torch / transformers versions: --attn, optimizer implementation, zero_grad,
     CUDA module loading (a published table of 2022 ran eager attention, for-loop AdamW, kept gradients
     and an eagerly loaded context)."""
-    p.add_argument("--attn", choices=["eager", "sdpa", "flash"],
+    p.add_argument("--attn", choices=["eager", "sdpa", "flash", "triton"],
                    help="transformers attn_implementation: eager (the (L, L) scores kept; transformers < 4.36), "
                         "sdpa (the kernel torch picks for the GPU; default of transformers >= 4.36), "
-                        "flash (sdpa with the flash kernel forced)")
+                        "flash (sdpa with the flash kernel forced), triton (a FlashAttention kernel in Triton, "
+                        "as llm-foundry's attn_impl triton: flash's memory, its own speed)")
     p.add_argument("--optimizer-impl", choices=["default", "for-loop", "foreach", "fused"], default="default",
                    help="torch optimizer implementation (default: torch's choice on CUDA, foreach; "
                         "for-loop: torch < 2.0 and transformers' adamw_hf)")
@@ -76,9 +77,14 @@ def add_split_arguments(p) -> None:
     """-n/--nproc and --strategy: one rank's memory when the job runs on N GPUs."""
     p.add_argument("-n", "--nproc", type=positive_int, default=1, metavar="N",
                    help="GPUs the job runs on: the numbers are one rank's (default 1)")
-    p.add_argument("--strategy", choices=[s for s in STRATEGIES if s != "pipeline"] + ["zero3"], default=None,
+    p.add_argument("--strategy", choices=[s for s in STRATEGIES if s != "pipeline"] + ["zero3", "fsdp1"],
+                   default=None,
                    help="how the job is split over the N GPUs (default ddp when -n > 1): ddp, ZeRO-1/2, "
-                   "FSDP2 (fsdp = ZeRO-3), fsdp-grad-op, hsdp; --batch-size is per rank")
+                   "FSDP2 (fsdp = ZeRO-3), fsdp-grad-op, hsdp, fsdp1 (FSDP1 FULL_SHARD with flat parameters, "
+                   "as Lightning and accelerate use it); --batch-size is per rank")
+    p.add_argument("--network-gbps", type=float, default=None, metavar="GBPS",
+                   help="node-to-node bandwidth of one node, all its NICs together, in Gb/s (speed only; default: "
+                   "one InfiniBand NIC per GPU of the GPU's DGX generation)")
 
 
 def add_mode_arguments(p) -> None:
@@ -97,14 +103,25 @@ def add_mode_arguments(p) -> None:
     p.add_argument("--qlora", action="store_true", help="QLoRA: 4-bit base weights (bitsandbytes) + LoRA")
     p.add_argument("--qlora-quant", choices=["nf4-dq", "nf4", "fp4"], help="--qlora: 4-bit format (default "
                    "nf4-dq: NF4 with double quantization; nf4, fp4: without)")
-    p.add_argument("--bnb-version", metavar="X.Y.Z", help="--qlora: the bitsandbytes release the run used, where its "
-                   "memory differs from the installed one (before 0.43.2 every 4-bit layer kept its input)")
+    p.add_argument("--bnb-version", metavar="X.Y.Z", help="--qlora / --quantize: the bitsandbytes release the run used, "
+                   "where its memory differs from the installed one (before 0.43.2 every 4-bit layer kept its input; "
+                   "before 0.50 a multi-token inference matmul dequantized its weight to 16 bits)")
     p.add_argument("--freeze", action="append", metavar="REGEX",
                    help="freeze parameters whose name matches (repeatable)")
     p.add_argument("--offload-optimizer", action="store_true", help="optimizer state and step on the CPU")
     p.add_argument("--inference", action="store_true", help="inference instead of training: a no-grad forward, "
                    "or for a causal LM prefill of --seq-len tokens + --new-tokens decode steps with a KV cache")
     p.add_argument("--new-tokens", type=int, default=1, metavar="N", help="--inference: tokens generated (default 1)")
+    p.add_argument("--prefill-logits", choices=["last", "all"], default="last", help="--inference: the prompt "
+                   "positions the prefill computes logits for (default last, as transformers' generate asks; all: "
+                   "litgpt's GPT.forward, transformers before 4.45)")
+    p.add_argument("--quantize", choices=["nf4", "nf4-dq", "fp4"], help="--inference: bitsandbytes 4-bit linear "
+                   "weights (transformers' load_in_4bit, litgpt's --quantize bnb.nf4 / bnb.nf4-dq / bnb.fp4); "
+                   "--precision bf16/fp16 is the compute dtype")
+    p.add_argument("--quantize-loader", choices=["transformers", "fabric"], default="transformers",
+                   help="--quantize: who loads the 4-bit weights (default transformers: the output head kept 16-bit; "
+                   "fabric: Lightning Fabric's BitsandbytesPrecision, as litgpt: every nn.Linear, the head too, "
+                   "quantized from float16)")
 
 
 def mode_kwargs(args) -> dict:
@@ -116,6 +133,11 @@ def mode_kwargs(args) -> dict:
 
 def run(args) -> int:
     refuse_gpu_all(args.gpu, "estimate")
+    if (args.quantize or args.quantize_loader != "transformers" or args.prefill_logits != "last") and not args.inference:
+        raise GpuwiseError("--quantize / --quantize-loader / --prefill-logits are for --inference "
+                           "(training with 4-bit weights: --qlora)")
+    if args.inference and (args.qlora or args.lora or args.qlora_quant):
+        raise GpuwiseError("--inference: --lora/--qlora are training modes; 4-bit inference weights: --quantize")
     if args.batch_size is None:
         if not is_config_source(args.workload):
             raise GpuwiseError("-b/--batch-size is required for a workload (a model config or hf: id defaults to 1)")
@@ -131,7 +153,8 @@ def run(args) -> int:
                        checkpointing=args.checkpointing, target=args.target, gpu=args.gpu,
                        margin_pct=DEFAULT_MARGIN_PCT if args.margin is None else args.margin,
                        search_max_batch=not args.no_max_batch, nproc=args.nproc, strategy=args.strategy,
-                       layer_checkpointing=args.layer_checkpointing, on_progress=progress, **mode_kwargs(args), **version_kwargs(args))
+                       layer_checkpointing=args.layer_checkpointing, network_gbps=args.network_gbps,
+                       on_progress=progress, **mode_kwargs(args), **version_kwargs(args))
     if args.plot:
         try:
             plot_estimate(est, args.plot)
@@ -150,7 +173,8 @@ def _run_inference(args) -> int:
     dtype = {"bf16-pure": "bf16", "tf32": "fp32"}.get(args.precision, args.precision)
     with console.err.status("tracing generation with fake tensors…"):
         est = estimate_inference(args.workload, args.batch_size, args.seq_len, args.new_tokens, dtype,
-                                 args.target, args.gpu)
+                                 args.target, args.gpu, quantize=args.quantize, loader=args.quantize_loader,
+                                 bnb_version=args.bnb_version, prefill_logits=args.prefill_logits)
     if args.json:
         console.emit_json(est.to_dict())
         return 0

@@ -3,14 +3,26 @@
 The same tracer as training (plan/tracing/trace.py: fake tensors, every storage followed from allocation to
 its last reference), over what `model.generate` does for a causal LM, written out so that nothing in
 it reads data: under `torch.no_grad()`, a prefill of `context_len` tokens with `use_cache=True` (and
-`logits_to_keep=1`, as generate asks), then
+`logits_to_keep=1`, as generate asks; `prefill_logits="all"`: every prompt position's logits, as litgpt's
+`GPT.forward` and transformers before 4.45 compute them), then
 `new_tokens` decode steps of one token each that append to the cache (transformers' DynamicCache
 concatenates, so the old and the grown cache are both alive for a moment). The next token is the
 argmax of the last position's logits, as greedy generation takes it; the rest of the logits die.
 A workload that is not a causal LM gets the forward-only step: its loss under `torch.no_grad()`.
 
 The weights are cast to `dtype` first (as `from_pretrained(torch_dtype=...)` loads them), outside the
-trace. `kv_cache_bytes` is what the cache holds at the end: 2 x layers x batch x kv-heads x tokens x
+trace. With `quantize` the linear layers' weights are then bitsandbytes' 4-bit (`nf4`, `nf4-dq`, `fp4`:
+tracing/modes.py `quantize_linear_4bit`, the layers QLoRA uses, quantized by bitsandbytes under fake
+tensors) with `dtype` as the compute dtype, as `from_pretrained(quantization_config=BitsAndBytesConfig(
+load_in_4bit=True, ...))` and litgpt's `generate --quantize bnb.nf4` load them. `loader="transformers"`
+keeps the output head in 16 bits (`get_keys_to_not_convert`) and quantizes from the load dtype;
+`loader="fabric"` is Lightning Fabric's `BitsandbytesPrecision`, which litgpt uses: every `nn.Linear` the
+model builds is replaced, the head included, and quantized from a float16 copy (`_Linear4bit.quantize`),
+so a dequantized weight comes back in float16 and is cast to the compute dtype. The forward runs
+bitsandbytes' own ops (`gemm_4bit` and its fake kernel), so the activations are what it allocates; the
+16-bit copy of one layer's weight that the CUDA kernel may dequantize into for a multi-token prefill
+(bitsandbytes' dequant + F.linear fallback) is not seen, except for a release before the fused kernels
+(`bnb_version`, tracing/bnb_versions.py), where every multi-token matmul took that path. `kv_cache_bytes` is what the cache holds at the end: 2 x layers x batch x kv-heads x tokens x
 head-dim x dtype bytes for a standard decoder.
 """
 
@@ -28,12 +40,14 @@ from .estimate import resolve_gpu
 from .memory.allocator import replay
 from .memory.events import MemoryTrace, live_peak
 from .memory.overheads import DEFAULT_ARCH, add_workspaces
+from .tracing.bnb_versions import bitsandbytes_inference_as, parse_version
 from .tracing.cpu_truth import peak_from_profile
-from .tracing.modes import fake_params_set_in_place
+from .tracing.modes import QLORA_QUANTS, fake_params_set_in_place, quantize_linear_4bit
 from .tracing.scope import ModuleScope
 from .tracing.setup import build_model_for_trace
 
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+LOADERS = ("transformers", "fabric")   # who quantizes the weights (see the module's docstring)
 STEADY_MARK = "gpuwise::inference"
 
 
@@ -96,9 +110,10 @@ def _storage_bytes(tensors) -> int:
     return total
 
 
-def run_generation(model, batch, new_tokens: int, mark=None) -> tuple[Any, int]:
+def run_generation(model, batch, new_tokens: int, mark=None, prefill_logits: str = "last") -> tuple[Any, int]:
     """Prefill + `new_tokens` greedy decode steps (or a no-grad forward for other models); returns
-    (the cache, its bytes). `mark(phase)` is told "prefill" / "decode"."""
+    (the cache, its bytes). `mark(phase)` is told "prefill" / "decode"; `prefill_logits`: "last" (the
+    last position's, as generate asks) or "all" (every position's)."""
     import torch
 
     mark = mark or (lambda _p: None)
@@ -110,8 +125,8 @@ def run_generation(model, batch, new_tokens: int, mark=None) -> tuple[Any, int]:
             return None, 0
         ids = batch["input_ids"] if isinstance(batch, dict) else batch
         mark("prefill")
-        try:  # generate() asks for the last position's logits only (transformers >= 4.45)
-            out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+        try:  # generate() asks for the last position's logits only (transformers >= 4.45); 0 keeps them all
+            out = model(input_ids=ids, use_cache=True, logits_to_keep=1 if prefill_logits == "last" else 0)
         except TypeError:
             out = model(input_ids=ids, use_cache=True)
         cache = out.past_key_values
@@ -138,14 +153,32 @@ def _cast(model, dtype_name: str):
 
 
 def estimate_inference(workload, batch_size: int = 1, context_len: int | None = None, new_tokens: int = 1,
-                       dtype: str = "bf16", target: str = "cuda", gpu: str | None = None) -> InferenceEstimate:
-    """Peak memory of a no-grad forward, or for a causal LM of prefill + decoding with a KV cache."""
+                       dtype: str = "bf16", target: str = "cuda", gpu: str | None = None,
+                       quantize: str | None = None, loader: str = "transformers",
+                       bnb_version: str | None = None, prefill_logits: str = "last") -> InferenceEstimate:
+    """Peak memory of a no-grad forward, or for a causal LM of prefill + decoding with a KV cache;
+    `quantize` (nf4, nf4-dq, fp4): bitsandbytes 4-bit linear weights, loaded as `loader` does;
+    `bnb_version`: the bitsandbytes release the run used (tracing/bnb_versions.py); `prefill_logits`:
+    "last" or "all" positions' logits from the prefill."""
+    import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from .tracing.trace import TraceMode, label, settle
 
     if dtype not in DTYPES:
         raise GpuwiseError(f"unknown dtype {dtype!r}; choose from: {', '.join(DTYPES)}")
+    if quantize is not None and quantize not in QLORA_QUANTS:
+        raise GpuwiseError(f"--quantize must be one of {', '.join(QLORA_QUANTS)}, got {quantize!r}")
+    if quantize is not None and dtype == "fp32":
+        raise GpuwiseError("--quantize: the 4-bit layers compute in 16 bits; give --precision bf16 or fp16")
+    if loader not in LOADERS:
+        raise GpuwiseError(f"--quantize-loader must be one of {', '.join(LOADERS)}, got {loader!r}")
+    if (loader != "transformers" or bnb_version) and quantize is None:
+        raise GpuwiseError("--quantize-loader / --bnb-version apply to --quantize (with --inference)")
+    if bnb_version is not None:
+        parse_version(bnb_version)
+    if prefill_logits not in ("last", "all"):
+        raise GpuwiseError(f"prefill logits must be 'last' or 'all', got {prefill_logits!r}")
     if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or new_tokens < 0:
         raise GpuwiseError(f"new tokens must be a non-negative integer, got {new_tokens!r}")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -162,6 +195,15 @@ def estimate_inference(workload, batch_size: int = 1, context_len: int | None = 
     with fake_mode, tracker, mode, (sdpa_as_gpu_runs_it() if target == "cuda" else contextlib.nullcontext()):
         with mode.paused():  # weights arrive in `dtype` (from_pretrained(torch_dtype=...)), not traced
             model = _cast(build_model_for_trace(wl, fake_mode, mode), dtype)
+            if quantize is not None:
+                quant_type, double_quant = QLORA_QUANTS[quantize]
+                fabric = loader == "fabric"
+                quantize_linear_4bit(model, compute_dtype=getattr(torch, DTYPES[dtype]), quant_type=quant_type,
+                                     double_quant=double_quant, keep_head=not fabric,
+                                     from_dtype=torch.float16 if fabric else None)
+                for m in model.modules():  # not bitsandbytes' one-off CPU repacking of each weight (eval, no grad)
+                    if hasattr(m, "support_avx512bf16_for_cpu") and target == "cuda":
+                        m.support_avx512bf16_for_cpu = False
             model.eval()
             batch = wl.build_batch(batch_size)
         label(mode, list(model.parameters()), "parameters", create=True)
@@ -173,7 +215,8 @@ def estimate_inference(workload, batch_size: int = 1, context_len: int | None = 
             marks.append((len(mode.rec.events), phase))
 
         marks: list[tuple[int, str]] = []
-        cache, kv_bytes = run_generation(model, batch, new_tokens, mark)
+        with bitsandbytes_inference_as(bnb_version):
+            cache, kv_bytes = run_generation(model, batch, new_tokens, mark, prefill_logits)
         if cache is not None:
             label(mode, cache_tensors(cache), "activations")
         events = settle(mode)
@@ -184,6 +227,11 @@ def estimate_inference(workload, batch_size: int = 1, context_len: int | None = 
     phase = next((p for at, p in reversed(marks) if at <= peak.event_index), "forward")
     params = peak.by_category.get("parameters", 0)
     notes = [f"weights in {dtype}; no gradients (torch.no_grad)"]
+    if quantize is not None:
+        head = ("the output head too, quantized from fp16 (Lightning Fabric)" if loader == "fabric"
+                else "the output head in " + dtype)
+        notes[0] = (f"linear weights in bitsandbytes {quantize} ({dtype} compute; {head}), the rest in {dtype}; "
+                    f"no gradients (torch.no_grad)")
     if target == "cuda":
         with_ws, overheads = add_workspaces(trace, spec.arch if spec else DEFAULT_ARCH)
         result = replay(with_ws, steady_repeats=1)  # one generation, not a repeated training step

@@ -171,7 +171,8 @@ class Evaluator:
         if modes.offload_optimizer:
             trace = offload_optimizer_state(trace)
         trainable = trainable_bytes(trace)
-        ranked = rank_trace(trace, split, block_param_bytes, self.units(split), param_bytes)
+        ranked = rank_trace(trace, split, block_param_bytes, self.units(split), param_bytes,
+                            accumulating=modes.grad_accum > 1)
         cuda = cuda_memory(ranked, self.arch)
         peak = live_peak(ranked)
         phases, acts = phase_peaks(ranked)

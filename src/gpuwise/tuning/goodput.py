@@ -10,6 +10,12 @@ needs B_noise (here B_simple, measured by `gpuwise watch`, monitoring/noise_scal
 (measured, or from the planner). With step_time(B) = a + b B (a fixed cost per step plus a cost per sample,
 as on one device below its saturation), the minimum is at B* = sqrt(B_noise a / b).
 
+Measured against training to a target loss (benchmarks/goodput_validate.py), the one-step model (eq. 2.4-2.7)
+charges SGD's noise as a loss added at every step, e^2 tr(H Sigma) / 2B, and sums it along the run. That
+noise settles instead: a quadratic's excess over the noise-free path stays at lr tr(Sigma) / (2B (2 - lr c))
+(`noise_floor`), the noise of a step decaying within ~1 / (lr lambda) steps. `steps_to_target` predicts steps(B)
+from that: one learning rate per run, the noise-free path followed to the target minus the floor.
+
 The learning rate at the new batch: the same paper's eq. 2.7 gives the best SGD step at B as
 lr_max / (1 + B_noise / B): linear in B well below B_noise (Goyal et al. 2017, "Accurate, Large Minibatch
 SGD"), flat above it. Adam-like optimizers scale closer to sqrt(B) (Malladi et al. 2022, "On the SDEs and
@@ -50,6 +56,19 @@ def path_b_noise(readings: Sequence[float], batch: float) -> float:
     return sum(wi * b for wi, b in zip(w, pts)) / sum(w)
 
 
+def centred_means(rows: Sequence[Sequence[float]], window: float) -> list[list[float]]:
+    """Each row replaced by the column-wise mean of the rows within `window` (a fraction of len(rows), at least
+    one row) on either side: smoothing without the lag of an exponential moving average, for readings along
+    a finished run whose values change faster than their noise averages out."""
+    n = len(rows)
+    half = max(1, round(window * n))
+    out = []
+    for i in range(n):
+        seg = rows[max(0, i - half):i + half + 1]
+        out.append([sum(col) / len(seg) for col in zip(*seg)])
+    return out
+
+
 def steps_along_path(path: Sequence[tuple[float, float, float, float]], batch: float, ref_batch: float,
                      ref_lr: float, lr_cap: float = math.inf) -> float:
     """steps(B) to cover the loss a reference run covered, from its readings along the way, with the learning
@@ -83,6 +102,62 @@ def steps_along_path(path: Sequence[tuple[float, float, float, float]], batch: f
     if total <= 0:
         raise ValueError("no usable readings along the path")
     return total
+
+
+def noise_floor(lr: float, batch: float, tr_sigma: float, curvature: float = 0.0) -> float:
+    """The expected loss SGD's noise holds above the noise-free path, once it has settled: lr tr(Sigma) /
+    (2B (2 - lr c)) (a quadratic's stationary excess, sum over H's directions of lr sigma_i^2 / (2B (2 - lr
+    lambda_i)), with one curvature c = tr(H Sigma) / tr(Sigma) for all; lr tr(Sigma) / (4B) when lr c << 1).
+    inf where lr c >= 2 (the noise's directions are unstable). The noise injected by a step decays within about
+    1 / (lr lambda) steps, so it costs a fixed excess, not a loss that accumulates step after step as the
+    one-step model (eq. 2.4-2.7) charges it."""
+    if lr * curvature >= 2:
+        return math.inf
+    return lr * tr_sigma / (2 * batch * (2 - lr * curvature))
+
+
+def steps_to_target(path: Sequence[tuple[float, float, float, float]], losses: Sequence[float], target: float,
+                    batch: float, ref_batch: float, ref_lr: float, tr_sigma: float, curvature: float = 0.0,
+                    lr_cap: float = math.inf, grid: float = 2 ** 0.125) -> tuple[float, float]:
+    """(steps, learning rate): the fewest steps at `batch` to bring the expected loss to `target` with one
+    learning rate for the whole run (as the runs use), and that rate.
+
+    The expected loss at batch B and rate e is the noise-free path's plus `noise_floor(e, B)`: the run must
+    follow the path down to target - floor. `path` and `losses` come from a reference run (SGD at `ref_lr`,
+    `ref_batch`) past the target: (|G|^2, G'HG, -, lambda_max) and the loss at each of its steps, smoothed; the
+    reference's own floor is added back to its losses. Along the path, a step at rate e covers what
+    (e |G|^2 - e^2/2 G'HG) / (ref_lr |G|^2 - ref_lr^2/2 G'HG) reference steps cover (eq. 2.4-2.7 without the noise
+    term; e capped at 2 / lambda_max there, gradient descent's stability limit). The rate is searched on a
+    geometric grid below `lr_cap`. `tr_sigma` and `curvature` (tr(H Sigma) / tr(Sigma)) are the noise at the
+    target. (inf, nan) when no rate reaches the target within the reference run."""
+    n = min(len(path), len(losses))
+    if n == 0 or batch <= 0 or ref_lr <= 0:
+        raise ValueError("no reference path to follow")
+    ref_floor = noise_floor(ref_lr, ref_batch, tr_sigma, curvature)
+    clean = [loss - (ref_floor if math.isfinite(ref_floor) else 0.0) for loss in losses[:n]]
+    top = lr_cap if math.isfinite(lr_cap) else 4 * max((g2 / ghg for g2, ghg, _, _ in path if g2 > 0 and ghg > 0),
+                                                        default=ref_lr)
+    best = (math.inf, math.nan)
+    e = top
+    while e > top * 1e-4:
+        goal = target - noise_floor(e, batch, tr_sigma, curvature)
+        k = next((i for i, loss in enumerate(clean) if loss <= goal), None)
+        if k is not None:
+            total = 0.0
+            for g2, ghg, _, lam in path[:k]:
+                step = min(e, 2.0 / lam) if lam and lam > 0 else e
+                if g2 <= 0 or ghg <= 0:
+                    total += ref_lr / step  # no curvature reading: the path's length in rate units
+                    continue
+                covered, gain = ref_lr * g2 - ref_lr ** 2 / 2 * ghg, step * g2 - step * step / 2 * ghg
+                if gain <= 0:
+                    total = math.inf  # past twice the best step along G: no progress at this rate
+                    break
+                total += covered / gain if covered > 0 else ref_lr / step
+            if total < best[0]:
+                best = (total, e)
+        e /= grid
+    return best
 
 
 def best_batch_linear_time(b_noise: float, fixed_s: float, per_sample_s: float) -> float:

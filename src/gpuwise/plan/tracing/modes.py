@@ -319,9 +319,13 @@ def _output_head_names(model) -> set[str]:
     return names
 
 
-def quantize_linear_4bit(model, compute_dtype=None, quant_type: str = "nf4", double_quant: bool = True) -> int:
-    """Replace every nn.Linear (but the output head) by bitsandbytes' Linear4bit holding the same
-    weights, quantized by bitsandbytes (as transformers' `replace_with_bnb_linear` + loading do)."""
+def quantize_linear_4bit(model, compute_dtype=None, quant_type: str = "nf4", double_quant: bool = True,
+                         keep_head: bool = True, from_dtype=None) -> int:
+    """Replace every nn.Linear (but the output head, unless `keep_head=False`) by bitsandbytes' Linear4bit
+    holding the same weights, quantized by bitsandbytes (as transformers' `replace_with_bnb_linear` +
+    loading do) from the weight cast to `from_dtype` (default the compute dtype): the dtype its quant state
+    records and `dequantize_4bit` returns. Lightning Fabric's `BitsandbytesPrecision` replaces the head too
+    and quantizes from float16 (`_Linear4bit.quantize`)."""
     import torch
 
     try:
@@ -334,7 +338,7 @@ def quantize_linear_4bit(model, compute_dtype=None, quant_type: str = "nf4", dou
         if "dynamic" not in bnb.functional.name2qmap:
             bnb.functional.name2qmap["dynamic"] = bnb.functional.create_dynamic_map()
     _register_gemm_4bit_flops()
-    skip = _output_head_names(model)
+    skip = _output_head_names(model) if keep_head else set()
     dtype = compute_dtype or torch.bfloat16
     count = 0
     for name, module in list(model.named_modules()):
@@ -348,7 +352,8 @@ def quantize_linear_4bit(model, compute_dtype=None, quant_type: str = "nf4", dou
                                       compute_dtype=dtype, compress_statistics=double_quant,
                                       quant_type=quant_type, device="meta")
             # what Params4bit._quantize does, without the Params4bit subclass (it cannot wrap a fake tensor)
-            packed, state = bnb.functional.quantize_4bit(child.weight.data.to(dtype), blocksize=QLORA_BLOCKSIZE,
+            packed, state = bnb.functional.quantize_4bit(child.weight.data.to(from_dtype or dtype),
+                                                         blocksize=QLORA_BLOCKSIZE,
                                                          compress_statistics=double_quant, quant_type=quant_type)
             weight = torch.nn.Parameter(packed, requires_grad=False)
             weight.quant_state, weight.quant_type, weight.bnb_quantized = state, quant_type, True
