@@ -54,12 +54,14 @@ def parse_args(argv: list[str]) -> dict:
     p.add_argument("--optimizer-impl", default="default")  # the estimate CLI's version flags (commands/estimate.py)
     p.add_argument("--zero-grad", default="none")
     p.add_argument("--module-loading")
+    p.add_argument("--network-gbps", type=float)
     a = p.parse_args(argv)
     return {"batch_size": a.batch_size, "seq_len": a.seq_len, "precision": a.precision, "gpu": a.gpu,
             "nproc": a.nproc, "strategy": a.strategy, "checkpointing": a.checkpointing, "lora": a.lora,
             "layer_checkpointing": a.layer_checkpointing, "task": a.task, "attn": a.attn,
             "qlora": a.qlora, "grad_accum": a.grad_accum, "optimizer": a.optimizer,
-            "optimizer_impl": a.optimizer_impl, "zero_grad": a.zero_grad, "module_loading": a.module_loading}
+            "optimizer_impl": a.optimizer_impl, "zero_grad": a.zero_grad, "module_loading": a.module_loading,
+            "network_gbps": a.network_gbps}
 
 
 def predict_row(row: dict) -> dict:
@@ -143,8 +145,17 @@ def table(results: list[dict], skipped: list[dict], summ: dict) -> str:
               f"{len(summ['sources'])} sources ({', '.join(summ['sources'])}; {summ['documents']} documents), GPU types "
               f"{', '.join(summ['gpu_types'])}, {summ['gpus_min']} to {summ['gpus_max']} GPUs: median |error| "
               f"{summ['median_abs_error_pct']:.1f} %, max {summ['max_abs_error_pct']:.1f} %; "
-              f"{summ['within_15_pct']} within 15 %, {summ['within_30_pct']} within 30 %.", "",
-              "Not expressible (recorded, not predicted):", ""]
+              f"{summ['within_15_pct']} within 15 %, {summ['within_30_pct']} within 30 %.", ""]
+    lines += ["| source | GPU | measurements | median error (signed) | median abs error | max abs error |",
+              "|---|---|---:|---:|---:|---:|"]
+    groups: dict[tuple, list[float]] = {}
+    for r in results:
+        if not r.get("duplicate_of"):
+            groups.setdefault((r.get("repo") or r["source"], r["gpu"]), []).append(r["error_pct"])
+    for (src, gpu), errs in sorted(groups.items()):
+        lines.append(f"| {src} | {gpu} | {len(errs)} | {statistics.median(errs):+.1f} % | "
+                     f"{statistics.median(abs(e) for e in errs):.1f} % | {max(abs(e) for e in errs):.1f} % |")
+    lines += ["", "Not expressible (recorded, not predicted):", ""]
     lines += [f"- {r['id']}: {r['why_not']}" for r in skipped]
     return "\n".join(lines)
 

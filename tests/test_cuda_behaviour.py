@@ -82,6 +82,23 @@ def test_attn_eager_keeps_the_scores_and_the_estimate_says_which_kernel(tmp_path
         estimate(cfg, attn="paged", **kw)
 
 
+def test_hf_decoder_without_padding_runs_causal_flash_as_on_a_gpu(tmp_path):
+    # transformers cannot read fake position ids, assumes packed sequences and would pass an explicit
+    # mask (efficient kernel, full square); a real run finds no packing and calls SDPA with is_causal=True
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 128, "hidden_size": 64,
+           "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 2}
+    path = tmp_path / "llama.json"
+    path.write_text(json.dumps(cfg))
+    kw = dict(seq_len=64, batch_size=2, precision="bf16", gpu="a100-80gb", search_max_batch=False)
+    est = estimate(str(path), attn="sdpa", **kw)
+    assert est.attention["kernels"] == ["flash"]
+    assert est.speed.breakdown["attention"] > 0
+    triton = estimate(str(path), attn="triton", **kw)  # the same kernel's tensors, Triton's slower speed
+    assert triton.attention["kernels"] == ["flash"]
+    assert triton.peak_allocated_bytes == est.peak_allocated_bytes
+    assert triton.speed.breakdown["attention"] > est.speed.breakdown["attention"]
+
+
 def test_kept_gradients_are_live_through_the_forward(tmp_path):
     cfg = _tiny_bert(tmp_path)
     kw = dict(task="seq-cls", seq_len=64, batch_size=2, target="cpu")

@@ -48,6 +48,19 @@ def test_attention_kernel_fractions():
     # flash on Ampere: forward 70 %, backward 50 %
     assert attention_s(700 * TF, "flash", "forward", "ampere", 1000 * TF) == pytest.approx(1.0)
     assert attention_s(500 * TF, "flash", "backward", "ampere", 1000 * TF) == pytest.approx(1.0)
+    # FlashAttention in Triton: FA2 is 1.3-1.5x faster forward (1.4 taken), 2x backward (FA2 paper sec. 4.1)
+    assert attention_s(500 * TF, "triton", "forward", "ampere", 1000 * TF) == pytest.approx(1.0)
+    assert attention_s(250 * TF, "triton", "backward", "ampere", 1000 * TF) == pytest.approx(1.0)
+
+
+def test_relabel_attention_prices_flash_calls_as_another_kernel():
+    c = OpCosts()
+    c.attention[("forward", "flash")] = 10
+    c.attention[("backward", "efficient")] = 3
+    c.kernels["forward"] = 7
+    r = c.relabel_attention("flash", "triton")
+    assert dict(r.attention) == {("forward", "triton"): 10, ("backward", "efficient"): 3}
+    assert r.kernels == c.kernels and c.attention[("forward", "flash")] == 10  # the original is untouched
 
 
 def test_ddp_hides_all_but_the_last_bucket_behind_backward():
@@ -66,6 +79,34 @@ def test_fsdp_exposes_one_block_each_way_when_compute_is_long():
     plan = comm_time("fsdp", 8, "nvlink4", 4e9, 2e9, 10.0, 20.0, blocks=32)
     assert plan.exposed_s == pytest.approx(ag / 32 + rs / 32)
     assert plan.total_s == pytest.approx(2 * ag + rs)
+
+
+def test_hsdp_reduces_across_nodes_behind_backward_over_the_stated_network():
+    from gpuwise.plan.speed.comm import all_reduce_s, node_network, reduce_scatter_s
+    rs = reduce_scatter_s(4e9, 8, "nvlink4")
+    # 16 nodes; each of the 8 shard positions all-reduces its 0.5 GB shard across nodes
+    kw = {"gpus_per_node": 1, "nics_per_node": 1}
+    default = all_reduce_s(4e9 / 8, 16, "ib-ndr", network="ib-ndr", **kw)  # one 400 Gb/s NIC per GPU
+    net = node_network(800 / 8)  # 800 Gb/s per node, shared by its 8 shard positions
+    stated = all_reduce_s(4e9 / 8, 16, net, network=net, **kw)
+    assert stated > 3 * default
+    long = comm_time("hsdp", 128, "nvlink4", 4e9, 2e9, 10.0, 20.0, blocks=32)
+    assert long.exposed_s < default  # behind a long backward only the last block's share waits
+    short = comm_time("hsdp", 128, "nvlink4", 4e9, 2e9, 10.0, 0.01, blocks=32, network_gbps=800)
+    ag = comm_time("fsdp", 8, "nvlink4", 4e9, 2e9, 10.0, 20.0, blocks=32).total_s - rs
+    assert short.total_s == pytest.approx(2 * ag / 2 + rs + stated)
+    assert short.exposed_s > stated
+
+
+def test_overlapped_collectives_slow_compute_by_the_sms_nccl_holds():
+    from gpuwise.plan.speed.comm import nccl_sms
+    assert (nccl_sms("nvlink3", False), nccl_sms("nvlink4", False), nccl_sms("pcie4", False)) == (24, 32, 2)
+    assert nccl_sms("nvlink4", True) == 16
+    free = comm_time("fsdp", 8, "nvlink4", 4e9, 2e9, 10.0, 20.0, blocks=32)
+    held = comm_time("fsdp", 8, "nvlink4", 4e9, 2e9, 10.0, 20.0, blocks=32, sm_count=132)
+    assert free.contention_s == 0 and held.exposed_s == free.exposed_s
+    # every collective overlaps (compute is long): 32 of 132 SMs busy for the collectives' whole time
+    assert held.contention_s == pytest.approx(32 / 132 * held.total_s)
 
 
 def test_host_bound_step_when_the_gpu_outruns_python():

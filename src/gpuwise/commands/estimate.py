@@ -52,10 +52,11 @@ def add_version_arguments(p) -> None:
     """What differs between torch / transformers versions: --attn, optimizer implementation, zero_grad,
     CUDA module loading (a published table of 2022 ran eager attention, for-loop AdamW, kept gradients
     and an eagerly loaded context)."""
-    p.add_argument("--attn", choices=["eager", "sdpa", "flash"],
+    p.add_argument("--attn", choices=["eager", "sdpa", "flash", "triton"],
                    help="transformers attn_implementation: eager (the (L, L) scores kept; transformers < 4.36), "
                         "sdpa (the kernel torch picks for the GPU; default of transformers >= 4.36), "
-                        "flash (sdpa with the flash kernel forced)")
+                        "flash (sdpa with the flash kernel forced), triton (a FlashAttention kernel in Triton, "
+                        "as llm-foundry's attn_impl triton: flash's memory, its own speed)")
     p.add_argument("--optimizer-impl", choices=["default", "for-loop", "foreach", "fused"], default="default",
                    help="torch optimizer implementation (default: torch's choice on CUDA, foreach; "
                         "for-loop: torch < 2.0 and transformers' adamw_hf)")
@@ -76,9 +77,14 @@ def add_split_arguments(p) -> None:
     """-n/--nproc and --strategy: one rank's memory when the job runs on N GPUs."""
     p.add_argument("-n", "--nproc", type=positive_int, default=1, metavar="N",
                    help="GPUs the job runs on: the numbers are one rank's (default 1)")
-    p.add_argument("--strategy", choices=[s for s in STRATEGIES if s != "pipeline"] + ["zero3"], default=None,
+    p.add_argument("--strategy", choices=[s for s in STRATEGIES if s != "pipeline"] + ["zero3", "fsdp1"],
+                   default=None,
                    help="how the job is split over the N GPUs (default ddp when -n > 1): ddp, ZeRO-1/2, "
-                   "FSDP2 (fsdp = ZeRO-3), fsdp-grad-op, hsdp; --batch-size is per rank")
+                   "FSDP2 (fsdp = ZeRO-3), fsdp-grad-op, hsdp, fsdp1 (FSDP1 FULL_SHARD with flat parameters, "
+                   "as Lightning and accelerate use it); --batch-size is per rank")
+    p.add_argument("--network-gbps", type=float, default=None, metavar="GBPS",
+                   help="node-to-node bandwidth of one node, all its NICs together, in Gb/s (speed only; default: "
+                   "one InfiniBand NIC per GPU of the GPU's DGX generation)")
 
 
 def add_mode_arguments(p) -> None:
@@ -147,7 +153,8 @@ def run(args) -> int:
                        checkpointing=args.checkpointing, target=args.target, gpu=args.gpu,
                        margin_pct=DEFAULT_MARGIN_PCT if args.margin is None else args.margin,
                        search_max_batch=not args.no_max_batch, nproc=args.nproc, strategy=args.strategy,
-                       layer_checkpointing=args.layer_checkpointing, on_progress=progress, **mode_kwargs(args), **version_kwargs(args))
+                       layer_checkpointing=args.layer_checkpointing, network_gbps=args.network_gbps,
+                       on_progress=progress, **mode_kwargs(args), **version_kwargs(args))
     if args.plot:
         try:
             plot_estimate(est, args.plot)

@@ -157,7 +157,8 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
              lora_targets: Any = None, lora_alpha: float | None = None, lora_dropout: float | None = None,
              base_dtype: str | None = None, qlora_quant: str | None = None, bnb_version: str | None = None,
              attn: str | None = None, zero_grad: str = "none", module_loading: str | None = None,
-             layer_checkpointing: int | None = None, on_progress: Progress | None = None) -> Estimate:
+             layer_checkpointing: int | None = None, on_progress: Progress | None = None,
+             network_gbps: float | None = None) -> Estimate:
     """Predict the memory and compute of one steady-state training step of `workload` at `batch_size`.
 
     `workload`: a workload file / module / `examples:NAME`, `hf:ORG/NAME` or a config.json (built with
@@ -223,7 +224,8 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     units = fsdp_units_of(base) if split.strategy in ("fsdp", "hsdp") and split.nproc > 1 else None
 
     def per_rank(t: MemoryTrace) -> MemoryTrace:
-        return rank_trace(t, split, block_param_bytes(t, layers), units) if split.nproc > 1 else t
+        return (rank_trace(t, split, block_param_bytes(t, layers), units, accumulating=modes.grad_accum > 1)
+                if split.nproc > 1 else t)
 
     def traced(b: int) -> MemoryTrace:
         return per_rank(one_gpu(b))
@@ -266,7 +268,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     est.trace = trace
 
     est.grad_accum, est.effective_batch_size, est.modes = modes.grad_accum, batch_size * modes.grad_accum, modes.describe()
-    est.nproc, est.strategy = split.nproc, split.strategy
+    est.nproc, est.strategy = split.nproc, "fsdp1" if split.flat_params else split.strategy
     if modes.grad_accum > 1:  # the trace ran min(N, 2) micro-steps: scale to N
         flops = est.flops_per_step = flops * modes.grad_accum // modes.traced_micro_steps
     if spec is not None:
@@ -275,7 +277,8 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
             est.roofline = roofline(flops, traffic_bytes(est.by_category), batch_size * modes.grad_accum, spec,
                                     config.precision)
             est.speed = _speed(whole, est, spec, wl, modes, config.precision, split.nproc, split.strategy,
-                               str(layer_checkpointing) if layer_checkpointing else None)
+                               str(layer_checkpointing) if layer_checkpointing else None, attention.attn,
+                               network_gbps)
         else:
             notes.append(f"{spec.name}: memory only (no FLOP/s or bandwidth given): no roofline")
         if search_max_batch:
@@ -312,12 +315,16 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
 
 
 def _speed(trace: MemoryTrace, est: Estimate, spec: GpuSpec, wl: Workload, modes, precision: str, nproc: int,
-           strategy: str, selective: str | None = None) -> Speed | None:
-    """The step-time model over the traced ops (plan/speed/); None when the trace recorded none."""
+           strategy: str, selective: str | None = None, attn: str | None = None,
+           network_gbps: float | None = None) -> Speed | None:
+    """The step-time model over the traced ops (plan/speed/); None when the trace recorded none. `attn`
+    "triton": the flash calls are priced as the Triton FlashAttention kernel."""
     costs = trace.op_costs
     if costs is None:
         est.notes.append("no per-op record (the trace fell back): no speed prediction")
         return None
+    if attn == "triton":
+        costs = costs.relabel_attention("flash", "triton")
     if modes.grad_accum > modes.traced_micro_steps:
         costs = costs.scaled(modes.grad_accum / modes.traced_micro_steps)
     steady = trace.events[trace.steady_start:]
@@ -333,7 +340,8 @@ def _speed(trace: MemoryTrace, est: Estimate, spec: GpuSpec, wl: Workload, modes
     return predict(costs, spec, precision, samples_per_rank=est.batch_size * modes.grad_accum,
                    flops_per_step=est.flops_per_step, tokens_per_sample=seq_len, nproc=nproc, strategy=strategy,
                    grad_bytes=grad_bytes, param_bytes=gathered, blocks=blocks,
-                   roofline_step_s=est.roofline.time_s if est.roofline else None, selective=selective)
+                   roofline_step_s=est.roofline.time_s if est.roofline else None, selective=selective,
+                   network_gbps=network_gbps)
 
 
 # -- GPU truth records (docs/contracts.md contract; read by gpuwise/truth.py): the estimate recomputed on the CPU

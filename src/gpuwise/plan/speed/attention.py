@@ -11,6 +11,11 @@
     cudnn (cuDNN fused attention, sm90+): at FlashAttention-3's level (FA3 paper compares cuDNN
         9 as on par): 0.60 forward (FA3: "up to 740 TFLOPs/s (75% utilization)" in FP16 forward, short
         and causal sequences lower), 0.45 backward.
+    triton (FlashAttention written in Triton, e.g. llm-foundry's attn_impl: triton): "FlashAttention-2 is
+        around 1.3-1.5x faster than FlashAttention in Triton in the forward pass and around 2x faster in
+        the backward pass" (FlashAttention-2 paper, sec. 4.1, A100): flash's fractions / 1.4 forward and
+        / 2 backward. On Hopper the same ratios are applied to FlashAttention-2's H100 fraction (no
+        published H100 comparison; an assumption).
 The math backend is not a fused kernel: the trace records its bmm / softmax ops, priced as GEMMs and
 memory-bound ops.
 """
@@ -25,13 +30,15 @@ EFFICIENCY = {
     ("efficient", "hopper"): (0.175, 0.175),
     ("cudnn", "hopper"): (0.60, 0.45),
     ("cudnn", "ampere"): (0.70, 0.50),  # cuDNN on sm80 runs FlashAttention-2-class kernels
+    ("triton", "ampere"): (0.70 / 1.4, 0.50 / 2),
+    ("triton", "hopper"): (0.35 / 1.4, 0.35 / 2),
 }
 ARCH_FAMILY = {"ampere": "ampere", "ada": "ampere", "turing": "ampere", "volta": "ampere",
                "hopper": "hopper", "blackwell": "hopper", "cdna3": "hopper"}
 
 
 def attention_s(flops: float, kernel: str, phase: str, arch: str, peak_flops: float) -> float:
-    """Seconds for `flops` of fused attention `kernel` ("flash" | "efficient" | "cudnn") in `phase`."""
+    """Seconds for `flops` of fused attention `kernel` ("flash" | "efficient" | "cudnn" | "triton") in `phase`."""
     if flops <= 0 or peak_flops <= 0:
         return 0.0
     fwd, bwd = EFFICIENCY.get((kernel, ARCH_FAMILY.get(arch, "ampere")), EFFICIENCY[("efficient", "ampere")])

@@ -106,6 +106,34 @@ DEFAULT_NETWORK = {"nvlink2": "ib-edr", "nvlink3": "ib-hdr", "nvlink4": "ib-ndr"
 GPUS_PER_NODE = 8
 
 
+# NVLink links per GPU (datasheets: V100 SXM2 6, A100 SXM4 12 third-generation, H100 SXM5 18 fourth-generation,
+# B200 18 fifth-generation NVLinks)
+NVLINKS_PER_GPU = {"nvlink2": 6, "nvlink3": 12, "nvlink4": 18, "nvlink5": 18}
+NCCL_MAX_CHANNELS = 32
+
+
+def nccl_sms(link: str, multi_node: bool) -> int:
+    """SMs a large NCCL collective occupies while it runs: one CTA per channel, and "NCCL CTAs won't share an
+    SM with compute kernels" (NCCL maintainer, NVIDIA/nccl issue 689). Within an NVLink node NCCL launches
+    "2 CTAs per NVLink in order to saturate the BW for large messages" (NVIDIA/nccl issue 1703), at most
+    NCCL_MAX_CHANNELS (32); across nodes "on DGX with 8 NICs ... it would use 16 SMs", and "a PCI system
+    with a single NIC ... 2 SMs" (issue 689)."""
+    if multi_node:
+        return 16
+    if link in NVLINKS_PER_GPU:
+        return min(NCCL_MAX_CHANNELS, 2 * NVLINKS_PER_GPU[link])
+    return 2
+
+
+def node_network(gbps_per_node: float) -> Link:
+    """A node's stated node-to-node bandwidth (Gb/s, all its NICs together: "128 GPUs with 400Gbps"), as one
+    link per node at the InfiniBand/RoCE efficiency (use with nics_per_node=1)."""
+    if gbps_per_node <= 0:
+        raise GpuwiseError(f"node network bandwidth must be > 0 Gb/s, got {gbps_per_node}")
+    return Link(f"node-{gbps_per_node:g}gbps", gbps_per_node / 8 * GB, NETWORK_EFFICIENCY, INTER_NODE_LATENCY_S,
+                "the job's stated node-to-node bandwidth")
+
+
 def get_link(link: str | Link) -> Link:
     if isinstance(link, Link):
         return link

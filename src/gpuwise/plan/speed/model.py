@@ -3,7 +3,8 @@
     step = max(GPU time, host dispatch time)
     GPU time = forward + backward + optimizer kernels (GEMMs: gemm.py; fused attention: attention.py;
                convolutions at the matmul efficiency; everything else: memory_bound.py; + a gap per
-               kernel: launch.py) + exposed communication (overlap.py over comm.py)
+               kernel: launch.py) + exposed communication + compute slowed by the SMs NCCL holds
+               while it overlaps (overlap.py over comm.py)
 
 The roofline (plan/flops.py) stays beside it as the bound: the predicted step is never shorter.
 `mfu` = FLOPs of the step / (step time x peak FLOP/s), FLOPs as traced (recomputation included).
@@ -79,7 +80,8 @@ def recompute_parts(forward: dict[str, float], selective: str | None) -> dict[st
 def predict(costs: OpCosts, gpu: GpuSpec, precision: str, *, samples_per_rank: int, flops_per_step: float,
             tokens_per_sample: int | None = None, nproc: int = 1, strategy: str = "single",
             grad_bytes: float = 0, param_bytes: float = 0, blocks: int = 1,
-            roofline_step_s: float | None = None, selective: str | None = None) -> Speed:
+            roofline_step_s: float | None = None, selective: str | None = None,
+            network_gbps: float | None = None) -> Speed:
     """Predicted steady-state step of one rank on `gpu` (see the module docstring). `selective`: selective
     activation checkpointing the trace did not run, added as backward recomputation (`recompute_parts`)."""
     sp = speed_spec(gpu)
@@ -118,8 +120,9 @@ def predict(costs: OpCosts, gpu: GpuSpec, precision: str, *, samples_per_rank: i
     fwd_s = sum(phases.get("forward", {}).values())
     bwd_s = sum(phases.get("backward", {}).values())
     opt_s = sum(phases.get("optimizer", {}).values())
-    plan = comm_time(strategy, nproc, sp.link, grad_bytes, param_bytes, fwd_s, bwd_s, blocks)
-    gpu_s = fwd_s + bwd_s + opt_s + plan.exposed_s
+    plan = comm_time(strategy, nproc, sp.link, grad_bytes, param_bytes, fwd_s, bwd_s, blocks,
+                     network_gbps=network_gbps, sm_count=sp.sm_count)
+    gpu_s = fwd_s + bwd_s + opt_s + plan.exposed_s + plan.contention_s
     host_s = launch.host_s(sum(costs.host_ops.values()))
     step_s = max(gpu_s, host_s)
 
@@ -128,7 +131,7 @@ def predict(costs: OpCosts, gpu: GpuSpec, precision: str, *, samples_per_rank: i
         for part, seconds in phases.get(group, {}).items():
             breakdown[part] += seconds
     breakdown["optimizer"] = opt_s
-    breakdown["communication"] = plan.exposed_s
+    breakdown["communication"] = plan.exposed_s + plan.contention_s  # waits + compute slowed by NCCL's SMs
     breakdown["launch_overhead"] += max(0.0, host_s - gpu_s)
     notes = []
     if roofline_step_s is not None and step_s < roofline_step_s:

@@ -80,6 +80,16 @@ class OpCosts:
                                        for k in set(a) | set(b)})
         return out
 
+    def relabel_attention(self, kernel: str, as_kernel: str) -> OpCosts:
+        """A copy whose `kernel` attention FLOPs are priced as `as_kernel` (same tensors, another kernel's speed)."""
+        out = OpCosts()
+        for part in self.PARTS:
+            getattr(out, part).update(getattr(self, part))
+        out.attention = Counter()
+        for (phase, k), flops in self.attention.items():
+            out.attention[(phase, as_kernel if k == kernel else k)] += flops
+        return out
+
     def scaled(self, factor: float, phases: tuple[str, ...] = ("forward", "backward")) -> OpCosts:
         """Counts of `phases` times `factor` (gradient accumulation: N micro-steps per optimizer step)."""
         out = OpCosts()

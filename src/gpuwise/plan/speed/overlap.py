@@ -10,9 +10,15 @@
                   block's is exposed), reduce-scatter of the gradients in backward (the last block's exposed)
     fsdp / zero3  as fsdp-grad-op plus a second all-gather in backward (FSDP2 reshard_after_forward=True;
                   backward prefetch one block ahead)
-    hsdp          fsdp within a node, then an all-reduce of each rank's gradient shard across nodes
+    hsdp          fsdp within a node, then an all-reduce of each rank's gradient shard across nodes, issued
+                  per block in the same post-backward hook as the reduce-scatter (torch FSDP
+                  _post_backward_hook -> _reduce_grad), so it overlaps backward like the reduce-scatter;
+                  the ranks of a node share its network (each of the node's shard positions runs its own
+                  ring across nodes)
 Communication hidden behind compute still costs what exceeds that compute: exposed = max(0, comm -
 compute) + the part that cannot overlap (Rajbhandari et al., ZeRO, SC'20, sec. 7 volumes; FSDP2 docs).
+And while it overlaps, NCCL's CTAs hold SMs that compute cannot use (comm.nccl_sms): compute of W seconds
+beside C seconds of collectives takes W + C x sms / SM count (C <= W): `contention_s`.
 """
 
 from __future__ import annotations
@@ -29,19 +35,26 @@ STRATEGIES = ("single", "ddp", "zero1", "zero2", "fsdp", "zero3", "fsdp-grad-op"
 class CommPlan:
     total_s: float     # all collectives of the step, back to back
     exposed_s: float   # what the step waits for
+    contention_s: float = 0.0  # compute slowed by the SMs NCCL holds while it overlaps
 
 
 def comm_time(strategy: str, nproc: int, link: str, grad_bytes: float, param_bytes: float,
               forward_s: float, backward_s: float, blocks: int = 1, gpus_per_node: int = comm.GPUS_PER_NODE,
-              ) -> CommPlan:
+              network_gbps: float | None = None, sm_count: int = 0) -> CommPlan:
     """Collectives per step of one rank under `strategy` on `nproc` ranks. `grad_bytes`: gradients as
     reduced (fp32 for fp32 master weights); `param_bytes`: parameters as gathered (bf16 under mixed
-    precision); `blocks`: the FSDP units (transformer blocks) the parameters are split into."""
+    precision); `blocks`: the FSDP units (transformer blocks) the parameters are split into; `network_gbps`:
+    the node-to-node bandwidth of a node as stated (default: one NIC per GPU of the DGX generation);
+    `sm_count`: the GPU's SMs, for `contention_s` (0: not counted)."""
     s = "fsdp" if strategy == "zero3" else strategy
     if nproc <= 1 or s in ("single", "pipeline"):
         return CommPlan(0.0, 0.0)
     blocks = max(1, blocks)
+    shard_ranks = min(nproc, gpus_per_node) if s == "hsdp" else nproc
+    share = comm.nccl_sms(link, shard_ranks > gpus_per_node) / sm_count if sm_count else 0.0
     kw = {"gpus_per_node": gpus_per_node}
+    if network_gbps:
+        kw.update(network=comm.node_network(network_gbps), nics_per_node=1)
     if s in ("ddp", "zero1"):
         ar = comm.all_reduce_s(grad_bytes, nproc, link, **kw)
         last = comm.all_reduce_s(min(DDP_BUCKET_BYTES, grad_bytes), nproc, link, **kw)
@@ -50,21 +63,24 @@ def comm_time(strategy: str, nproc: int, link: str, grad_bytes: float, param_byt
         if s == "zero1":
             ag = comm.all_gather_s(param_bytes, nproc, link, **kw)
             total, exposed = total + ag, exposed + ag
-        return CommPlan(total, exposed)
+        return CommPlan(total, exposed, share * min(ar, backward_s))
     if s == "zero2":
         rs = comm.reduce_scatter_s(grad_bytes, nproc, link, **kw)
         last = comm.reduce_scatter_s(min(DDP_BUCKET_BYTES, grad_bytes), nproc, link, **kw)
         ag = comm.all_gather_s(param_bytes, nproc, link, **kw)
-        return CommPlan(rs + ag, max(0.0, rs - backward_s) + last + ag)
-    shard_ranks = min(nproc, gpus_per_node) if s == "hsdp" else nproc
+        return CommPlan(rs + ag, max(0.0, rs - backward_s) + last + ag, share * min(rs, backward_s))
     ag = comm.all_gather_s(param_bytes, shard_ranks, link, **kw)
     rs = comm.reduce_scatter_s(grad_bytes, shard_ranks, link, **kw)
-    ag_block, rs_block = ag / blocks, rs / blocks
-    fwd_comm, bwd_comm = ag, rs + (ag if s in ("fsdp", "hsdp") else 0.0)
-    exposed = max(0.0, fwd_comm - forward_s) + ag_block + max(0.0, bwd_comm - backward_s) + rs_block
-    total = fwd_comm + bwd_comm
+    across = 0.0
     if s == "hsdp" and nproc > shard_ranks:
-        across = comm.all_reduce_s(grad_bytes / shard_ranks, nproc // shard_ranks, comm.network_for_link(link),
-                                   gpus_per_node=1)
-        total, exposed = total + across, exposed + across
-    return CommPlan(total, exposed)
+        if network_gbps:  # the node's network shared by its shard positions' rings
+            net = comm.node_network(network_gbps / shard_ranks)
+        else:  # one NIC per GPU: each shard position's ring has its own
+            net = comm.get_link(comm.network_for_link(link))
+        across = comm.all_reduce_s(grad_bytes / shard_ranks, nproc // shard_ranks, net, gpus_per_node=1,
+                                   network=net, nics_per_node=1)
+    ag_block, rs_block = ag / blocks, (rs + across) / blocks
+    fwd_comm, bwd_comm = ag, rs + across + (ag if s in ("fsdp", "hsdp") else 0.0)
+    exposed = max(0.0, fwd_comm - forward_s) + ag_block + max(0.0, bwd_comm - backward_s) + rs_block
+    contention = share * (min(fwd_comm, forward_s) + min(bwd_comm, backward_s))
+    return CommPlan(fwd_comm + bwd_comm, exposed, contention)

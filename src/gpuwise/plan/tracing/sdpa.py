@@ -32,14 +32,15 @@ class AttentionTarget:
 
     capability: tuple[int, int] = DEFAULT_CAPABILITY
     gpu: str = ""
-    attn: str | None = None             # --attn: eager / sdpa / flash (None: the model's own default)
+    attn: str | None = None             # --attn: eager / sdpa / flash / triton (None: the model's own default)
     decisions: dict[tuple[str, str], int] = field(default_factory=dict)  # (kernel, why) -> calls
     implementation: str | None = None   # the traced model's config._attn_implementation (transformers)
 
     @property
     def force(self) -> str | None:
-        """"flash": the flash kernel forced (torch.nn.attention.sdpa_kernel(FLASH_ATTENTION)), as --attn flash."""
-        return "flash" if self.attn == "flash" else None
+        """"flash": the flash kernel forced (torch.nn.attention.sdpa_kernel(FLASH_ATTENTION)), as --attn flash;
+        --attn triton runs a FlashAttention kernel written in Triton: the same tensors as flash, its own speed."""
+        return "flash" if self.attn in ("flash", "triton") else None
 
 
 _TARGET: contextvars.ContextVar[AttentionTarget | None] = contextvars.ContextVar("gpuwise_attention", default=None)
@@ -82,6 +83,16 @@ def _sm(cap: tuple[int, int]) -> str:
     return f"sm{cap[0]}{cap[1]}"
 
 
+FLASH_BACKWARD_192 = ((8, 6), (8, 7), (8, 9), (12, 0))  # flash backward takes head dim <= 192 there
+
+
+def kernel_class(capability: tuple[int, int] | None) -> tuple[bool, ...]:
+    """What of a compute capability the rules below read: GPUs of one class get the same kernels for the
+    same inputs (fit traces once per class), only the reasons name the sm."""
+    cap = capability or DEFAULT_CAPABILITY
+    return ((5, 0) <= cap <= (12, 1), (8, 0) <= cap <= (12, 1), cap < (8, 0), cap in FLASH_BACKWARD_192)
+
+
 # backend -> rule(q, k, v, attn_mask, dropout_p, enable_gqa, capability) -> None when it runs, else why not,
 # in torch's priority order
 BACKENDS: dict[str, object] = {}
@@ -108,7 +119,7 @@ def _flash_why_not(q, k, v, attn_mask, dropout_p, enable_gqa, cap=DEFAULT_CAPABI
         return "flash needs 4-D inputs"
     if q.shape[-1] > 256 or q.shape[-1] != v.shape[-1] or q.shape[-1] % 8:  # check_head_dim_size_flash
         return f"flash needs head dim <= 256, a multiple of 8 (head dim {q.shape[-1]})"
-    if cap in ((8, 6), (8, 7), (8, 9), (12, 0)) and q.shape[-1] > 192 and q.requires_grad:
+    if cap in FLASH_BACKWARD_192 and q.shape[-1] > 192 and q.requires_grad:
         return f"flash backward on {_sm(cap)} takes head dim <= 192"  # ..._gt192_constraints_on_sm86_89_or_120
     # grouped-query attention (fewer k/v heads, enable_gqa=True): flash reads the shared k/v heads
     # in place on sm80+ (check_grouped_query_attention), nothing is repeated
@@ -212,10 +223,41 @@ def sdpa_as_gpu_runs_it():
 
     F.scaled_dot_product_attention = gpu_sdpa
     try:
-        with _SdpaMode():
+        with _SdpaMode(), unpacked_sequences():
             yield
     finally:
         F.scaled_dot_product_attention = original
+
+
+@contextlib.contextmanager
+def unpacked_sequences():
+    """Inside: transformers sees the traced batch as the real run does, one sequence per row.
+
+    transformers (masking_utils.find_packed_sequence_indices, >= 4.54) looks at the position ids for
+    packed sequences; on a fake tensor it cannot read them, so it assumes packing (as under torch.compile),
+    builds an explicit (L, L) mask and passes it to SDPA: the flash kernel is then ruled out and the
+    efficient kernel runs the full (non-causal) square. A real eager run reads the ids (the model's own
+    arange: gpuwise's batches pass no position ids), finds no packing, passes no mask and `is_causal=True`,
+    and SDPA picks flash on sm80+. So for fake position ids the answer is the real run's: no packing."""
+    try:
+        from transformers import masking_utils
+    except Exception:  # noqa: BLE001 - no transformers, or one without the packing check
+        yield
+        return
+    original = getattr(masking_utils, "find_packed_sequence_indices", None)
+    if original is None:
+        yield
+        return
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    def find_packed(position_ids):
+        return None if isinstance(position_ids, FakeTensor) else original(position_ids)
+
+    masking_utils.find_packed_sequence_indices = find_packed
+    try:
+        yield
+    finally:
+        masking_utils.find_packed_sequence_indices = original
 
 
 # --attn: transformers' attn_implementation (config._attn_implementation) as the model is built
@@ -223,6 +265,8 @@ ATTN_CHOICES = {
     "eager": "the model's own attention code: the (L, L) scores and probabilities are kept (transformers < 4.36)",
     "sdpa": "torch's scaled_dot_product_attention: the kernel its dispatcher picks for the GPU (transformers >= 4.36)",
     "flash": "scaled_dot_product_attention with the flash kernel forced (sm80+, fp16/bf16; as flash_attention_2)",
+    "triton": "a FlashAttention kernel written in Triton (llm-foundry's attn_impl: triton): flash's tensors, "
+              "priced at that kernel's published speed (plan/speed/attention.py)",
 }
 
 
@@ -233,7 +277,7 @@ def set_attn_implementation(model, target: AttentionTarget) -> str | None:
     config = getattr(model, "config", None)
     is_hf = config is not None and hasattr(config, "_attn_implementation") and hasattr(model, "set_attn_implementation")
     if target.attn is not None:
-        impl = "sdpa" if target.attn == "flash" else target.attn
+        impl = "sdpa" if target.attn in ("flash", "triton") else target.attn
         if not is_hf:
             return f"--attn {target.attn}: not a transformers model; its attention code runs as written"
         if config._attn_implementation != impl:
