@@ -145,3 +145,14 @@ def test_bitsandbytes_before_0_43_2_keeps_each_4bit_layer_input():
         make_modes(lora=8, bnb_version="0.41.1")
     with pytest.raises(GpuwiseError, match="bnb-version"):
         make_modes(qlora=True, bnb_version="latest")
+
+
+def test_bf16_true_leaves_the_4bit_quant_state_in_bitsandbytes_dtypes():
+    # model.to(bf16) (litgpt's bf16-true) casts parameters and buffers, not bitsandbytes' quant state (an
+    # attribute of the 4-bit weight): the fp32 absmax of NF4 without double quantization stays fp32
+    def buffers(precision):
+        wl = apply_modes(load_workload(LLAMA), make_modes(qlora=True, lora=8, qlora_quant="nf4"), precision)
+        trace = trace_step(wl, 2, StepConfig(precision=precision), target="cuda")
+        return live_peak(trace).by_category["buffers"]
+
+    assert buffers("bf16-pure") == buffers("bf16")

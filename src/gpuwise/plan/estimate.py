@@ -224,7 +224,8 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     units = fsdp_units_of(base) if split.strategy in ("fsdp", "hsdp") and split.nproc > 1 else None
 
     def per_rank(t: MemoryTrace) -> MemoryTrace:
-        return rank_trace(t, split, block_param_bytes(t, layers), units) if split.nproc > 1 else t
+        return (rank_trace(t, split, block_param_bytes(t, layers), units, accumulating=modes.grad_accum > 1)
+                if split.nproc > 1 else t)
 
     def traced(b: int) -> MemoryTrace:
         return per_rank(one_gpu(b))
@@ -267,7 +268,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     est.trace = trace
 
     est.grad_accum, est.effective_batch_size, est.modes = modes.grad_accum, batch_size * modes.grad_accum, modes.describe()
-    est.nproc, est.strategy = split.nproc, split.strategy
+    est.nproc, est.strategy = split.nproc, "fsdp1" if split.flat_params else split.strategy
     if modes.grad_accum > 1:  # the trace ran min(N, 2) micro-steps: scale to N
         flops = est.flops_per_step = flops * modes.grad_accum // modes.traced_micro_steps
     if spec is not None:

@@ -111,7 +111,9 @@ def fake_train_step(workload, config: StepConfig, model) -> TrainStep:
             if p is not None:
                 m._parameters[k] = move(p, True)
         for k, b in m._buffers.items():
-            if b is not None:
+            # not bitsandbytes' quant state (registered as buffers only to be counted, modes.py): a real
+            # model.to(bf16) leaves it in the dtypes bitsandbytes made, and the layer keeps using those
+            if b is not None and not k.startswith("quant_state_"):
                 m._buffers[k] = move(b, False)
     model.to = lambda *a, **k: model
     try:

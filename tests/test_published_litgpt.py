@@ -1,0 +1,47 @@
+"""litgpt's own model code as a workload (benchmarks/published/workloads/_litgpt.py): the adapter and adapter_v2
+fine-tuning steps traced under fake tensors against the CPU profiler on real tensors, on a tiny litgpt config."""
+
+from __future__ import annotations
+
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("litgpt")
+
+from gpuwise.plan.memory.events import live_peak  # noqa: E402
+from gpuwise.plan.tracing.cpu_truth import measure_cpu_peak  # noqa: E402
+from gpuwise.plan.tracing.trace import trace_step  # noqa: E402
+from gpuwise.step import StepConfig  # noqa: E402
+from gpuwise.workload import from_module  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks" / "published" / "workloads"))
+
+import _litgpt  # noqa: E402
+
+TOLERANCE = 0.005  # 0.5 % of the profiler's peak, as test_plan_modes
+
+
+def _workload(method: str):
+    model, batch, loss = _litgpt.workload("pythia-14m", method, 64)
+    return from_module(types.SimpleNamespace(model=model, batch=batch, loss=loss), f"litgpt:{method}")
+
+
+@pytest.mark.parametrize("method", ["adapter", "adapter_v2"])
+def test_litgpt_adapter_step_matches_cpu_profiler(method):
+    wl = _workload(method)
+    cfg = StepConfig(optimizer="adamw", precision="fp32")
+    trace = trace_step(wl, 2, cfg, target="cpu")
+    assert trace.method == "fake-trace"
+    peak, truth = live_peak(trace).allocated_bytes, measure_cpu_peak(wl, 2, cfg)
+    assert abs(peak - truth) <= TOLERANCE * truth, (method, peak, truth)
+
+
+def test_only_the_adapter_trains():
+    model = _workload("adapter").build_model()
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable and all("adapter_wte" in n or "gating_factor" in n for n in trainable)
+    # pythia-14m: 6 layers, adapters from layer 2 (litgpt's adapter_start_layer), 10 prefix tokens of 128
+    assert sum(p.numel() for n, p in model.named_parameters() if "adapter_wte" in n) == 4 * 10 * 128
