@@ -341,7 +341,7 @@ def _speed(trace: MemoryTrace, est: Estimate, spec: GpuSpec, wl: Workload, modes
                    flops_per_step=est.flops_per_step, tokens_per_sample=seq_len, nproc=nproc, strategy=strategy,
                    grad_bytes=grad_bytes, param_bytes=gathered, blocks=blocks,
                    roofline_step_s=est.roofline.time_s if est.roofline else None, selective=selective,
-                   network_gbps=network_gbps)
+                   network_gbps=network_gbps, micro_steps=modes.grad_accum)
 
 
 # -- GPU truth records (docs/contracts.md contract; read by gpuwise/truth.py): the estimate recomputed on the CPU
