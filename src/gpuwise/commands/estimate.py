@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 from ..errors import GpuwiseError
@@ -77,14 +78,26 @@ def version_kwargs(args) -> dict:
             "module_loading": args.module_loading, "keep_last_loss": args.loop_keeps_loss}
 
 
+def _positive_gbps(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a bandwidth in Gb/s > 0, got {text!r}")
+    return value
+
+
 def add_split_arguments(p) -> None:
     """-n/--nproc and --strategy: one rank's memory when the job runs on N GPUs."""
     p.add_argument("-n", "--nproc", type=positive_int, default=1, metavar="N",
                    help="GPUs the job runs on: the numbers are one rank's (default 1)")
-    p.add_argument("--strategy", choices=[s for s in STRATEGIES if s != "pipeline"] + ["zero3"], default=None,
+    p.add_argument("--strategy", choices=[s for s in STRATEGIES if s != "pipeline"] + ["zero3", "fsdp1"],
+                   default=None,
                    help="how the job is split over the N GPUs (default ddp when -n > 1): ddp, ZeRO-1/2, "
-                   "FSDP2 (fsdp = ZeRO-3), fsdp-grad-op, hsdp; --batch-size is per rank")
-    p.add_argument("--network-gbps", type=float, default=None, metavar="GBPS",
+                   "FSDP2 (fsdp = ZeRO-3), fsdp-grad-op, hsdp, fsdp1 (FSDP1 FULL_SHARD with flat parameters, "
+                   "as Lightning and accelerate use it); --batch-size is per rank")
+    p.add_argument("--network-gbps", type=_positive_gbps, default=None, metavar="GBPS",
                    help="node-to-node bandwidth of one node, all its NICs together, in Gb/s (speed only; default: "
                    "one InfiniBand NIC per GPU of the GPU's DGX generation)")
 

@@ -229,7 +229,8 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     units = fsdp_units_of(base) if split.strategy in ("fsdp", "hsdp") and split.nproc > 1 else None
 
     def per_rank(t: MemoryTrace) -> MemoryTrace:
-        return rank_trace(t, split, block_param_bytes(t, layers), units) if split.nproc > 1 else t
+        return (rank_trace(t, split, block_param_bytes(t, layers), units, accumulating=modes.grad_accum > 1)
+                if split.nproc > 1 else t)
 
     def traced(b: int) -> MemoryTrace:
         return per_rank(one_gpu(b))
@@ -272,7 +273,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     est.trace = trace
 
     est.grad_accum, est.effective_batch_size, est.modes = modes.grad_accum, batch_size * modes.grad_accum, modes.describe()
-    est.nproc, est.strategy = split.nproc, split.strategy
+    est.nproc, est.strategy = split.nproc, "fsdp1" if split.flat_params else split.strategy
     if modes.grad_accum > 1:  # the trace ran min(N, 2) micro-steps: scale to N
         flops = est.flops_per_step = flops * modes.grad_accum // modes.traced_micro_steps
     if spec is not None:
@@ -345,7 +346,7 @@ def _speed(trace: MemoryTrace, est: Estimate, spec: GpuSpec, wl: Workload, modes
                    flops_per_step=est.flops_per_step, tokens_per_sample=seq_len, nproc=nproc, strategy=strategy,
                    grad_bytes=grad_bytes, param_bytes=gathered, blocks=blocks,
                    roofline_step_s=est.roofline.time_s if est.roofline else None, selective=selective,
-                   network_gbps=network_gbps)
+                   network_gbps=network_gbps, micro_steps=modes.grad_accum)
 
 
 # -- GPU truth records (docs/contracts.md contract; read by gpuwise/truth.py): the estimate recomputed on the CPU
