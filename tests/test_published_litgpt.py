@@ -24,14 +24,17 @@ import _litgpt  # noqa: E402
 TOLERANCE = 0.005  # 0.5 % of the profiler's peak, as test_plan_modes
 
 
-def _workload(method: str):
-    model, batch, loss = _litgpt.workload("pythia-14m", method, 64)
+def _workload(method: str, **fields):
+    model, batch, loss = _litgpt.workload("pythia-14m", method, 64, **fields)
     return from_module(types.SimpleNamespace(model=model, batch=batch, loss=loss), f"litgpt:{method}")
 
 
-@pytest.mark.parametrize("method", ["adapter", "adapter_v2"])
+LORA_QV = {"lora_r": 8, "lora_alpha": 16, "lora_dropout": 0.05, "lora_query": True, "lora_value": True}
+
+
+@pytest.mark.parametrize("method", ["adapter", "adapter_v2", "lora"])
 def test_litgpt_adapter_step_matches_cpu_profiler(method):
-    wl = _workload(method)
+    wl = _workload(method, **(LORA_QV if method == "lora" else {}))
     cfg = StepConfig(optimizer="adamw", precision="fp32")
     trace = trace_step(wl, 2, cfg, target="cpu")
     assert trace.method == "fake-trace"
@@ -45,3 +48,12 @@ def test_only_the_adapter_trains():
     assert trainable and all("adapter_wte" in n or "gating_factor" in n for n in trainable)
     # pythia-14m: 6 layers, adapters from layer 2 (litgpt's adapter_start_layer), 10 prefix tokens of 128
     assert sum(p.numel() for n, p in model.named_parameters() if "adapter_wte" in n) == 4 * 10 * 128
+
+
+def test_only_lora_trains_on_the_parts_the_config_names():
+    model = _workload("lora", **LORA_QV).build_model()
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable and all(n.endswith(("lora_A", "lora_B")) for n in trainable)
+    # pythia-14m: 6 layers; q and v in the fused qkv (LoRAQKVLinear): lora_A (2r x 128), lora_B (2 x 128, r) a layer
+    assert sum(p.numel() for n, p in model.named_parameters() if n.endswith("lora_A")) == 6 * 2 * 8 * 128
+    assert sum(p.numel() for n, p in model.named_parameters() if n.endswith("lora_B")) == 6 * 2 * 128 * 8

@@ -1,0 +1,6 @@
+"""litgpt finetune lora, gemma-2b, gemma-2b/lora.yaml at 00af8b0d (r 8, alpha 16, dropout 0.1, parts query, key, value, projection, mlp, head), a full 512-token batch: _litgpt.py."""
+from _litgpt import workload
+
+model, batch, loss = workload("gemma-2b", "lora", 512,
+                              lora_r=8, lora_alpha=16, lora_dropout=0.1,
+                              lora_query=True, lora_key=True, lora_value=True, lora_projection=True, lora_mlp=True, lora_head=True)

@@ -1,0 +1,6 @@
+"""litgpt finetune lora, Llama-3.2-1B, llama-3.2-1B/lora.yaml at 00af8b0d (r 32, alpha 16, dropout 0.05, parts query, value), a full 512-token batch: _litgpt.py."""
+from _litgpt import workload
+
+model, batch, loss = workload("Llama-3.2-1B", "lora", 512,
+                              lora_r=32, lora_alpha=16, lora_dropout=0.05,
+                              lora_query=True, lora_key=False, lora_value=True, lora_projection=False, lora_mlp=False, lora_head=False)
