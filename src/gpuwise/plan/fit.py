@@ -356,10 +356,16 @@ def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, 
         needs = missing(_needed(v))
         try:
             option = _best_micro_batch(ev, v, spec, batch_size, limit)
-        except GpuwiseError:
-            if not needs:
-                raise
-            options.append(_unsized(v, batch_size, needs))  # a stand-in does not cover this model
+        except GpuwiseError as exc:
+            if needs:
+                options.append(_unsized(v, batch_size, needs))  # a stand-in does not cover this model
+                continue
+            if v.name == "as given":
+                raise  # the job itself cannot be traced: one line, exit 2
+            # a change the tracer cannot run for this model on this GPU: listed, not sized (cannot tell)
+            failed = _unsized(v, batch_size, [])
+            failed.notes[0] = f"not sized: {exc}"
+            options.append(failed)
             continue
         option.needs = needs
         args = estimate_args("SOURCE", gpu_arg, v, option.micro_batch_size, option.grad_accum, margin_pct)

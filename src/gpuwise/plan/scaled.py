@@ -7,7 +7,7 @@ attention kernels, replayed through the same allocator model, so each option's b
 or the 4-block trace differs from its rebuild, e.g. LoRA with accumulation) is not traced whole, which
 costs L blocks: its numbers are extrapolated linearly in the blocks from the two small traces,
 x(L) = x(a) + (x(b) - x(a)) * (L - a) / (b - a), and the option says so (a labelled fallback; estimate
-traces it whole). A workload that is not a model config, or a config under 6 blocks, is traced whole.
+traces it whole, and so does fit for the answer of a variant that fits: `evaluate(..., whole=True)`). A workload that is not a model config, or a config under 6 blocks, is traced whole.
 
 `Evaluator` caches traces by (blocks, micro-batch, step config, traced modes, the GPU's attention kernel
 class: GPUs whose capabilities pick the same SDPA kernels share traces): sharding
