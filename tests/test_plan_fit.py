@@ -149,3 +149,10 @@ def test_a_step_the_rebuild_does_not_cover_is_extrapolated_and_says_so(tmp_path)
     assert ev.traces_run == 2
     full = ev._point(ev.trace(None, 2, config, modes), modes, Split(), point.block_param_bytes)
     assert abs(point.device_used_bytes - full.device_used_bytes) <= 0.05 * full.device_used_bytes
+
+
+def test_gpus_whose_attention_kernels_agree_share_traces():
+    from gpuwise.plan.tracing.sdpa import kernel_class
+
+    assert kernel_class((8, 0)) == kernel_class((9, 0))  # A100 and H100: the same SDPA rules pass
+    assert len({kernel_class(c) for c in ((7, 0), (7, 5), (8, 0), (8, 9), (9, 0))}) == 3  # V100 = T4, L4 apart

@@ -111,3 +111,33 @@ def test_a_free_on_another_thread_is_counted_with_all_threads():
 
     assert run(all_threads=False) >= 4 << 20  # the free is missed
     assert run(all_threads=True) == 4096
+
+
+def test_fsdp1_flat_gradients_and_unsharded_accumulation(capsys):
+    """fsdp1 (FSDP1 flat parameters, as Lightning Fabric wraps): a block with LoRA keeps gradients for all
+    its parameters, / N; under accumulation (no_sync) FSDP keeps gradients unsharded on every rank."""
+    from gpuwise.cli import main
+
+    def peak(strategy: str, accum: int) -> tuple[int, int]:
+        assert main(["estimate", "tests/data/configs/tiny-llama.json", "-b", "2", "--seq-len", "16", "-n", "2",
+                     "--strategy", strategy, "--lora", "4", "--grad-accum", str(accum), "--json"]) == 0
+        e = json.loads(capsys.readouterr().out)
+        return e["peak_allocated_bytes"], e["by_category"].get("gradients", 0)
+
+    # tiny-llama: 2 blocks of 64-wide attention (q, o 64x64; k, v 64x32) + MLP 3 x 64x128 + 2 norms, fp32
+    blocks = 2 * (2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 128 + 2 * 64) * 4
+    (fsdp, _), (fsdp1, g1) = peak("fsdp", 1), peak("fsdp1", 1)
+    (fsdp_acc, _), (fsdp1_acc, g1_acc) = peak("fsdp", 2), peak("fsdp1", 2)
+    lora = 2 * 7 * 4 * (64 + 64) * 4  # upper bound of the adapters' gradient bytes (7 targets x A and B)
+    assert blocks // 2 - lora <= g1 <= blocks // 2 + lora and fsdp1 > fsdp
+    assert blocks - lora <= g1_acc <= blocks + lora and fsdp1_acc > fsdp_acc
+
+
+def test_fsdp_units_of_a_config_too_large_to_build_for_real():
+    """A 7B config is built on the meta device only (no memory) to size FSDP's root group and blocks."""
+    from gpuwise.hf import hf_workload
+    from gpuwise.plan.memory.sharding import fsdp_units_of
+
+    units = fsdp_units_of(hf_workload("examples/configs/llama-2-7b.json", seq_len=16))
+    assert units is not None and units.blocks_path == "model.layers"
+    assert 0.03 < units.root < 0.05 and 0.02 < units.block < 0.04  # 2 x 32000 x 4096 of 6.7B; 1 of 32 blocks

@@ -109,6 +109,14 @@ def test_overlapped_collectives_slow_compute_by_the_sms_nccl_holds():
     assert held.contention_s == pytest.approx(32 / 132 * held.total_s)
 
 
+def test_fsdp_gathers_and_reduces_every_micro_batch_ddp_once_per_step():
+    one = comm_time("fsdp", 8, "nvlink4", 4e9, 2e9, 10.0, 20.0, blocks=32)
+    four = comm_time("fsdp", 8, "nvlink4", 4e9, 2e9, 10.0, 20.0, blocks=32, micro_steps=4)
+    assert four.total_s == pytest.approx(4 * one.total_s) and four.exposed_s == pytest.approx(4 * one.exposed_s)
+    ddp = comm_time("ddp", 8, "nvlink4", 4e9, 2e9, 10.0, 20.0)
+    assert comm_time("ddp", 8, "nvlink4", 4e9, 2e9, 10.0, 20.0, micro_steps=4) == ddp
+
+
 def test_host_bound_step_when_the_gpu_outruns_python():
     # 10 000 aten ops x 4 us = 40 ms of host dispatch; 1000 tiny kernels on the GPU are far less
     c = OpCosts()

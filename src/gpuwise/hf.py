@@ -218,9 +218,11 @@ def _mean_hidden_loss(model, batch):
 
 
 def _under_fake_tensors() -> bool:
+    """Under fake tensors, or on the meta device (FSDP's units are sized from a meta build): no memory."""
+    import torch
     from torch._guards import detect_fake_mode
 
-    return detect_fake_mode() is not None
+    return detect_fake_mode() is not None or torch.get_default_device().type == "meta"
 
 
 def _refuse_big_real_build(cfg, source: str) -> None:

@@ -411,10 +411,11 @@ def _option(ev: Evaluator, v: Variant, spec: GpuSpec, micro: int, accum: int, li
 
 def _best_micro_batch(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limit: float) -> FitOption:
     """The largest micro-batch (a divisor of `batch`, the rest accumulated) that fits, by the one
-    largest-batch loop (bracket.search) over the divisors in ascending order: the whole batch first,
-    then micro-batch 1, then the divisor the two predict (memory is about linear in the batch), then
+    largest-batch loop (bracket.search) over the divisors in ascending order: micro-batch 1 first (when
+    even that does not fit, nothing larger does: one trace for the variants that cannot fit), then the
+    whole batch, then the divisor the two predict (memory is about linear in the batch), then
     bisection. The answer is traced and fits, and the next larger divisor is traced and does not (the
-    rule estimate's largest batch keeps); micro-batch 1 when even that does not fit."""
+    rule estimate's largest batch keeps)."""
     divisors = sorted(_divisors(batch))        # index k (1-based) -> the k-th smallest divisor
     tried: dict[int, FitOption] = {}
 
@@ -425,10 +426,10 @@ def _best_micro_batch(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limi
         return tried[k].fits
 
     n = len(divisors)
-    if trial(n) or n == 1:
-        return tried[n]
-    if not trial(1):
+    if not trial(1) or n == 1:
         return tried[1]
+    if trial(n):
+        return tried[n]
     per_sample = (tried[n].device_used_bytes - tried[1].device_used_bytes) / max(batch - 1, 1)
     predicted = [k for k in range(2, n) if tried[1].device_used_bytes + per_sample * (divisors[k - 1] - 1) <= limit]
     guess = max(predicted) if predicted else 2

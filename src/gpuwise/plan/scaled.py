@@ -9,7 +9,8 @@ costs L blocks: its numbers are extrapolated linearly in the blocks from the two
 x(L) = x(a) + (x(b) - x(a)) * (L - a) / (b - a), and the option says so (a labelled fallback; estimate
 traces it whole). A workload that is not a model config, or a config under 6 blocks, is traced whole.
 
-`Evaluator` caches traces by (blocks, micro-batch, step config, traced modes, GPU capability): sharding
+`Evaluator` caches traces by (blocks, micro-batch, step config, traced modes, the GPU's attention kernel
+class: GPUs whose capabilities pick the same SDPA kernels share traces): sharding
 and offload are transforms of a trace (plan/memory/sharding.py, plan/tracing/modes.py) and cost no new
 trace; accumulation over N micro-steps traces min(N, 2) of them whatever N is.
 """
@@ -126,16 +127,18 @@ class Evaluator:
 
     # -- traces -----------------------------------------------------------------------------------
     def _key(self, layers, micro_batch: int, config: StepConfig, modes: TrainingModes, repeat: bool) -> tuple:
+        from .tracing.sdpa import kernel_class  # deferred: imports torch
+
         # offload is a transform of the trace; accumulation traces min(N, 2) micro-steps whatever N is
         traced = replace(modes, offload_optimizer=False, grad_accum=modes.traced_micro_steps)
         step = (config.optimizer, config.precision, config.checkpointing, config.optimizer_impl, config.zero_grad)
-        return (layers, micro_batch, step, traced, repeat, self.capability)
+        return (layers, micro_batch, step, traced, repeat, kernel_class(self.capability))
 
     def _run(self, key: tuple, config: StepConfig) -> MemoryTrace:
         from .tracing.sdpa import AttentionTarget, using_target  # deferred: imports torch
 
-        layers, micro_batch, _, traced, repeat, capability = key
-        with using_target(AttentionTarget(capability or (9, 0))):
+        layers, micro_batch, _, traced, repeat, _ = key
+        with using_target(AttentionTarget(self.capability or (9, 0))):
             return trace_workload(self.wl, micro_batch, config, "cuda", repeat, modes=traced, layers=layers,
                                   whole=False)
 
@@ -168,7 +171,8 @@ class Evaluator:
         if modes.offload_optimizer:
             trace = offload_optimizer_state(trace)
         trainable = trainable_bytes(trace)
-        ranked = rank_trace(trace, split, block_param_bytes, self.units(split), param_bytes)
+        ranked = rank_trace(trace, split, block_param_bytes, self.units(split), param_bytes,
+                            accumulating=modes.grad_accum > 1)
         cuda = cuda_memory(ranked, self.arch)
         peak = live_peak(ranked)
         phases, acts = phase_peaks(ranked)

@@ -14,6 +14,12 @@ its events are the same with the sharded categories shrunk, plus what the librar
                blocks in forward; in backward also the head's gradients, one block's gradients and the
                previous block's reduce-scatter input; at the end the root's gradients and their
                reduce-scatter input (`fsdp_gathered_bytes`; without the model's units: 3 averaged blocks)
+    fsdp1      FSDP1 `FullyShardedDataParallel(FULL_SHARD, use_orig_params=True)` as Lightning Fabric and HF
+               accelerate wrap: as fsdp, but each unit's parameters are one flat parameter, so a unit holding
+               any trainable parameter (a block with LoRA) keeps gradients for all of them
+    accumulation (fsdp, fsdp1, fsdp-grad-op, hsdp, micro-steps without gradient sync: FSDP2's
+               `set_requires_gradient_sync(False)`, FSDP1's `no_sync()`): gradients accumulate unsharded
+               on every rank until the last micro-step's reduce-scatter (FSDP1 docs, `no_sync`)
     fsdp-grad-op  FSDP2 `fully_shard(reshard_after_forward=False)`: parameters sharded at rest but all
                unsharded from forward until backward has used them; gradients and state / N
     hsdp       FSDP within a node of `node_size` GPUs, replicated across nodes (HYBRID_SHARD)
@@ -41,6 +47,7 @@ class Split:
     strategy: str = "single"
     nproc: int = 1
     node_size: int = DEFAULT_NODE_SIZE
+    flat_params: bool = False  # fsdp1: FSDP1's flat parameters (gradients for a whole unit)
 
     @property
     def shards(self) -> int:
@@ -56,7 +63,7 @@ class Split:
     def describe(self) -> str:
         if self.strategy == "single":
             return "one GPU"
-        return f"{self.strategy} over {self.nproc} GPUs"
+        return f"{'fsdp1' if self.flat_params else self.strategy} over {self.nproc} GPUs"
 
 
 SHARDED = {
@@ -75,6 +82,8 @@ def make_split(nproc: int = 1, strategy: str | None = None, node_size: int = DEF
     if strategy is None:
         strategy = "ddp" if nproc > 1 else "single"
     strategy = {"zero3": "fsdp"}.get(strategy, strategy)  # ZeRO-3 is FSDP's sharding (both names are used)
+    if strategy == "fsdp1":
+        return Split("fsdp", nproc, node_size, flat_params=True)
     if strategy not in STRATEGIES:
         raise GpuwiseError(f"--strategy {strategy!r}: expected one of {', '.join(STRATEGIES)}")
     if strategy == "single" and nproc > 1:
@@ -136,16 +145,18 @@ def fsdp_units_of(workload) -> FsdpUnits | None:
 
 
 def rank_trace(trace: MemoryTrace, split: Split, block_param_bytes: int = 0,
-               units: FsdpUnits | None = None, param_bytes: int | None = None) -> MemoryTrace:
+               units: FsdpUnits | None = None, param_bytes: int | None = None,
+               accumulating: bool = False) -> MemoryTrace:
     """One rank's events under `split`: the single-GPU trace transformed (the one data-parallel memory
     model; `fit` and `estimate -n N --strategy S` both call it). `units` (`fsdp_units`) sizes FSDP's
     gathered root and blocks exactly; without it every block is `block_param_bytes`. `param_bytes`: the
-    whole model's parameter bytes when the trace has fewer layers (fit's 1- and 2-layer traces)."""
-    return shard_trace(trace, split, block_param_bytes, trainable_bytes(trace), units, param_bytes)
+    whole model's parameter bytes when the trace has fewer layers (fit's 1- and 2-layer traces).
+    `accumulating`: micro-steps without gradient sync (--grad-accum > 1)."""
+    return shard_trace(trace, split, block_param_bytes, trainable_bytes(trace), units, param_bytes, accumulating)
 
 
 def fsdp_gathered_bytes(param_bytes: int, units: FsdpUnits, n: int,
-                        device_type: str) -> dict[str, int]:
+                        device_type: str, root_grads: bool = True, block_grads: bool = True) -> dict[str, int]:
     """Bytes FSDP2 holds beyond the shards, by phase (torch 2.x `_fully_shard/_fsdp_param_group.py`
     `pre_forward` / `pre_backward` / `post_backward`, `_fsdp_collectives.py` `foreach_reduce`):
       forward: the root's gathered parameters (all-gathered in the root's pre-forward) + the block in use
@@ -165,16 +176,21 @@ def fsdp_gathered_bytes(param_bytes: int, units: FsdpUnits, n: int,
         gradients, still referenced while `foreach_reduce` copies them into the reduce-scatter input
         (root-sized); on gloo (the CPU target) gloo's `_reduce_scatter_base` clones its input and the
         shard is allocated (measured with the profiler on 2 gloo ranks: + root / N at the root's reduce).
-    Measured per phase on 2 gloo ranks (small / hidden-1024 Llama, frees on gloo's threads counted)."""
+    Measured per phase on 2 gloo ranks (small / hidden-1024 Llama, frees on gloo's threads counted).
+    With frozen parameters (LoRA): `root_grads=False` (embeddings and head frozen: no head gradients, no
+    root reduce-scatter), `block_grads=False` (FSDP2: a block's frozen parameters get no gradient, its
+    adapters' are negligible; FSDP1's flat parameters do get them: True)."""
     root, after, block = (int(param_bytes * u) for u in units[:3])
+    after = after if root_grads else 0
+    grad = block if block_grads else 0  # a block's unsharded gradients, or its reduce-scatter input
     return {"forward": root + FSDP_BLOCKS_IN_FLIGHT * block,
             "backward_head": root + after + block,
-            "backward_first": root + after + (FSDP_BLOCKS_IN_FLIGHT + 1) * block,
-            "backward": root + after + (FSDP_BLOCKS_IN_FLIGHT + 2) * block,
-            "backward_last": root + after + 3 * block,
-            "backward_only": root + after + 2 * block,
-            "backward_tail": root + after + block,
-            "end": 2 * root + (-(-root // n) if device_type == "cpu" else 0)}
+            "backward_first": root + after + FSDP_BLOCKS_IN_FLIGHT * block + grad,
+            "backward": root + after + FSDP_BLOCKS_IN_FLIGHT * block + 2 * grad,
+            "backward_last": root + after + block + 2 * grad,
+            "backward_only": root + after + block + grad,
+            "backward_tail": root + after + grad,
+            "end": 2 * root + (-(-root // n) if device_type == "cpu" else 0) if root_grads else 0}
 
 
 def _backward_units(events: list[MemEvent], blocks_path: str) -> dict[int, tuple[str, str]]:
@@ -272,7 +288,7 @@ def _hold_by_phase(events: list[MemEvent], steady: int, sizes: dict[str, int],
 
 def shard_trace(trace: MemoryTrace, split: Split, block_param_bytes: int = 0,
                 gradients_bytes: int = 0, units: FsdpUnits | None = None,
-                param_bytes: int | None = None) -> MemoryTrace:
+                param_bytes: int | None = None, accumulating: bool = False) -> MemoryTrace:
     """One rank's events under `split` (data-parallel strategies; pipeline is handled by layer count)."""
     s = split.strategy
     if s in ("single", "pipeline") or split.nproc == 1:
@@ -289,6 +305,12 @@ def shard_trace(trace: MemoryTrace, split: Split, block_param_bytes: int = 0,
     else:
         n = split.shards
         cats = SHARDED[s]
+        no_sync = accumulating and s in ("fsdp", "fsdp-grad-op", "hsdp")
+        if no_sync:  # FSDP accumulates unsharded gradients until the last micro-step reduce-scatters them
+            cats = tuple(c for c in cats if c != "gradients")
+            notes.append(f"{'fsdp1' if split.flat_params else s} with accumulation: gradients accumulate unsharded "
+                         "on every rank (no gradient sync between micro-steps: FSDP1 no_sync, FSDP2 "
+                         "set_requires_gradient_sync(False))")
         # the optimizer updates only this rank's shard: its temporaries (foreach intermediates) shrink too
         events = [replace(e, nbytes=-(-e.nbytes // n))
                   if e.category in cats or (e.phase == "optimizer" and e.category == "temporary") else e
@@ -297,11 +319,15 @@ def shard_trace(trace: MemoryTrace, split: Split, block_param_bytes: int = 0,
         if s in ("fsdp", "hsdp") and units is not None:
             param_total = param_bytes or sum(e.nbytes for e in trace.events
                                              if e.action == "alloc" and e.category == "parameters")
-            sizes = fsdp_gathered_bytes(param_total, units, n, trace.device_type)
+            frozen = trainable_bytes(trace) < param_total // max(n, 1)  # LoRA, freezing: most of it frozen
+            sizes = fsdp_gathered_bytes(param_total, units, n, trace.device_type, root_grads=not frozen,
+                                        block_grads=split.flat_params or not frozen)
             if param_bytes:  # a 1- or 2-layer trace standing for the whole model: each of its blocks at the
                 for edge in ("backward_last", "backward_only"):  # level of a middle one
                     sizes[edge] = sizes["backward"]
             events, steady = _hold_by_phase(events, steady, sizes, units.blocks_path)
+            if split.flat_params:
+                events, steady = _flat_gradients(events, steady, trace, param_total, units, n, no_sync, notes)
             notes.append(f"{s}: parameters, gradients and optimizer state / {n}; FSDP2 holds unsharded (root "
                          f"{units[0]:.0%} of the parameters, block {units[2]:.0%}) {sizes['forward']} bytes in "
                          f"forward, {sizes['backward']} in backward, {sizes['end']} at the root's reduce-scatter")
@@ -323,6 +349,44 @@ def shard_trace(trace: MemoryTrace, split: Split, block_param_bytes: int = 0,
             events, steady = _hold_during_forward_backward(events, steady, gathered)
     return MemoryTrace(events, steady, trace.device_type, trace.method, notes, trace.flops_per_step,
                        op_costs=trace.op_costs)
+
+
+def _flat_gradients(events: list[MemEvent], steady: int, trace: MemoryTrace, param_total: int,
+                    units: FsdpUnits, n: int, no_sync: bool, notes: list[str]) -> tuple[list[MemEvent], int]:
+    """FSDP1 with frozen parameters (LoRA, freezing): a unit's parameters are one flat parameter, which
+    requires gradients when any of them does, so the blocks holding a trainable parameter keep gradients
+    for all their parameters (torch's `_validate_frozen_params` warns of this memory). Taken: every block
+    holds one (LoRA in each block), the root's embeddings and head are frozen. Held from each step's
+    first backward to its zero_grad, sharded / N, or whole under accumulation without sync. Measured on 2
+    gloo ranks (FSDP1, use_orig_params=True, a 4-block model with a trainable piece in each block): after
+    the step each rank keeps the blocks' parameter bytes / 2 of gradients."""
+    grads = trainable_bytes(trace)
+    if grads >= param_total or not units.block:
+        return events, steady  # nothing frozen: the flat gradients are the traced ones
+    flat = int(param_total * (1 - units.root)) - grads
+    nbytes = flat if no_sync else -(-flat // n)
+    if nbytes <= 0:
+        return events, steady
+    notes.append(f"fsdp1: frozen parameters in the blocks' flat parameters get gradients too: + {nbytes} bytes "
+                 f"({'unsharded, accumulating' if no_sync else f'/ {n}'}) from backward to zero_grad")
+    out: list[MemEvent] = []
+    block = _new_block(events)
+    holding = False
+    new_steady = steady
+    for i, e in enumerate(events):
+        if i == steady:
+            new_steady = len(out)
+        if e.phase == "backward" and not holding:
+            out.append(MemEvent("alloc", block, nbytes, "gradients", e.phase, "", "FSDP1 flat gradients"))
+            holding = True
+        elif e.phase == "zero_grad" and holding:
+            out.append(MemEvent("free", block, nbytes, "gradients", e.phase, "", "FSDP1 flat gradients"))
+            holding = False
+            block += 1
+        out.append(e)
+    if holding:
+        out.append(MemEvent("free", block, nbytes, "gradients", "zero_grad", "", "FSDP1 flat gradients"))
+    return out, new_steady
 
 
 def _new_block(events: list[MemEvent]) -> int:

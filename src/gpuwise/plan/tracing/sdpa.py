@@ -83,6 +83,16 @@ def _sm(cap: tuple[int, int]) -> str:
     return f"sm{cap[0]}{cap[1]}"
 
 
+FLASH_BACKWARD_192 = ((8, 6), (8, 7), (8, 9), (12, 0))  # flash backward takes head dim <= 192 there
+
+
+def kernel_class(capability: tuple[int, int] | None) -> tuple[bool, ...]:
+    """What of a compute capability the rules below read: GPUs of one class get the same kernels for the
+    same inputs (fit traces once per class), only the reasons name the sm."""
+    cap = capability or DEFAULT_CAPABILITY
+    return ((5, 0) <= cap <= (12, 1), (8, 0) <= cap <= (12, 1), cap < (8, 0), cap in FLASH_BACKWARD_192)
+
+
 # backend -> rule(q, k, v, attn_mask, dropout_p, enable_gqa, capability) -> None when it runs, else why not,
 # in torch's priority order
 BACKENDS: dict[str, object] = {}
@@ -109,7 +119,7 @@ def _flash_why_not(q, k, v, attn_mask, dropout_p, enable_gqa, cap=DEFAULT_CAPABI
         return "flash needs 4-D inputs"
     if q.shape[-1] > 256 or q.shape[-1] != v.shape[-1] or q.shape[-1] % 8:  # check_head_dim_size_flash
         return f"flash needs head dim <= 256, a multiple of 8 (head dim {q.shape[-1]})"
-    if cap in ((8, 6), (8, 7), (8, 9), (12, 0)) and q.shape[-1] > 192 and q.requires_grad:
+    if cap in FLASH_BACKWARD_192 and q.shape[-1] > 192 and q.requires_grad:
         return f"flash backward on {_sm(cap)} takes head dim <= 192"  # ..._gt192_constraints_on_sm86_89_or_120
     # grouped-query attention (fewer k/v heads, enable_gqa=True): flash reads the shared k/v heads
     # in place on sm80+ (check_grouped_query_attention), nothing is repeated
