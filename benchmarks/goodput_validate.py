@@ -52,7 +52,8 @@ from gpuwise.tuning import goodput  # noqa: E402
 POWER_ITERATIONS = 20   # H's top eigenvalue: power iterations at the first reading ...
 POWER_WARM = 3          # ... then per reading, from the last vector (H moves little in a step)
 PATH_WINDOW = 0.1       # the path's readings: centred means over +-10 % of the run (one value for every task)
-REF_PAST = 0.5          # the reference run's readings go on for half again its steps to the target
+REF_PAST = 2.0          # the reference run's readings go on for twice its steps to the target again: far
+                        # enough that no prediction is limited by the run's end (path_limited, checked below)
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
 
@@ -334,8 +335,8 @@ def measure_b_noise(task: Task, seed: int) -> dict:
     finally:
         probe.examples.disarm()
     # the same run again (same seed: the same batches and path) for the Hessian readings (their extra forward
-    # passes would be seen by the probe's global hooks) and the loss at every step, REF_PAST further than the
-    # target: a run with more noise must get its noise-free path below the target
+    # passes would be seen by the probe's global hooks) and the loss at every step, REF_PAST x its steps further
+    # than the target: a run with more noise must get its noise-free path below the target
     k = ref["steps"]
     losses = follow(task, b, task.lr_max / 8, seed, hess, round(k * (1 + REF_PAST)))
     readings = hess.readings
@@ -440,7 +441,7 @@ def run_task(task: Task, seeds: list[int]) -> dict:
     s_min = sum(fi * p["steps"] for fi, p in zip(f, done)) / sum(fi * fi for fi in f)
     a, per = goodput.fit_step_time([(p["batch_size"], p["step_time_s"]) for p in points])
     for p in points:
-        p["predicted_steps"], p["predicted_lr"] = pred[p["batch_size"]]
+        p["predicted_steps"], p["predicted_lr"], p["path_limited"] = pred[p["batch_size"]]
         p["predicted_steps_eq_2_11"] = s_min * goodput.steps_factor(p["batch_size"], bn)
         p["time_to_target_s"] = p["steps"] * p["step_time_s"] if p["steps"] else None
         p["predicted_time_to_target_s"] = p["predicted_steps"] * p["step_time_s"]  # step_time(B) measured
@@ -473,7 +474,8 @@ def run_task(task: Task, seeds: list[int]) -> dict:
         alternatives[key] = {"b_noise": v, "predicted_best_batch": pb, "predicted_ratio": pr,
                              "ratio_error": pr / measured_ratio - 1}
     return {"task": task.name, "target_loss": task.target, "lr_max": task.lr_max, "noise": noise, "s_min": s_min,
-            "curve": curve, "one_step_path_model": one_step, "alternatives_eq_2_11": alternatives,
+            "curve": curve, "path_limited_batches": [p["batch_size"] for p in points if p["path_limited"]],
+            "one_step_path_model": one_step, "alternatives_eq_2_11": alternatives,
             "step_time_fit": {"fixed_s": a, "per_sample_s": per}, "points": points,
             "measured_best_batch": measured_best, "predicted_best_batch": predicted_best,
             "best_within_2x": max(measured_best, predicted_best) / min(measured_best, predicted_best) <= 2,
@@ -553,7 +555,8 @@ def main(argv=None) -> int:
               f"{r['noise']['b_simple_whole_run']:.1f}); best batch "
               f"measured {r['measured_best_batch']} predicted {r['predicted_best_batch']}; steps ratio "
               f"{r['steps_ratio']['batches']}: measured {r['steps_ratio']['measured']:.2f} predicted "
-              f"{r['steps_ratio']['predicted']:.2f}", file=sys.stderr)
+              f"{r['steps_ratio']['predicted']:.2f}; predictions limited by the reference run's end: "
+              f"{r['path_limited_batches'] or 'none'}", file=sys.stderr)
         results.append(r)
     out = {"command": "python benchmarks/goodput_validate.py " + " ".join(argv or sys.argv[1:]),
            "torch": torch.__version__, "cpu_count": os.cpu_count(), "seconds": time.time() - t0,

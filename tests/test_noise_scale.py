@@ -181,16 +181,20 @@ def test_steps_to_target_follows_the_path_below_the_target_by_the_noise_floor():
     path = [(1.0, 1.0, 0.0, 1.0)] * 20
     losses = [1.0 - 0.095 * i for i in range(21)]
     target = 1.0 - 0.095 * 10 + 1e-3  # reached after 10 reference steps
-    steps, lr = goodput.steps_to_target(path, losses, target, 1000, 10 ** 9, 0.1, 0.0, lr_cap=1.0)
-    assert lr == 1.0 and steps == pytest.approx(10 * 0.095 / 0.5)
+    steps, lr, limited = goodput.steps_to_target(path, losses, target, 1000, 10 ** 9, 0.1, 0.0, lr_cap=1.0)
+    assert lr == 1.0 and not limited and steps == pytest.approx(10 * 0.095 / 0.5)
     # with noise (tr(Sigma) = 1) at B = 1 the run must reach target - lr / 4: 3 more reference steps at rate 1
-    noisy, lr1 = goodput.steps_to_target(path, losses, target, 1, 10 ** 9, 0.1, 1.0, lr_cap=1.0)
+    noisy, lr1, _ = goodput.steps_to_target(path, losses, target, 1, 10 ** 9, 0.1, 1.0, lr_cap=1.0)
     assert lr1 == 1.0 and noisy == pytest.approx(13 * 0.095 / 0.5)
-    big, _ = goodput.steps_to_target(path, losses, target, 10 ** 6, 10 ** 9, 0.1, 1.0, lr_cap=1.0)
+    big, _, _ = goodput.steps_to_target(path, losses, target, 10 ** 6, 10 ** 9, 0.1, 1.0, lr_cap=1.0)
     assert big == pytest.approx(steps)
     # a target below the reference run's end, noise floor included: no rate reaches it
-    none, _ = goodput.steps_to_target(path, losses, -5.0, 1, 10 ** 9, 0.1, 1.0, lr_cap=1.0)
+    none, _, _ = goodput.steps_to_target(path, losses, -5.0, 1, 10 ** 9, 0.1, 1.0, lr_cap=1.0)
     assert none == math.inf
+    # a path that ends 2 reference steps past the target: rate 1 needs 3, so a lower rate is the best the path
+    # can tell, and the answer says the path limited it
+    cut, lr_cut, limited = goodput.steps_to_target(path[:12], losses[:13], target, 1, 10 ** 9, 0.1, 1.0, lr_cap=1.0)
+    assert lr_cut < 1.0 and limited and cut > noisy
 
 
 def test_fit_step_time_is_least_squares_and_non_negative():

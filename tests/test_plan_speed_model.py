@@ -109,6 +109,16 @@ def test_overlapped_collectives_slow_compute_by_the_sms_nccl_holds():
     assert held.contention_s == pytest.approx(32 / 132 * held.total_s)
 
 
+def test_fsdp_gathers_every_micro_batch_and_reduces_once_per_step():
+    from gpuwise.plan.speed.comm import all_gather_s, reduce_scatter_s
+    ag, rs = all_gather_s(2e9, 8, "nvlink4"), reduce_scatter_s(4e9, 8, "nvlink4")
+    four = comm_time("fsdp", 8, "nvlink4", 4e9, 2e9, 10.0, 20.0, blocks=32, micro_steps=4)
+    assert four.total_s == pytest.approx(4 * 2 * ag + rs)
+    assert four.exposed_s == pytest.approx(4 * ag / 32 + rs / 32)
+    ddp = comm_time("ddp", 8, "nvlink4", 4e9, 2e9, 10.0, 20.0)
+    assert comm_time("ddp", 8, "nvlink4", 4e9, 2e9, 10.0, 20.0, micro_steps=4) == ddp
+
+
 def test_host_bound_step_when_the_gpu_outruns_python():
     # 10 000 aten ops x 4 us = 40 ms of host dispatch; 1000 tiny kernels on the GPU are far less
     c = OpCosts()

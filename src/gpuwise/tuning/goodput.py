@@ -118,18 +118,20 @@ def noise_floor(lr: float, batch: float, tr_sigma: float, curvature: float = 0.0
 
 def steps_to_target(path: Sequence[tuple[float, float, float, float]], losses: Sequence[float], target: float,
                     batch: float, ref_batch: float, ref_lr: float, tr_sigma: float, curvature: float = 0.0,
-                    lr_cap: float = math.inf, grid: float = 2 ** 0.125) -> tuple[float, float]:
-    """(steps, learning rate): the fewest steps at `batch` to bring the expected loss to `target` with one
-    learning rate for the whole run (as the runs use), and that rate.
+                    lr_cap: float = math.inf, grid: float = 2 ** 0.125) -> tuple[float, float, bool]:
+    """(steps, learning rate, path_limited): the fewest steps at `batch` to bring the expected loss to `target`
+    with one learning rate for the whole run (as the runs use), and that rate.
 
     The expected loss at batch B and rate e is the noise-free path's plus `noise_floor(e, B)`: the run must
     follow the path down to target - floor. `path` and `losses` come from a reference run (SGD at `ref_lr`,
     `ref_batch`) past the target: (|G|^2, G'HG, -, lambda_max) and the loss at each of its steps, smoothed; the
-    reference's own floor is added back to its losses. Along the path, a step at rate e covers what
+    reference's own floor is taken off its losses. Along the path, a step at rate e covers what
     (e |G|^2 - e^2/2 G'HG) / (ref_lr |G|^2 - ref_lr^2/2 G'HG) reference steps cover (eq. 2.4-2.7 without the noise
     term; e capped at 2 / lambda_max there, gradient descent's stability limit). The rate is searched on a
     geometric grid below `lr_cap`. `tr_sigma` and `curvature` (tr(H Sigma) / tr(Sigma)) are the noise at the
-    target. (inf, nan) when no rate reaches the target within the reference run."""
+    target. path_limited: the next rate up would need the path further than the reference run went (a longer
+    run could lower the steps: run the reference further). (inf, nan, False) when no rate reaches the target.
+    """
     n = min(len(path), len(losses))
     if n == 0 or batch <= 0 or ref_lr <= 0:
         raise ValueError("no reference path to follow")
@@ -137,8 +139,8 @@ def steps_to_target(path: Sequence[tuple[float, float, float, float]], losses: S
     clean = [loss - (ref_floor if math.isfinite(ref_floor) else 0.0) for loss in losses[:n]]
     top = lr_cap if math.isfinite(lr_cap) else 4 * max((g2 / ghg for g2, ghg, _, _ in path if g2 > 0 and ghg > 0),
                                                         default=ref_lr)
-    best = (math.inf, math.nan)
-    e = top
+    best = (math.inf, math.nan, False)
+    e, short = top, False
     while e > top * 1e-4:
         goal = target - noise_floor(e, batch, tr_sigma, curvature)
         k = next((i for i, loss in enumerate(clean) if loss <= goal), None)
@@ -155,7 +157,8 @@ def steps_to_target(path: Sequence[tuple[float, float, float, float]], losses: S
                     break
                 total += covered / gain if covered > 0 else ref_lr / step
             if total < best[0]:
-                best = (total, e)
+                best = (total, e, short)
+        short = k is None
         e /= grid
     return best
 

@@ -81,7 +81,7 @@ def predict(costs: OpCosts, gpu: GpuSpec, precision: str, *, samples_per_rank: i
             tokens_per_sample: int | None = None, nproc: int = 1, strategy: str = "single",
             grad_bytes: float = 0, param_bytes: float = 0, blocks: int = 1,
             roofline_step_s: float | None = None, selective: str | None = None,
-            network_gbps: float | None = None) -> Speed:
+            network_gbps: float | None = None, micro_steps: int = 1) -> Speed:
     """Predicted steady-state step of one rank on `gpu` (see the module docstring). `selective`: selective
     activation checkpointing the trace did not run, added as backward recomputation (`recompute_parts`)."""
     sp = speed_spec(gpu)
@@ -121,7 +121,7 @@ def predict(costs: OpCosts, gpu: GpuSpec, precision: str, *, samples_per_rank: i
     bwd_s = sum(phases.get("backward", {}).values())
     opt_s = sum(phases.get("optimizer", {}).values())
     plan = comm_time(strategy, nproc, sp.link, grad_bytes, param_bytes, fwd_s, bwd_s, blocks,
-                     network_gbps=network_gbps, sm_count=sp.sm_count)
+                     network_gbps=network_gbps, sm_count=sp.sm_count, micro_steps=micro_steps)
     gpu_s = fwd_s + bwd_s + opt_s + plan.exposed_s + plan.contention_s
     host_s = launch.host_s(sum(costs.host_ops.values()))
     step_s = max(gpu_s, host_s)
