@@ -158,9 +158,9 @@ def summary(rows: list[dict], results: dict) -> dict:
 
 
 def current(rows: list[dict], results: dict) -> dict:
-    """The results computed with each row's present arguments (a row whose arguments changed is not run)."""
-    args = {r["id"]: r["gpuwise_args"] for r in rows}
-    return {k: v for k, v in results.items() if k in args and v.get("args") == args[k]}
+    """The results computed with each row's present arguments and workload (a row that changed is not run)."""
+    now = {r["id"]: (r["gpuwise_args"], r["setting"]["workload"]) for r in rows}
+    return {k: v for k, v in results.items() if k in now and (v.get("args"), v.get("workload")) == now[k]}
 
 
 def table(rows: list[dict], results: dict) -> str:
@@ -221,8 +221,9 @@ def main(argv: list[str] | None = None) -> int:
         todo = [r for r in todo if re.search(args.only, r["id"])]
     if args.failed:
         todo = [r for r in todo if "error" in results.get(r["id"], {})]
-    elif not args.rerun:  # resume: rows with a result for the same arguments are kept
-        todo = [r for r in todo if results.get(r["id"], {}).get("args") != r["gpuwise_args"]]
+    elif not args.rerun:  # resume: rows with a result for the same arguments and workload are kept
+        kept = current(rows, results)
+        todo = [r for r in todo if r["id"] not in kept]
     if args.table:
         todo = []
     for n, row in enumerate(todo, 1):

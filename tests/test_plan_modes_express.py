@@ -147,6 +147,52 @@ def test_bitsandbytes_before_0_43_2_keeps_each_4bit_layer_input():
         make_modes(qlora=True, bnb_version="latest")
 
 
+def test_bitsandbytes_before_0_50_dequantizes_each_weight_in_the_forward():
+    # up to 0.49.x MatMul4Bit.forward ran F.linear(A, F.dequantize_4bit(B, quant_state).to(A.dtype).t(), bias):
+    # the layer's 16-bit weight alive through the matmul; 0.50.0 (PR #1949) calls the fused gemm_4bit
+    pytest.importorskip("bitsandbytes")
+    from gpuwise.plan.tracing.bnb_versions import dequantizes_in_forward
+
+    assert dequantizes_in_forward("0.42.0") and dequantizes_in_forward("0.49.2")
+    assert not dequantizes_in_forward("0.50.0") and not dequantizes_in_forward(None)
+    from gpuwise.plan.tracing.bnb_versions import quantizes_from_fp16
+
+    assert quantizes_from_fp16("0.42.0") and not quantizes_from_fp16("0.43.0")  # Params4bit.cuda's .half()
+
+    def forward_dequantized(version):
+        wl = apply_modes(load_workload(LLAMA), make_modes(qlora=True, lora=8, bnb_version=version), "bf16")
+        trace = trace_step(wl, 2, StepConfig(precision="bf16"), target="cpu")
+        return [e.nbytes for e in trace.events[trace.steady_start:]
+                if e.action == "alloc" and e.phase == "forward" and "dequantize_4bit" in e.op]
+
+    assert forward_dequantized(None) == []
+    old = forward_dequantized("0.49.2")
+    assert old and all(n > 0 for n in old)
+
+
+def test_lightning_quantizes_the_head_too_from_fp16():
+    # Fabric's BitsandbytesPrecision (litgpt --quantize bnb.*): every nn.Linear, the head included, cast to
+    # float16 before quantize_4bit; transformers keeps the head in 16 bits
+    pytest.importorskip("bitsandbytes")
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from gpuwise.plan.tracing.modes import quantize_linear_4bit
+
+    def model():
+        return LlamaForCausalLM(LlamaConfig(hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                                            num_hidden_layers=1, vocab_size=128)).to(torch.bfloat16)
+
+    hf, lightning = model(), model()
+    assert quantize_linear_4bit(lightning, keep_head=False, from_dtype=torch.float16) == quantize_linear_4bit(hf) + 1
+    assert type(hf.lm_head).__name__ == "Linear" and type(lightning.lm_head).__name__ == "Linear4bit"
+    assert lightning.lm_head.weight.quant_state.dtype == torch.float16
+    assert hf.model.layers[0].mlp.up_proj.weight.quant_state.dtype == torch.bfloat16
+    with pytest.raises(GpuwiseError, match="applies to --qlora"):
+        make_modes(lora=8, qlora_by="lightning")
+    with pytest.raises(GpuwiseError, match="qlora-by"):
+        make_modes(qlora=True, qlora_by="torchao")
+
+
 def test_bf16_true_leaves_the_4bit_quant_state_in_bitsandbytes_dtypes():
     # model.to(bf16) (litgpt's bf16-true) casts parameters and buffers, not bitsandbytes' quant state (an
     # attribute of the 4-bit weight): the fp32 absmax of NF4 without double quantization stays fp32

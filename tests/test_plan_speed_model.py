@@ -109,10 +109,12 @@ def test_overlapped_collectives_slow_compute_by_the_sms_nccl_holds():
     assert held.contention_s == pytest.approx(32 / 132 * held.total_s)
 
 
-def test_fsdp_gathers_and_reduces_every_micro_batch_ddp_once_per_step():
-    one = comm_time("fsdp", 8, "nvlink4", 4e9, 2e9, 10.0, 20.0, blocks=32)
+def test_fsdp_gathers_every_micro_batch_and_reduces_once_per_step():
+    from gpuwise.plan.speed.comm import all_gather_s, reduce_scatter_s
+    ag, rs = all_gather_s(2e9, 8, "nvlink4"), reduce_scatter_s(4e9, 8, "nvlink4")
     four = comm_time("fsdp", 8, "nvlink4", 4e9, 2e9, 10.0, 20.0, blocks=32, micro_steps=4)
-    assert four.total_s == pytest.approx(4 * one.total_s) and four.exposed_s == pytest.approx(4 * one.exposed_s)
+    assert four.total_s == pytest.approx(4 * 2 * ag + rs)
+    assert four.exposed_s == pytest.approx(4 * ag / 32 + rs / 32)
     ddp = comm_time("ddp", 8, "nvlink4", 4e9, 2e9, 10.0, 20.0)
     assert comm_time("ddp", 8, "nvlink4", 4e9, 2e9, 10.0, 20.0, micro_steps=4) == ddp
 

@@ -67,28 +67,36 @@ def test_table_lists_every_memory_row_once():
     assert sorted(i for i in listed if i in set(memory_ids)) == sorted(memory_ids)
 
 
-def test_resume_keeps_rows_with_the_same_arguments(tmp_path, monkeypatch):
+def test_resume_keeps_rows_with_the_same_arguments_and_workload(tmp_path, monkeypatch):
     monkeypatch.setattr(pm, "RESULTS", tmp_path / "r.json")
     monkeypatch.setattr(pm, "README", tmp_path / "README.md")
-    (tmp_path / "README.md").write_text(f"x\n{pm.BEGIN}\nold\n{pm.END}\n")
+    (tmp_path / "README.md").write_text(f"x\n{pm.BEGIN}\nstale-table\n{pm.END}\n")
     rows = [r for r in corpus.load_rows() if corpus.is_memory(r) and corpus.expressible(r)]
-    done = {r["id"]: {"id": r["id"], "args": r["gpuwise_args"], "metric": r["metric"], "source": r["source"]["name"],
-                      "error": "stored"} for r in rows}
+    done = {r["id"]: {"id": r["id"], "args": r["gpuwise_args"], "workload": r["setting"]["workload"],
+                      "metric": r["metric"], "source": r["source"]["name"], "error": "stored"} for r in rows}
     (tmp_path / "r.json").write_text(json.dumps(done))
     ran = []
     monkeypatch.setattr(pm, "run_row", lambda row: ran.append(row["id"]) or done[row["id"]])
     pm.main([])
-    assert ran == []                        # everything already computed with these arguments
+    assert ran == []                        # everything already computed with these arguments and workloads
+    moved = rows[0]["id"]
+    (tmp_path / "r.json").write_text(json.dumps({**done, moved: {**done[moved], "workload": "elsewhere.json"}}))
+    pm.main([])
+    assert ran == [moved]                   # a row whose workload changed is computed again
+    (tmp_path / "r.json").write_text(json.dumps(done))
+    ran.clear()
     pm.main(["--failed"])
     assert sorted(ran) == sorted(done)      # all stored as failed: recomputed
-    assert "old" not in (tmp_path / "README.md").read_text()
+    assert "stale-table" not in (tmp_path / "README.md").read_text()
 
 
 @pytest.mark.slow
-def test_one_row_recomputed_end_to_end():
+@pytest.mark.parametrize("rid", ["litgpt-rt-lora-phi-1_5-bf16-mb4-1gpu",
+                                 # QLoRA, bitsandbytes 0.42.0, accumulation, litgpt's loop keeping its loss
+                                 "litgpt-hub-llama-3.2-1b-qlora-mb2-1xa10g"])
+def test_one_row_recomputed_end_to_end(rid):
     results = pm.load_results()
     rows = {r["id"]: r for r in corpus.load_rows()}
-    rid = "litgpt-rt-lora-phi-1_5-bf16-mb4-1gpu"
     if rid not in results or "err_pct" not in results[rid]:
         pytest.skip("not computed yet")
     rec = pm.run_row(rows[rid])

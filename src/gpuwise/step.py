@@ -10,6 +10,7 @@ prediction and a measurement describe the same step:
 from __future__ import annotations
 
 import contextlib
+import contextvars
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -237,6 +238,11 @@ class StepConfig:
     checkpointing: bool | str = False  # False / True (= "full") / "selective"
     optimizer_impl: str = "default"
     zero_grad: str = "none"  # "none": zero_grad(set_to_none=True); "zeros": gradients kept, zeroed in place
+    # The loop keeps the last loss (and so its autograd graph) until the next step's loss replaces it, as
+    # litgpt's finetune loops do (`loss = chunked_cross_entropy(...)` rebound each iteration). Autograd frees
+    # what ops saved for backward as backward runs, but not what a custom Function keeps as a ctx attribute
+    # (bitsandbytes <= 0.43.1 MatMul4Bit: `ctx.tensors = (A, B)`): that lives as long as the graph does.
+    keep_last_loss: bool = False
 
     def __post_init__(self):
         self.precision = check_precision(self.precision)
@@ -273,6 +279,10 @@ class TrainStep:
         if config.precision == "fp16":
             self.scaler = torch.amp.GradScaler(dtype, enabled=dtype in ("cuda", "cpu"))
         self.float_dtype = torch.bfloat16 if config.precision == "bf16-pure" else None
+        self._last_loss = None  # config.keep_last_loss: the last step's loss, graph attached
+
+    def _hold(self, loss) -> None:
+        self._last_loss = loss  # the loss held before, and its graph, are released only now
 
     def autocast(self):
         import torch
@@ -289,8 +299,14 @@ class TrainStep:
         if not on_device:
             batch = self.to_device(batch)
         with tf32_mode(self.config.precision == "tf32"):
-            with self.autocast():
-                loss = self.workload.compute_loss(self.model, batch)
+            holder = _LOSS_HOLDER.set(self._hold if self.config.keep_last_loss else None)
+            try:
+                with self.autocast():
+                    loss = self.workload.compute_loss(self.model, batch)
+            finally:
+                _LOSS_HOLDER.reset(holder)
+            if self.config.keep_last_loss:
+                self._hold(loss)
             if self.scaler is not None:
                 self.scaler.scale(loss).backward()
                 self.scaler.step(self.optimizer)
@@ -300,6 +316,17 @@ class TrainStep:
                 self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=self.config.zero_grad == "none")
         return loss.detach()
+
+
+_LOSS_HOLDER: contextvars.ContextVar = contextvars.ContextVar("gpuwise_loss_holder", default=None)
+
+
+def hold_loss(loss) -> None:
+    """Inside a step with `keep_last_loss`, a micro-batch's loss (gradient accumulation) replaces the loss
+    the loop holds, as the loop's `loss = ...` does each iteration; elsewhere nothing."""
+    holder = _LOSS_HOLDER.get()
+    if holder is not None:
+        holder(loss)
 
 
 @contextlib.contextmanager

@@ -1,4 +1,6 @@
-"""litgpt's own model code as a gpuwise workload: `litgpt finetune adapter / adapter_v2` as its users run it.
+"""litgpt's own model code as a gpuwise workload: `litgpt finetune adapter / adapter_v2 / lora` as its users
+run it (lora: `litgpt.lora.GPT` with the config file's lora_* fields, `mark_only_lora_as_trainable`; its step
+is finetune/lora.py's, the same as adapter.py's).
 
 The model is litgpt's (`litgpt.adapter.GPT` / `litgpt.adapter_v2.GPT` from `Config.from_name(NAME)`), built
 by gpuwise under fake tensors like any workload, with litgpt's own `mark_only_adapter_as_trainable` /
@@ -23,19 +25,22 @@ from __future__ import annotations
 import importlib
 
 MODULES = {"adapter": ("litgpt.adapter", "mark_only_adapter_as_trainable"),
-           "adapter_v2": ("litgpt.adapter_v2", "mark_only_adapter_v2_as_trainable")}
+           "adapter_v2": ("litgpt.adapter_v2", "mark_only_adapter_v2_as_trainable"),
+           "lora": ("litgpt.lora", "mark_only_lora_as_trainable")}
 LM_HEAD_CHUNK = 128   # finetune/adapter.py: model(input_ids, lm_head_chunk_size=128)
 QUANTS = {"nf4": ("nf4", False), "nf4-dq": ("nf4", True)}
 
 
-def workload(name: str, method: str, seq_len: int, quantize: str | None = None, bnb_version: str | None = None):
-    """(model, batch, loss) functions for `litgpt finetune <method>` of checkpoint NAME at `seq_len` tokens."""
+def workload(name: str, method: str, seq_len: int, quantize: str | None = None, bnb_version: str | None = None,
+             **fields):
+    """(model, batch, loss) functions for `litgpt finetune <method>` of checkpoint NAME at `seq_len` tokens;
+    `fields`: Config fields the finetune file sets (lora: lora_r, lora_alpha, lora_dropout, lora_query, ...)."""
     import torch
 
     def model():
         mod_name, mark = MODULES[method]
         mod = importlib.import_module(mod_name)
-        config = mod.Config.from_name(name)
+        config = mod.Config.from_name(name, **fields)
         m = mod.GPT(config)
         m.max_seq_length = seq_len
         getattr(mod, mark)(m)

@@ -64,6 +64,10 @@ def add_version_arguments(p) -> None:
     p.add_argument("--zero-grad", choices=["none", "zeros"], default="none",
                    help="none: zero_grad(set_to_none=True), torch >= 2.0; zeros: gradients kept between steps, "
                         "zeroed in place (torch < 2.0, transformers' Trainer of then)")
+    p.add_argument("--loop-keeps-loss", action="store_true",
+                   help="the training loop keeps the last loss (and its autograd graph) until the next step's loss "
+                        "replaces it, as litgpt's finetune loops do: what bitsandbytes <= 0.43.1 keeps for a 4-bit "
+                        "matmul's backward then lives into the next forward (with --bnb-version)")
     p.add_argument("--module-loading", choices=["lazy", "eager"], default=None,
                    help="CUDA module loading the context size assumes (default: $CUDA_MODULE_LOADING, else lazy; "
                         "eager: every kernel image loaded at start, torch < 1.13 / CUDA < 11.7)")
@@ -71,7 +75,7 @@ def add_version_arguments(p) -> None:
 
 def version_kwargs(args) -> dict:
     return {"attn": args.attn, "optimizer_impl": args.optimizer_impl, "zero_grad": args.zero_grad,
-            "module_loading": args.module_loading}
+            "module_loading": args.module_loading, "keep_last_loss": args.loop_keeps_loss}
 
 
 def _positive_gbps(text: str) -> float:
@@ -117,6 +121,9 @@ def add_mode_arguments(p) -> None:
     p.add_argument("--bnb-version", metavar="X.Y.Z", help="--qlora / --quantize: the bitsandbytes release the run used, "
                    "where its memory differs from the installed one (before 0.43.2 every 4-bit layer kept its input; "
                    "before 0.50 a multi-token inference matmul dequantized its weight to 16 bits)")
+    p.add_argument("--qlora-by", choices=["transformers", "lightning"], help="--qlora: who quantizes the base "
+                   "(default transformers: every linear layer but the output head; lightning: Fabric's "
+                   "BitsandbytesPrecision as litgpt's --quantize bnb.* runs it, the head too, from fp16)")
     p.add_argument("--freeze", action="append", metavar="REGEX",
                    help="freeze parameters whose name matches (repeatable)")
     p.add_argument("--offload-optimizer", action="store_true", help="optimizer state and step on the CPU")
@@ -129,23 +136,24 @@ def add_mode_arguments(p) -> None:
     p.add_argument("--quantize", choices=["nf4", "nf4-dq", "fp4"], help="--inference: bitsandbytes 4-bit linear "
                    "weights (transformers' load_in_4bit, litgpt's --quantize bnb.nf4 / bnb.nf4-dq / bnb.fp4); "
                    "--precision bf16/fp16 is the compute dtype")
-    p.add_argument("--quantize-loader", choices=["transformers", "fabric"], default="transformers",
-                   help="--quantize: who loads the 4-bit weights (default transformers: the output head kept 16-bit; "
-                   "fabric: Lightning Fabric's BitsandbytesPrecision, as litgpt: every nn.Linear, the head too, "
-                   "quantized from float16)")
+    p.add_argument("--quantize-by", choices=["transformers", "lightning"], default="transformers",
+                   help="--quantize: who quantizes the weights (default transformers: the output head kept 16-bit; "
+                   "lightning: Fabric's BitsandbytesPrecision, as litgpt's --quantize bnb.*: every nn.Linear, "
+                   "the head too, quantized from float16; as --qlora-by)")
 
 
 def mode_kwargs(args) -> dict:
     return {"seq_len": args.seq_len, "task": args.task, "grad_accum": args.grad_accum, "lora": args.lora,
             "qlora": args.qlora, "freeze": args.freeze, "offload_optimizer": args.offload_optimizer,
             "lora_targets": args.lora_targets, "lora_alpha": args.lora_alpha, "lora_dropout": args.lora_dropout,
-            "base_dtype": args.base_dtype, "qlora_quant": args.qlora_quant, "bnb_version": args.bnb_version}
+            "base_dtype": args.base_dtype, "qlora_quant": args.qlora_quant, "bnb_version": args.bnb_version,
+            "qlora_by": args.qlora_by}
 
 
 def run(args) -> int:
     refuse_gpu_all(args.gpu, "estimate")
-    if (args.quantize or args.quantize_loader != "transformers" or args.prefill_logits != "last") and not args.inference:
-        raise GpuwiseError("--quantize / --quantize-loader / --prefill-logits are for --inference "
+    if (args.quantize or args.quantize_by != "transformers" or args.prefill_logits != "last") and not args.inference:
+        raise GpuwiseError("--quantize / --quantize-by / --prefill-logits are for --inference "
                            "(training with 4-bit weights: --qlora)")
     if args.inference and (args.qlora or args.lora or args.qlora_quant):
         raise GpuwiseError("--inference: --lora/--qlora are training modes; 4-bit inference weights: --quantize")
@@ -184,7 +192,7 @@ def _run_inference(args) -> int:
     dtype = {"bf16-pure": "bf16", "tf32": "fp32"}.get(args.precision, args.precision)
     with console.err.status("tracing generation with fake tensors…"):
         est = estimate_inference(args.workload, args.batch_size, args.seq_len, args.new_tokens, dtype,
-                                 args.target, args.gpu, quantize=args.quantize, loader=args.quantize_loader,
+                                 args.target, args.gpu, quantize=args.quantize, loader=args.quantize_by,
                                  bnb_version=args.bnb_version, prefill_logits=args.prefill_logits)
     if args.json:
         console.emit_json(est.to_dict())

@@ -156,7 +156,8 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
              freeze: Any = None, offload_optimizer: bool = False, nproc: int = 1, strategy: str | None = None,
              lora_targets: Any = None, lora_alpha: float | None = None, lora_dropout: float | None = None,
              base_dtype: str | None = None, qlora_quant: str | None = None, bnb_version: str | None = None,
-             attn: str | None = None, zero_grad: str = "none", module_loading: str | None = None,
+             qlora_by: str | None = None, attn: str | None = None, zero_grad: str = "none",
+             module_loading: str | None = None, keep_last_loss: bool = False,
              layer_checkpointing: int | None = None, on_progress: Progress | None = None,
              network_gbps: float | None = None) -> Estimate:
     """Predict the memory and compute of one steady-state training step of `workload` at `batch_size`.
@@ -167,8 +168,9 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     batch) and optionally `loss=`. Modes (plan/tracing/modes.py): `grad_accum`, `lora` (rank, or True for 16),
     `qlora`, `freeze` (parameter-name regexes), `offload_optimizer`; for LoRA / QLoRA `lora_targets` (module
     names, default all linear layers), `lora_alpha`, `lora_dropout`, `base_dtype` (fp32 / bf16 / fp16: the
-    frozen base's storage), `qlora_quant` (nf4-dq, nf4, fp4) and `bnb_version` (the bitsandbytes release
-    to emulate where its memory differs: plan/tracing/bnb_versions.py). `nproc` GPUs split by `strategy`
+    frozen base's storage), `qlora_quant` (nf4-dq, nf4, fp4), `bnb_version` (the bitsandbytes release
+    to emulate where its memory differs: plan/tracing/bnb_versions.py) and `qlora_by` ("transformers" /
+    "lightning": who quantizes the base, plan/tracing/modes.py QLORA_BY). `nproc` GPUs split by `strategy`
     (ddp, zero1, zero2, fsdp, fsdp-grad-op, hsdp; ddp by default over nproc > 1): one rank's memory, the
     single-GPU trace transformed (plan/memory/sharding.py), `batch_size` per rank.
 
@@ -177,6 +179,9 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     ("for-loop" / "foreach" / "fused"; default: torch's choice for CUDA, foreach), `zero_grad` ("none" /
     "zeros": gradients kept between steps, torch < 2.0), `module_loading` ("lazy" / "eager": the CUDA
     context with every kernel image loaded, torch < 1.13; default CUDA_MODULE_LOADING, else lazy).
+    The setting of a training loop: `keep_last_loss` (the loop keeps the last loss, and its autograd graph,
+    until the next step's loss replaces it, as litgpt's finetune loops do: what a custom autograd Function
+    keeps in ctx, bitsandbytes <= 0.43.1's 4-bit matmul input, then lives into the next forward).
 
     `target="cuda"` replays the trace through the caching-allocator model and adds library workspaces
     and the CUDA context (for `gpu`'s architecture; Hopper when no GPU is named). With `gpu`, also a
@@ -192,7 +197,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     workload, batch_size = resolve_inputs(workload, batch_size, model, batch, loss, seq_len, task)
     modes = make_modes(grad_accum, lora, qlora, freeze, offload_optimizer, lora_targets=lora_targets,
                        lora_alpha=lora_alpha, lora_dropout=lora_dropout, base_dtype=base_dtype,
-                       qlora_quant=qlora_quant, bnb_version=bnb_version)
+                       qlora_quant=qlora_quant, bnb_version=bnb_version, qlora_by=qlora_by)
     check_target(target)
     split = make_split(nproc, strategy)
     if split.strategy == "pipeline":
@@ -204,7 +209,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     if not 0 <= margin_pct < 100:
         raise GpuwiseError(f"margin must be a percentage in [0, 100), got {margin_pct!r}")
     config = StepConfig(optimizer=optimizer, precision=precision, checkpointing=checkpointing,
-                        optimizer_impl=optimizer_impl, zero_grad=zero_grad)
+                        optimizer_impl=optimizer_impl, zero_grad=zero_grad, keep_last_loss=keep_last_loss)
     base = load_workload(workload)
     wl = apply_modes(base, modes, config.precision)
 

@@ -47,9 +47,10 @@ def comm_time(strategy: str, nproc: int, link: str, grad_bytes: float, param_byt
     the node-to-node bandwidth of a node as stated (default: one NIC per GPU of the DGX generation);
     `sm_count`: the GPU's SMs, for `contention_s` (0: not counted); `micro_steps`: gradient accumulation's
     micro-batches per step: FSDP frees each unit's gathered parameters after use, so every micro-batch
-    gathers them again in forward (and backward), and reduce-scatters its gradients (torch FSDP reduces on
-    every backward unless the loop turns gradient sync off, which the published FSDP loops here do not);
-    DDP / ZeRO-1/2 loops accumulate under no_sync and reduce once per step."""
+    gathers them again in forward (and backward); the gradients are reduced once, on the last micro-batch
+    (the loops accumulate under no_sync: Composer's default ddp_sync_strategy SINGLE_AUTO_SYNC, Lightning
+    Fabric's no_backward_sync, FSDP2's set_requires_gradient_sync(False); as the memory model assumes);
+    DDP / ZeRO-1/2 likewise reduce once per step."""
     s = "fsdp" if strategy == "zero3" else strategy
     if nproc <= 1 or s in ("single", "pipeline"):
         return CommPlan(0.0, 0.0)
@@ -75,16 +76,16 @@ def comm_time(strategy: str, nproc: int, link: str, grad_bytes: float, param_byt
         return CommPlan(rs + ag, max(0.0, rs - backward_s) + last + ag, share * min(rs, backward_s))
     micro = max(1, micro_steps)
     ag = micro * comm.all_gather_s(param_bytes, shard_ranks, link, **kw)
-    rs = micro * comm.reduce_scatter_s(grad_bytes, shard_ranks, link, **kw)
+    rs = comm.reduce_scatter_s(grad_bytes, shard_ranks, link, **kw)
     across = 0.0
     if s == "hsdp" and nproc > shard_ranks:
         if network_gbps:  # the node's network shared by its shard positions' rings
             net = comm.node_network(network_gbps / shard_ranks)
         else:  # one NIC per GPU: each shard position's ring has its own
             net = comm.get_link(comm.network_for_link(link))
-        across = micro * comm.all_reduce_s(grad_bytes / shard_ranks, nproc // shard_ranks, net, gpus_per_node=1,
-                                           network=net, nics_per_node=1)
-    # each micro-batch waits for its first unit's gather and its last unit's reduction
+        across = comm.all_reduce_s(grad_bytes / shard_ranks, nproc // shard_ranks, net, gpus_per_node=1,
+                                   network=net, nics_per_node=1)
+    # each micro-batch waits for its first unit's gather; the step for its last unit's reduction
     ag_block, rs_block = ag / blocks, (rs + across) / blocks
     fwd_comm, bwd_comm = ag, rs + across + (ag if s in ("fsdp", "hsdp") else 0.0)
     exposed = max(0.0, fwd_comm - forward_s) + ag_block + max(0.0, bwd_comm - backward_s) + rs_block

@@ -20,9 +20,11 @@
   as uint8 with one fp32 absmax per 256 of those and an offset (bitsandbytes/functional.py `quantize_4bit`,
   `compress_statistics=True`; QLoRA paper, Dettmers et al. 2023, sec. 3 "Double Quantization"). Then LoRA
   as above (peft wraps bitsandbytes layers with `peft.tuners.lora.bnb.Linear4bit`). bitsandbytes' ops
-  have fake kernels (bitsandbytes/_ops.py), so this runs under fake tensors. Not seen: the transient
-  dequantized weight of the CUDA forward (`gemm_4bit` hides it; one layer's 16-bit weight at a time);
-  the backward's `dequantize_4bit` is seen.
+  have fake kernels (bitsandbytes/_ops.py), so this runs under fake tensors. Not seen with the installed
+  release: the transient dequantized weight of the CUDA forward (`gemm_4bit` hides it; one layer's 16-bit
+  weight at a time); releases before 0.50 dequantized it in plain torch, which `bnb_version` puts back
+  (plan/tracing/bnb_versions.py). The backward's `dequantize_4bit` is seen. `qlora_by="lightning"`:
+  Fabric's BitsandbytesPrecision as litgpt runs it, the head quantized too, from fp16 (QLORA_BY).
 - CPU offload of the optimizer state (`offload_optimizer=True`): a transform of the traced step (the
   state's blocks and the optimizer's temporaries leave the device; gradients stay until copied), as
   DeepSpeed ZeRO-Offload / FSDP2 `CPUOffloadPolicy` keep the optimizer step on the host.
@@ -38,9 +40,10 @@ from dataclasses import dataclass, field
 
 from ... import optional_libs
 from ...errors import GpuwiseError
+from ...step import hold_loss
 from ...workload import Workload
 from ..memory.events import MemEvent, MemoryTrace
-from .bnb_versions import bitsandbytes_as, parse_version
+from .bnb_versions import bitsandbytes_as, parse_version, quantizes_from_fp16
 
 LORA_ALPHA_PER_RANK = 2
 QLORA_BLOCKSIZE = 64       # bitsandbytes Linear4bit default blocksize for 4-bit weights
@@ -60,6 +63,7 @@ class TrainingModes:
     base_dtype: str | None = None                 # fp32 / bf16 / fp16; None: from the precision
     qlora_quant: str = "nf4-dq"
     bnb_version: str | None = None                # the bitsandbytes release emulated (None: installed)
+    qlora_by: str = "transformers"                # who quantizes the base: QLORA_BY
 
     def __post_init__(self):
         if isinstance(self.grad_accum, bool) or not isinstance(self.grad_accum, int) or self.grad_accum < 1:
@@ -72,6 +76,10 @@ class TrainingModes:
             raise GpuwiseError(f"--base-dtype must be one of {', '.join(BASE_DTYPES)}, got {self.base_dtype!r}")
         if self.qlora_quant not in QLORA_QUANTS:
             raise GpuwiseError(f"--qlora-quant must be one of {', '.join(QLORA_QUANTS)}, got {self.qlora_quant!r}")
+        if self.qlora_by not in QLORA_BY:
+            raise GpuwiseError(f"--qlora-by must be one of {', '.join(QLORA_BY)}, got {self.qlora_by!r}")
+        if self.qlora_by != "transformers" and not self.qlora:
+            raise GpuwiseError("--qlora-by applies to --qlora")
         if self.bnb_version is not None:
             parse_version(self.bnb_version)
             if not self.qlora:
@@ -110,6 +118,7 @@ class TrainingModes:
                           f", base {self.base_dtype}" if self.base_dtype else ""])
         if self.qlora:
             bnb = f", bitsandbytes {self.bnb_version}" if self.bnb_version else ""
+            bnb += ", quantized as Lightning does (head too, from fp16)" if self.qlora_by == "lightning" else ""
             out.append(f"QLoRA ({self.qlora_quant.upper()} base, LoRA r={self.lora_rank or DEFAULT_LORA_RANK}"
                        f"{detail}{bnb})")
         elif self.lora_rank:
@@ -126,13 +135,22 @@ BASE_DTYPES = ("fp32", "bf16", "fp16")
 # bitsandbytes' 4-bit formats as litgpt names them (`--quantize bnb.nf4 / bnb.nf4-dq / bnb.fp4`):
 # (quant_type, compress_statistics), bitsandbytes/nn/modules.py Linear4bit.
 QLORA_QUANTS = {"nf4-dq": ("nf4", True), "nf4": ("nf4", False), "fp4": ("fp4", False), "fp4-dq": ("fp4", True)}
+# Who replaces the base's linear layers by 4-bit ones. transformers (BitsAndBytesConfig + from_pretrained;
+# peft's QLoRA): every nn.Linear but the output head (`get_keys_to_not_convert`), quantized from the
+# 16-bit weight it loads. lightning (Fabric's BitsandbytesPrecision, which litgpt's `--quantize bnb.*` uses
+# without `ignore_modules`): every nn.Linear, the output head included (`_convert_layers`), each weight cast
+# to float16 before `quantize_4bit` (lightning/fabric/plugins/precision/bitsandbytes.py `quantize`:
+# `weight.contiguous().to(device=device, dtype=torch.half)`), so its quant_state.dtype is float16 and a
+# bitsandbytes < 0.50 forward dequantizes to fp16, then casts to the bf16 compute dtype.
+QLORA_BY = ("transformers", "lightning")
 
 
 def make_modes(grad_accum: int = 1, lora: int | bool | None = None, qlora: bool = False,
                freeze: Sequence[str] | str | None = None, offload_optimizer: bool = False, *,
                lora_targets: Sequence[str] | str | None = None, lora_alpha: float | None = None,
                lora_dropout: float | None = None, base_dtype: str | None = None,
-               qlora_quant: str | None = None, bnb_version: str | None = None) -> TrainingModes:
+               qlora_quant: str | None = None, bnb_version: str | None = None,
+               qlora_by: str | None = None) -> TrainingModes:
     if qlora_quant is not None and not qlora:
         raise GpuwiseError("--qlora-quant applies to --qlora")
     if isinstance(lora_targets, str):
@@ -146,7 +164,7 @@ def make_modes(grad_accum: int = 1, lora: int | bool | None = None, qlora: bool 
     return TrainingModes(grad_accum, lora, bool(qlora), tuple(freeze or ()), bool(offload_optimizer),
                          tuple(lora_targets) if lora_targets else None,
                          None if lora_alpha is None else float(lora_alpha), float(lora_dropout or 0.0),
-                         base_dtype, qlora_quant or "nf4-dq", bnb_version)
+                         base_dtype, qlora_quant or "nf4-dq", bnb_version, qlora_by or "transformers")
 
 
 def apply_modes(wl: Workload, modes: TrainingModes, precision: str = "fp32") -> Workload:
@@ -172,7 +190,10 @@ def apply_modes(wl: Workload, modes: TrainingModes, precision: str = "fp32") -> 
         with bitsandbytes_as(modes.bnb_version if modes.qlora else None):  # what the forward keeps
             for _ in range(modes.traced_micro_steps - 1):
                 _mark_trace_phase("forward")
-                base_loss(model, batch).backward()  # gradients accumulate into .grad
+                micro = base_loss(model, batch)
+                hold_loss(micro)  # a loop that keeps its last loss releases the one before only now
+                micro.backward()  # gradients accumulate into .grad
+                del micro
             _mark_trace_phase("forward")
             return base_loss(model, batch)
 
@@ -272,7 +293,10 @@ def _with_adapters(model, modes: TrainingModes, precision: str):
         p.requires_grad_(False)
     if modes.qlora:
         quant_type, double_quant = QLORA_QUANTS[modes.qlora_quant]
-        quantize_linear_4bit(model, compute_dtype=base_dtype, quant_type=quant_type, double_quant=double_quant)
+        lightning = modes.qlora_by == "lightning"
+        from_fp16 = lightning or quantizes_from_fp16(modes.bnb_version)
+        quantize_linear_4bit(model, compute_dtype=base_dtype, quant_type=quant_type, double_quant=double_quant,
+                             keep_head=not lightning, from_dtype=torch.float16 if from_fp16 else None)
     rank = modes.lora_rank or DEFAULT_LORA_RANK
     alpha = modes.lora_alpha if modes.lora_alpha is not None else LORA_ALPHA_PER_RANK * rank
     if stand_in:  # a trace: the same adapters and forward (optional_libs.py)

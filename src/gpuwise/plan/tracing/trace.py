@@ -319,8 +319,8 @@ def run_real(workload, batch_size: int, config: StepConfig, target: str, warmup:
 def _run(workload, batch_size: int, config: StepConfig, target: str, fake: bool,
          warmup: str = "optimizer", layers: int | None = None) -> MemoryTrace:
     """`_trace_once`; a warm-up step that cannot be copied from the steady one (plan/memory/warmup.py) is traced."""
-    if config.zero_grad == "zeros" and warmup in ("copy", "optimizer"):
-        warmup = "step"  # the first step leaves every gradient allocated: trace it whole
+    if (config.zero_grad == "zeros" or config.keep_last_loss) and warmup in ("copy", "optimizer"):
+        warmup = "step"  # the first step leaves every gradient (or its loss's graph) allocated: trace it whole
     if warmup == "copy":
         try:
             return _trace_once(workload, batch_size, config, target, fake, "copy", layers)

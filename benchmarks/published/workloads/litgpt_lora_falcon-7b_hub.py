@@ -1,0 +1,5 @@
+"""litgpt finetune lora, falcon-7b, falcon-7b/lora.yaml at 00af8b0d (r 32, alpha 16, dropout 0.05, parts query, value), a full 512-token batch: _litgpt.py."""
+from _litgpt import workload
+
+model, batch, loss = workload("falcon-7b", "lora", 512, lora_r=32, lora_alpha=16,
+                              lora_dropout=0.05, lora_query=True, lora_key=False, lora_value=True, lora_projection=False, lora_mlp=False, lora_head=False)
