@@ -131,7 +131,7 @@ class Evaluator:
 
         # offload is a transform of the trace; accumulation traces min(N, 2) micro-steps whatever N is
         traced = replace(modes, offload_optimizer=False, grad_accum=modes.traced_micro_steps)
-        step = (config.optimizer, config.precision, config.checkpointing, config.optimizer_impl, config.zero_grad)
+        step = tuple(sorted(vars(config).items()))  # every field of the step, new ones included
         return (layers, micro_batch, step, traced, repeat, kernel_class(self.capability))
 
     def _run(self, key: tuple, config: StepConfig) -> MemoryTrace:
