@@ -5,6 +5,7 @@ the CUDA context by module loading, and the step settings of older torch version
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -15,6 +16,8 @@ from gpuwise.plan import estimate  # noqa: E402
 from gpuwise.plan.memory.events import MemoryTrace  # noqa: E402
 from gpuwise.plan.memory.overheads import MIB, add_workspaces  # noqa: E402
 from gpuwise.plan.tracing.sdpa import choose_backend  # noqa: E402
+
+TINY_LLAMA = os.path.join(os.path.dirname(__file__), "data", "configs", "tiny-llama.json")
 
 
 def _qkv(dtype=torch.float16, head_dim=64, heads=(8, 8, 8)):
@@ -97,6 +100,14 @@ def test_hf_decoder_without_padding_runs_causal_flash_as_on_a_gpu(tmp_path):
     assert triton.attention["kernels"] == ["flash"]
     assert triton.peak_allocated_bytes == est.peak_allocated_bytes
     assert triton.speed.breakdown["attention"] > est.speed.breakdown["attention"]
+
+
+def test_math_fallback_is_the_same_kernel_when_checkpointing_recomputes_it():
+    # grouped-query heads with no mask on a T4: no flash (sm75), no efficient (no GQA) -> math. The recompute
+    # runs in the autograd engine, outside the torch-function mode: it must run the same math kernel (it
+    # ran the CPU's own SDPA kernel, and checkpointing refused the other saved tensors)
+    est = estimate(TINY_LLAMA, seq_len=32, batch_size=1, gpu="T4", checkpointing=True, search_max_batch=False)
+    assert est.attention["kernels"] == ["math"] and est.peak_allocated_bytes > 0
 
 
 def test_kept_gradients_are_live_through_the_forward(tmp_path):

@@ -149,6 +149,12 @@ def test_a_step_the_rebuild_does_not_cover_is_extrapolated_and_says_so(tmp_path)
     assert ev.traces_run == 2
     full = ev._point(ev.trace(None, 2, config, modes), modes, Split(), point.block_param_bytes)
     assert abs(point.device_used_bytes - full.device_used_bytes) <= 0.05 * full.device_used_bytes
+    # fit's answer for such a step is traced whole, as estimate traces it: the same bytes
+    from gpuwise.plan import estimate
+
+    est = estimate(_deep_tiny(tmp_path), 2, "adamw", "bf16", lora=8, grad_accum=2, search_max_batch=False)
+    assert any("traced whole" in n for n in est.notes)
+    assert ev.evaluate(2, config, modes, Split(), whole=True).device_used_bytes == est.device_used_bytes
 
 
 def test_gpus_whose_attention_kernels_agree_share_traces():

@@ -41,7 +41,7 @@ def test_4bit_weights_as_bitsandbytes_stores_them():
     vocab = 128   # tests/workloads/_hf.py VOCAB
     bf16 = estimate_inference(LLAMA, 2, new_tokens=2, dtype="bf16")
     nf4 = estimate_inference(LLAMA, 2, new_tokens=2, dtype="bf16", quantize="nf4")
-    head_too = estimate_inference(LLAMA, 2, new_tokens=2, dtype="bf16", quantize="nf4", loader="fabric")
+    head_too = estimate_inference(LLAMA, 2, new_tokens=2, dtype="bf16", quantize="nf4", loader="lightning")
     # every linear weight but the head packed two per byte (its absmax are buffers); the head as bf16 or 4-bit
     linear = 2 * (64 * 64 * 2 + 64 * 32 * 2 + 128 * 64 * 3)
     assert nf4.parameters_bytes == bf16.parameters_bytes - 2 * linear + linear // 2
@@ -63,7 +63,7 @@ def test_old_bitsandbytes_dequantizes_a_multi_token_prefill():
     # Lightning Fabric (litgpt) quantizes the head too, from float16: with every position's logits the head's
     # matmul is multi-row too, and each dequantized fp16 weight is cast to the bf16 compute dtype
     fabric = estimate_inference(LLAMA, 1, new_tokens=2, dtype="bf16", quantize="nf4", bnb_version="0.42.0",
-                                loader="fabric", prefill_logits="all")
+                                loader="lightning", prefill_logits="all")
     allocs = [e for e in fabric.trace.events if e.action == "alloc"]
     assert sum("dequantize_4bit" in e.op for e in allocs) == 15
     assert sum(e.op == "aten._to_copy" and e.nbytes == 2 * 128 * 64 for e in allocs) >= 1   # the head, in bf16
@@ -77,7 +77,7 @@ def test_prefill_logits_all_keeps_every_position():
     assert logits == [2 * 1 * 128 * 4, 2 * 16 * 128 * 4]   # batch x positions x vocab x fp32
 
 
-@pytest.mark.parametrize("argv", [["--quantize", "nf4"], ["--inference", "--quantize-loader", "fabric"],
+@pytest.mark.parametrize("argv", [["--quantize", "nf4"], ["--inference", "--quantize-by", "lightning"],
                                   ["--inference", "--qlora"], ["--prefill-logits", "all"]])
 def test_quantize_flags_refused_where_they_mean_nothing(argv, capsys):
     assert main(["estimate", LLAMA, "-b", "1", *argv]) == 2

@@ -136,10 +136,10 @@ def add_mode_arguments(p) -> None:
     p.add_argument("--quantize", choices=["nf4", "nf4-dq", "fp4"], help="--inference: bitsandbytes 4-bit linear "
                    "weights (transformers' load_in_4bit, litgpt's --quantize bnb.nf4 / bnb.nf4-dq / bnb.fp4); "
                    "--precision bf16/fp16 is the compute dtype")
-    p.add_argument("--quantize-loader", choices=["transformers", "fabric"], default="transformers",
-                   help="--quantize: who loads the 4-bit weights (default transformers: the output head kept 16-bit; "
-                   "fabric: Lightning Fabric's BitsandbytesPrecision, as litgpt: every nn.Linear, the head too, "
-                   "quantized from float16)")
+    p.add_argument("--quantize-by", choices=["transformers", "lightning"], default="transformers",
+                   help="--quantize: who quantizes the weights (default transformers: the output head kept 16-bit; "
+                   "lightning: Fabric's BitsandbytesPrecision, as litgpt's --quantize bnb.*: every nn.Linear, "
+                   "the head too, quantized from float16; as --qlora-by)")
 
 
 def mode_kwargs(args) -> dict:
@@ -152,8 +152,8 @@ def mode_kwargs(args) -> dict:
 
 def run(args) -> int:
     refuse_gpu_all(args.gpu, "estimate")
-    if (args.quantize or args.quantize_loader != "transformers" or args.prefill_logits != "last") and not args.inference:
-        raise GpuwiseError("--quantize / --quantize-loader / --prefill-logits are for --inference "
+    if (args.quantize or args.quantize_by != "transformers" or args.prefill_logits != "last") and not args.inference:
+        raise GpuwiseError("--quantize / --quantize-by / --prefill-logits are for --inference "
                            "(training with 4-bit weights: --qlora)")
     if args.inference and (args.qlora or args.lora or args.qlora_quant):
         raise GpuwiseError("--inference: --lora/--qlora are training modes; 4-bit inference weights: --quantize")
@@ -192,7 +192,7 @@ def _run_inference(args) -> int:
     dtype = {"bf16-pure": "bf16", "tf32": "fp32"}.get(args.precision, args.precision)
     with console.err.status("tracing generation with fake tensors…"):
         est = estimate_inference(args.workload, args.batch_size, args.seq_len, args.new_tokens, dtype,
-                                 args.target, args.gpu, quantize=args.quantize, loader=args.quantize_loader,
+                                 args.target, args.gpu, quantize=args.quantize, loader=args.quantize_by,
                                  bnb_version=args.bnb_version, prefill_logits=args.prefill_logits)
     if args.json:
         console.emit_json(est.to_dict())

@@ -356,10 +356,16 @@ def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, 
         needs = missing(_needed(v))
         try:
             option = _best_micro_batch(ev, v, spec, batch_size, limit)
-        except GpuwiseError:
-            if not needs:
-                raise
-            options.append(_unsized(v, batch_size, needs))  # a stand-in does not cover this model
+        except GpuwiseError as exc:
+            if needs:
+                options.append(_unsized(v, batch_size, needs))  # a stand-in does not cover this model
+                continue
+            if v.name == "as given":
+                raise  # the job itself cannot be traced: one line, exit 2
+            # a change the tracer cannot run for this model on this GPU: listed, not sized (cannot tell)
+            failed = _unsized(v, batch_size, [])
+            failed.notes[0] = f"not sized: {exc}"
+            options.append(failed)
             continue
         option.needs = needs
         args = estimate_args("SOURCE", gpu_arg, v, option.micro_batch_size, option.grad_accum, margin_pct)
@@ -394,11 +400,12 @@ def _unsized(v: Variant, batch: int, lacking: list[str]) -> FitOption:
                      [note] + [NOTES[k] for k in v.keys if k in NOTES], batch, 1, needs=needs, sized=False)
 
 
-def _option(ev: Evaluator, v: Variant, spec: GpuSpec, micro: int, accum: int, limit: float) -> FitOption:
+def _option(ev: Evaluator, v: Variant, spec: GpuSpec, micro: int, accum: int, limit: float,
+            whole: bool = False) -> FitOption:
     from dataclasses import replace
 
     modes = replace(v.modes, grad_accum=accum)
-    point = ev.evaluate(micro, v.config, modes, v.split)
+    point = ev.evaluate(micro, v.config, modes, v.split, whole=whole)
     point.micro_batch = micro  # type: ignore[attr-defined]
     samples = micro * accum
     t = _step_time_s(point, v, spec, samples, v.split.nproc, ev.layers or 1)
@@ -415,7 +422,25 @@ def _best_micro_batch(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limi
     even that does not fit, nothing larger does: one trace for the variants that cannot fit), then the
     whole batch, then the divisor the two predict (memory is about linear in the batch), then
     bisection. The answer is traced and fits, and the next larger divisor is traced and does not (the
-    rule estimate's largest batch keeps)."""
+    rule estimate's largest batch keeps). A fitting answer that was extrapolated (the rebuild does not
+    cover the step) is traced whole, as its `estimate_cmd` is, and stepped down if it then does not fit."""
+    best = _searched(ev, v, spec, batch, limit)
+    if not best.fits or not _extrapolated(best):
+        return best
+    # the answer of a step the rebuild does not cover: traced whole, as its estimate_cmd traces it (the
+    # extrapolation only led the search); the next smaller divisor where that does not fit
+    for m in sorted((d for d in _divisors(batch) if d <= best.micro_batch_size), reverse=True):
+        exact = _option(ev, v, spec, m, batch // m, limit, whole=True)
+        if exact.fits or m == 1:
+            return exact
+    return best
+
+
+def _extrapolated(option: FitOption) -> bool:
+    return any(n.startswith("numbers from traces with") for n in option.notes)
+
+
+def _searched(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limit: float) -> FitOption:
     divisors = sorted(_divisors(batch))        # index k (1-based) -> the k-th smallest divisor
     tried: dict[int, FitOption] = {}
 

@@ -16,7 +16,7 @@ tracing/modes.py `quantize_linear_4bit`, the layers QLoRA uses, quantized by bit
 tensors) with `dtype` as the compute dtype, as `from_pretrained(quantization_config=BitsAndBytesConfig(
 load_in_4bit=True, ...))` and litgpt's `generate --quantize bnb.nf4` load them. `loader="transformers"`
 keeps the output head in 16 bits (`get_keys_to_not_convert`) and quantizes from the load dtype;
-`loader="fabric"` is Lightning Fabric's `BitsandbytesPrecision`, which litgpt uses: every `nn.Linear` the
+`loader="lightning"` is Lightning Fabric's `BitsandbytesPrecision`, which litgpt uses: every `nn.Linear` the
 model builds is replaced, the head included, and quantized from a float16 copy (`_Linear4bit.quantize`),
 so a dequantized weight comes back in float16 and is cast to the compute dtype. The forward runs
 bitsandbytes' own ops (`gemm_4bit` and its fake kernel), so the activations are what it allocates; the
@@ -47,7 +47,7 @@ from .tracing.scope import ModuleScope
 from .tracing.setup import build_model_for_trace
 
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-LOADERS = ("transformers", "fabric")   # who quantizes the weights (see the module's docstring)
+LOADERS = ("transformers", "lightning")   # who quantizes the weights (see the module's docstring)
 STEADY_MARK = "gpuwise::inference"
 
 
@@ -172,9 +172,9 @@ def estimate_inference(workload, batch_size: int = 1, context_len: int | None = 
     if quantize is not None and dtype == "fp32":
         raise GpuwiseError("--quantize: the 4-bit layers compute in 16 bits; give --precision bf16 or fp16")
     if loader not in LOADERS:
-        raise GpuwiseError(f"--quantize-loader must be one of {', '.join(LOADERS)}, got {loader!r}")
+        raise GpuwiseError(f"--quantize-by must be one of {', '.join(LOADERS)}, got {loader!r}")
     if (loader != "transformers" or bnb_version) and quantize is None:
-        raise GpuwiseError("--quantize-loader / --bnb-version apply to --quantize (with --inference)")
+        raise GpuwiseError("--quantize-by / --bnb-version apply to --quantize (with --inference)")
     if bnb_version is not None:
         parse_version(bnb_version)
     if prefill_logits not in ("last", "all"):
@@ -197,7 +197,7 @@ def estimate_inference(workload, batch_size: int = 1, context_len: int | None = 
             model = _cast(build_model_for_trace(wl, fake_mode, mode), dtype)
             if quantize is not None:
                 quant_type, double_quant = QLORA_QUANTS[quantize]
-                fabric = loader == "fabric"
+                fabric = loader == "lightning"
                 quantize_linear_4bit(model, compute_dtype=getattr(torch, DTYPES[dtype]), quant_type=quant_type,
                                      double_quant=double_quant, keep_head=not fabric,
                                      from_dtype=torch.float16 if fabric else None)
@@ -228,7 +228,7 @@ def estimate_inference(workload, batch_size: int = 1, context_len: int | None = 
     params = peak.by_category.get("parameters", 0)
     notes = [f"weights in {dtype}; no gradients (torch.no_grad)"]
     if quantize is not None:
-        head = ("the output head too, quantized from fp16 (Lightning Fabric)" if loader == "fabric"
+        head = ("the output head too, quantized from fp16 (Lightning Fabric)" if loader == "lightning"
                 else "the output head in " + dtype)
         notes[0] = (f"linear weights in bitsandbytes {quantize} ({dtype} compute; {head}), the rest in {dtype}; "
                     f"no gradients (torch.no_grad)")

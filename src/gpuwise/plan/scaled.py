@@ -7,7 +7,7 @@ attention kernels, replayed through the same allocator model, so each option's b
 or the 4-block trace differs from its rebuild, e.g. LoRA with accumulation) is not traced whole, which
 costs L blocks: its numbers are extrapolated linearly in the blocks from the two small traces,
 x(L) = x(a) + (x(b) - x(a)) * (L - a) / (b - a), and the option says so (a labelled fallback; estimate
-traces it whole). A workload that is not a model config, or a config under 6 blocks, is traced whole.
+traces it whole, and so does fit for the answer of a variant that fits: `evaluate(..., whole=True)`). A workload that is not a model config, or a config under 6 blocks, is traced whole.
 
 `Evaluator` caches traces by (blocks, micro-batch, step config, traced modes, the GPU's attention kernel
 class: GPUs whose capabilities pick the same SDPA kernels share traces): sharding
@@ -131,7 +131,7 @@ class Evaluator:
 
         # offload is a transform of the trace; accumulation traces min(N, 2) micro-steps whatever N is
         traced = replace(modes, offload_optimizer=False, grad_accum=modes.traced_micro_steps)
-        step = (config.optimizer, config.precision, config.checkpointing, config.optimizer_impl, config.zero_grad)
+        step = tuple(sorted(vars(config).items()))  # every field of the step, new ones included
         return (layers, micro_batch, step, traced, repeat, kernel_class(self.capability))
 
     def _run(self, key: tuple, config: StepConfig) -> MemoryTrace:
@@ -182,12 +182,18 @@ class Evaluator:
                      block_param_bytes, list(ranked.notes), phases, acts,
                      any("batch_norm" in e.op for e in trace.events[trace.steady_start:]), costs)
 
-    def evaluate(self, micro_batch: int, config: StepConfig, modes: TrainingModes, split: Split) -> Point:
-        """One rank's numbers at `micro_batch` (FLOPs per optimizer step include the accumulation)."""
+    def evaluate(self, micro_batch: int, config: StepConfig, modes: TrainingModes, split: Split,
+                 whole: bool = False) -> Point:
+        """One rank's numbers at `micro_batch` (FLOPs per optimizer step include the accumulation).
+        `whole`: where the rebuild does not cover the step, trace it whole (estimate's way) rather than
+        extrapolate."""
         layers = self.layers
         if layers is not None and split.strategy == "pipeline":
             layers = math.ceil(self.layers / split.nproc)
-        got = self.rebuilt(layers if layers != self.layers else None, micro_batch, config, modes)
+        stage = layers if layers != self.layers else None
+        got = self.rebuilt(stage, micro_batch, config, modes)
+        if whole and isinstance(got, NotRebuilt):
+            got = self.trace(stage, micro_batch, config, modes)  # as estimate does after its rebuild failed
         if isinstance(got, NotRebuilt):
             point = self._extrapolated(got, micro_batch, config, modes, split, layers)
         else:  # estimate's numbers: its trace, its FSDP unit

@@ -199,10 +199,17 @@ class _SdpaMode(TorchFunctionMode):
             q = args[0]
             if q.device.type in ("cuda", "cpu"):  # CPU tensors stand for CUDA ones while this mode is on
                 out = _sdpa(*args, **kwargs)
-                if out is not None:
-                    return out
-                return torch.ops.aten._scaled_dot_product_attention_math(*args, **kwargs)[0]
+                return out if out is not None else _math(*args, **kwargs)
         return func(*args, **kwargs)
+
+
+def _math(*args, **kwargs):
+    """The math kernel, as a GPU falls back to it (the (L, S) scores kept). Called directly, not through
+    the builtin: under checkpointing the recompute runs in the autograd engine, where the mode above is
+    off, and the builtin would pick a CPU kernel with other saved tensors than the forward's."""
+    import torch
+
+    return torch.ops.aten._scaled_dot_product_attention_math(*args, **kwargs)[0]
 
 
 @contextlib.contextmanager
@@ -219,7 +226,7 @@ def sdpa_as_gpu_runs_it():
 
     def gpu_sdpa(*args, **kwargs):
         out = _sdpa(*args, **kwargs)
-        return original(*args, **kwargs) if out is None else out
+        return _math(*args, **kwargs) if out is None else out
 
     F.scaled_dot_product_attention = gpu_sdpa
     try:
