@@ -94,6 +94,23 @@ def _adamw8bit(params, **kw):
         return bnb.optim.AdamW8bit(params, lr=1e-3)
 
 
+_WARMED: set[str] = set()
+
+
+def warm_optimizer(name: str) -> None:
+    """Build optimizer `name` once on a real one-element parameter, outside any trace, once per process.
+    bitsandbytes' first AdamW8bit makes two 64-byte tensors that later ones do not (seen in a trace's
+    setup: `aten.lift_fresh`, two allocations in a process's first trace only), so a trace taken first in
+    a process differed from the same trace taken later (the rebuild's 4-block check failed in a fresh
+    process). Nothing to do for optimizers without such process-wide state, or when the library is absent."""
+    if name != "adamw8bit" or name in _WARMED or not optional_libs.available("bitsandbytes"):
+        return
+    import torch
+
+    _WARMED.add(name)
+    _adamw8bit([torch.nn.Parameter(torch.zeros(1))])
+
+
 OPTIMIZER_IMPLS = ("default", "for-loop", "foreach", "fused")
 
 

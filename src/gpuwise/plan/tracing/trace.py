@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import GpuwiseError
-from ...step import StepConfig, TrainStep, tensors_in
+from ...step import StepConfig, TrainStep, tensors_in, warm_optimizer
 from ...workload import load_workload
 from ..memory.events import MemEvent, MemoryTrace, check_target
 from ..memory.warmup import DeferredWarmUp, NotCopyable, warm_up_step_from_steady
@@ -424,6 +424,7 @@ def trace_step(workload, batch_size: int, config: StepConfig | None = None, targ
     check_target(target)
     workload = load_workload(workload)
     config = config or StepConfig()
+    warm_optimizer(config.optimizer)  # a library's once-per-process tensors are not the step's
     if warmup is None:
         warmup = "copy" if target == "cuda" else "optimizer"
     if warmup not in WARMUPS:
