@@ -10,7 +10,9 @@ import shlex
 import pytest
 
 from gpuwise.cli import build_parser, main
+from gpuwise.errors import GpuwiseError
 from gpuwise.hf import hf_workload, num_layers_of
+from gpuwise.plan import estimate as estimate_api
 from gpuwise.plan.fit import Variant, train_args
 from gpuwise.plan.memory.events import live_peak
 from gpuwise.plan.memory.sharding import Split, block_param_bytes, fsdp_units_of, make_split, rank_trace
@@ -63,6 +65,34 @@ def test_fsdp_trains_a_llama_config_and_each_ranks_peak_is_the_plans(capsys, con
     planned = planned_rank_peak(capsys, config, 2, 32, "fsdp")
     for measured in r["rank_peak_bytes"]:
         assert abs(measured - planned) <= 0.10 * measured, (measured, planned)
+
+
+def test_mixed_precision_policy_trains_and_each_ranks_peak_is_the_plans(capsys):
+    # FSDP2 MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), torchtitan's: fp32 shards, bf16 gathers
+    # and compute, no autocast; the wide vocabulary makes the root's fp32 reduce-scatter the peak
+    args = ("--strategy", "fsdp", "--fsdp-param-dtype", "bf16")
+    r = train(capsys, WIDE_VOCAB, *args, "--steps", "2", "-b", "2", "--seq-len", "32", "--measure-peak")
+    assert r["final_loss"] > 0 and len(r["rank_peak_bytes"]) == 2
+    assert main(["estimate", WIDE_VOCAB, "-b", "2", "--seq-len", "32", "-n", "2", *args, "--target", "cpu",
+                 "--json"]) == 0
+    est = json.loads(capsys.readouterr().out)
+    planned = est["peak_allocated_bytes"]
+    # the shards are fp32 masters: the same parameter bytes per rank as fp32 weights under autocast
+    assert main(["estimate", WIDE_VOCAB, "-b", "2", "--seq-len", "32", "-n", "2", "--strategy", "fsdp",
+                 "--precision", "bf16", "--target", "cpu", "--json"]) == 0
+    autocast = json.loads(capsys.readouterr().out)
+    assert est["by_category"]["parameters"] == autocast["by_category"]["parameters"]
+    for measured in r["rank_peak_bytes"]:
+        assert abs(measured - planned) <= 0.10 * measured, (measured, planned)
+    assert any("MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)" in n for n in est["notes"])
+
+
+def test_mixed_precision_policy_is_for_fsdp2_only():
+    with pytest.raises(GpuwiseError, match="MixedPrecisionPolicy"):
+        estimate_api(TINY, 2, seq_len=16, nproc=2, strategy="ddp", fsdp_param_dtype="bf16", target="cpu")
+    with pytest.raises(GpuwiseError, match="leave --precision at fp32"):
+        estimate_api(TINY, 2, seq_len=16, nproc=2, strategy="fsdp", fsdp_param_dtype="bf16", precision="bf16",
+                     target="cpu")
 
 
 def test_accumulation_and_checkpoints_resume_under_another_strategy(capsys, tmp_path):

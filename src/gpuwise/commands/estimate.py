@@ -97,6 +97,13 @@ def add_split_arguments(p) -> None:
                    help="how the job is split over the N GPUs (default ddp when -n > 1): ddp, ZeRO-1/2, "
                    "FSDP2 (fsdp = ZeRO-3), fsdp-grad-op, hsdp, fsdp1 (FSDP1 FULL_SHARD with flat parameters, "
                    "as Lightning and accelerate use it); --batch-size is per rank")
+    p.add_argument("--fsdp-param-dtype", choices=["bf16"], default=None,
+                   help="FSDP2 MixedPrecisionPolicy(param_dtype=...): fp32 shards and optimizer state, parameters "
+                   "all-gathered and computed in this dtype, no autocast (torchtitan's default); with --strategy "
+                   "fsdp or hsdp")
+    p.add_argument("--fsdp-reduce-dtype", choices=["fp32", "bf16"], default=None,
+                   help="MixedPrecisionPolicy(reduce_dtype=...): the dtype gradients are reduce-scattered in "
+                   "(default fp32, as torchtitan)")
     p.add_argument("--network-gbps", type=_positive_gbps, default=None, metavar="GBPS",
                    help="node-to-node bandwidth of one node, all its NICs together, in Gb/s (speed only; default: "
                    "one InfiniBand NIC per GPU of the GPU's DGX generation)")
@@ -173,6 +180,7 @@ def run(args) -> int:
                        margin_pct=DEFAULT_MARGIN_PCT if args.margin is None else args.margin,
                        search_max_batch=not args.no_max_batch, nproc=args.nproc, strategy=args.strategy,
                        layer_checkpointing=args.layer_checkpointing, network_gbps=args.network_gbps,
+                       fsdp_param_dtype=args.fsdp_param_dtype, fsdp_reduce_dtype=args.fsdp_reduce_dtype,
                        on_progress=progress, **mode_kwargs(args), **version_kwargs(args))
     if args.plot:
         try:

@@ -39,6 +39,10 @@ def add_arguments(p) -> None:
     p.add_argument("--strategy", choices=list(STRATEGIES), default="ddp",
                    help="ddp (default), fsdp (FSDP2 fully_shard, ZeRO-3), fsdp-grad-op (parameters kept "
                         "gathered from forward to backward), hsdp (replicate across nodes, shard within)")
+    p.add_argument("--fsdp-param-dtype", choices=["bf16"], default=None,
+                   help="fsdp / hsdp: FSDP2 MixedPrecisionPolicy(param_dtype=...), fp32 shards, no autocast")
+    p.add_argument("--fsdp-reduce-dtype", choices=["fp32", "bf16"], default=None,
+                   help="with --fsdp-param-dtype: MixedPrecisionPolicy(reduce_dtype=...) (default fp32)")
     p.add_argument("--grad-accum", type=positive_int, default=1, metavar="K",
                    help="micro-batches per optimizer step; gradients are synchronised on the last one only")
     p.add_argument("--lora", type=positive_int, nargs="?", const=16, metavar="RANK",
@@ -66,6 +70,12 @@ def run(args) -> int:
         return 0
     if args.checkpoint_every and not args.checkpoint_dir:
         raise GpuwiseError("--checkpoint-every needs --checkpoint-dir")
+    if (args.fsdp_param_dtype or args.fsdp_reduce_dtype) and (args.strategy not in ("fsdp", "hsdp") or not args.fsdp_param_dtype):
+        raise GpuwiseError("--fsdp-param-dtype / --fsdp-reduce-dtype: FSDP2's MixedPrecisionPolicy, with --strategy "
+                           "fsdp or hsdp (and --fsdp-param-dtype for a reduce dtype)")
+    if args.fsdp_param_dtype and args.precision != "fp32":
+        raise GpuwiseError(f"--fsdp-param-dtype: the weights stay fp32 and FSDP2 casts them; leave --precision "
+                           f"at fp32 (got {args.precision})")
     if args.checkpoint_dir:  # before the ranks train, not at their first save
         try:
             os.makedirs(args.checkpoint_dir, exist_ok=True)
@@ -78,7 +88,8 @@ def run(args) -> int:
                       checkpoint_dir=os.path.abspath(args.checkpoint_dir) if args.checkpoint_dir else None, checkpoint_every=args.checkpoint_every, seed=args.seed,
                       num_workers=args.num_workers, log_every=args.log_every, strategy=args.strategy,
                       grad_accum=args.grad_accum, lora=args.lora, qlora=args.qlora, seq_len=args.seq_len,
-                      measure_peak=args.measure_peak)
+                      measure_peak=args.measure_peak, fsdp_param_dtype=args.fsdp_param_dtype,
+                      fsdp_reduce_dtype=args.fsdp_reduce_dtype)
     if args.sbatch:
         return _sbatch(args, cfg)
     outcome = run_job("train", cfg, nproc=args.nproc, max_restarts=args.max_restarts, device=args.device,

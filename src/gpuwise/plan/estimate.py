@@ -159,7 +159,8 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
              qlora_by: str | None = None, attn: str | None = None, zero_grad: str = "none",
              module_loading: str | None = None, keep_last_loss: bool = False,
              layer_checkpointing: int | None = None, on_progress: Progress | None = None,
-             network_gbps: float | None = None) -> Estimate:
+             network_gbps: float | None = None, fsdp_param_dtype: str | None = None,
+             fsdp_reduce_dtype: str | None = None) -> Estimate:
     """Predict the memory and compute of one steady-state training step of `workload` at `batch_size`.
 
     `workload`: a workload file / module / `examples:NAME`, `hf:ORG/NAME` or a config.json (built with
@@ -186,6 +187,8 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     `target="cuda"` replays the trace through the caching-allocator model and adds library workspaces
     and the CUDA context (for `gpu`'s architecture; Hopper when no GPU is named). With `gpu`, also a
     roofline bound and the largest batch that fits with `margin_pct` percent of its memory kept free.
+    `fsdp_param_dtype` ("bf16") / `fsdp_reduce_dtype` ("fp32", "bf16"): FSDP2's MixedPrecisionPolicy (with
+    strategy fsdp / hsdp): the step is traced with bf16 weights and no autocast, the rank's shards are fp32.
     With `gpu`, `speed` is the predicted step (plan/speed/model.py); `nproc` and `strategy` set its
     communication (plan/speed/overlap.py). `layer_checkpointing` N (torchtitan's layer-level selective
     checkpointing: every N-th block checkpointed) adds that recomputation to the predicted speed only;
@@ -199,7 +202,12 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
                        lora_alpha=lora_alpha, lora_dropout=lora_dropout, base_dtype=base_dtype,
                        qlora_quant=qlora_quant, bnb_version=bnb_version, qlora_by=qlora_by)
     check_target(target)
-    split = make_split(nproc, strategy)
+    split = make_split(nproc, strategy, param_dtype=fsdp_param_dtype, reduce_dtype=fsdp_reduce_dtype)
+    if split.param_dtype:  # MixedPrecisionPolicy: the step runs 16-bit weights without autocast
+        if precision != "fp32":
+            raise GpuwiseError(f"--fsdp-param-dtype {split.param_dtype}: the model's weights are fp32 and FSDP2 "
+                               f"casts them; leave --precision at fp32 (got {precision})")
+        precision = f"{split.param_dtype}-pure"
     if split.strategy == "pipeline":
         raise GpuwiseError("--strategy pipeline: estimate does not split the layers into stages; `gpuwise fit -n N` "
                            "ranks pipeline options")

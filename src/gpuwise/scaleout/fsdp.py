@@ -55,15 +55,24 @@ def mesh_for(strategy: str, device):
     return init_device_mesh(device.type, (world // local, local), mesh_dim_names=("replicate", "shard"))
 
 
-def shard(model, strategy: str, device):
-    """`model` (already on `device`) under FSDP2 for fsdp / fsdp-grad-op / hsdp; returns the root."""
-    from torch.distributed.fsdp import fully_shard
+DTYPES = {"bf16": "bfloat16", "fp32": "float32"}
+
+
+def shard(model, strategy: str, device, param_dtype: str | None = None, reduce_dtype: str | None = None):
+    """`model` (already on `device`) under FSDP2 for fsdp / fsdp-grad-op / hsdp; returns the root.
+    `param_dtype` / `reduce_dtype` ("bf16", "fp32"): a MixedPrecisionPolicy (torchtitan's: bf16 / fp32)."""
+    import torch
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     mesh = mesh_for(strategy, device)
     reshard = strategy != "fsdp-grad-op"
+    kw = {}
+    if param_dtype is not None:
+        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=getattr(torch, DTYPES[param_dtype]),
+                                               reduce_dtype=getattr(torch, DTYPES[reduce_dtype or "fp32"]))
     for block in blocks(model):
-        fully_shard(block, mesh=mesh, reshard_after_forward=reshard)
-    fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
+        fully_shard(block, mesh=mesh, reshard_after_forward=reshard, **kw)
+    fully_shard(model, mesh=mesh, reshard_after_forward=reshard, **kw)
     return model
 
 

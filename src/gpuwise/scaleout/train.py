@@ -57,6 +57,8 @@ class TrainConfig:
     qlora: bool = False               # QLoRA: 4-bit base (bitsandbytes) + LoRA
     seq_len: int | None = None        # hf: / config.json models: tokens per sample (None: hf.DEFAULT_SEQ_LEN)
     measure_peak: bool = False        # each rank's CPU-allocator peak over its second step (the profiler)
+    fsdp_param_dtype: str | None = None   # FSDP2 MixedPrecisionPolicy(param_dtype=...) ("bf16"), fsdp / hsdp
+    fsdp_reduce_dtype: str | None = None  # ... reduce_dtype ("fp32" when param_dtype is set and this is None)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -113,7 +115,7 @@ def build_step(cfg: TrainConfig, device):
         enable_checkpointing(model, "selective" if step_cfg.checkpointing == "selective" else "full")
     if cfg.precision == "bf16-pure":
         model = model.to(torch.bfloat16)
-    model = fsdp.shard(model.to(device), cfg.strategy, device)
+    model = fsdp.shard(model.to(device), cfg.strategy, device, cfg.fsdp_param_dtype, cfg.fsdp_reduce_dtype)
     return workload, TrainStep(workload, replace(step_cfg, checkpointing=False), device, model=model)
 
 

@@ -48,6 +48,20 @@ class Split:
     nproc: int = 1
     node_size: int = DEFAULT_NODE_SIZE
     flat_params: bool = False  # fsdp1: FSDP1's flat parameters (gradients for a whole unit)
+    # FSDP2 MixedPrecisionPolicy: the trace ran 16-bit weights (bf16-pure) and these shards are fp32 master
+    # copies (param_dtype set); reduce_dtype: the dtype of the reduce-scatter input (fp32 doubles it)
+    param_dtype: str | None = None
+    reduce_dtype: str = "fp32"
+
+    @property
+    def master_factor(self) -> int:
+        """Bytes of a sharded parameter / gradient / optimizer-state element over the traced (16-bit) one."""
+        return 2 if self.param_dtype else 1
+
+    @property
+    def reduce_factor(self) -> int:
+        """Bytes of a reduce-scatter input element over a traced (16-bit) gradient element."""
+        return 2 if self.param_dtype and self.reduce_dtype == "fp32" else 1
 
     @property
     def shards(self) -> int:
@@ -75,13 +89,24 @@ SHARDED = {
 }
 
 
-def make_split(nproc: int = 1, strategy: str | None = None, node_size: int = DEFAULT_NODE_SIZE) -> Split:
-    """The split that `-n/--nproc N --strategy S` names (S defaults to ddp over N > 1 GPUs)."""
+def make_split(nproc: int = 1, strategy: str | None = None, node_size: int = DEFAULT_NODE_SIZE,
+               param_dtype: str | None = None, reduce_dtype: str | None = None) -> Split:
+    """The split that `-n/--nproc N --strategy S` names (S defaults to ddp over N > 1 GPUs). `param_dtype`
+    / `reduce_dtype`: FSDP2's MixedPrecisionPolicy (fsdp, hsdp only)."""
     if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
         raise GpuwiseError(f"-n must be a positive integer, got {nproc!r}")
     if strategy is None:
         strategy = "ddp" if nproc > 1 else "single"
     strategy = {"zero3": "fsdp"}.get(strategy, strategy)  # ZeRO-3 is FSDP's sharding (both names are used)
+    if param_dtype is not None or reduce_dtype is not None:
+        if strategy not in ("fsdp", "hsdp") or nproc < 2:
+            raise GpuwiseError("--fsdp-param-dtype / --fsdp-reduce-dtype: FSDP2's MixedPrecisionPolicy, with "
+                               "--strategy fsdp or hsdp over -n 2 or more")
+        if param_dtype not in ("bf16",):
+            raise GpuwiseError(f"--fsdp-param-dtype {param_dtype!r}: expected bf16 (the reduce dtype needs it)")
+        if (reduce_dtype or "fp32") not in ("fp32", "bf16"):
+            raise GpuwiseError(f"--fsdp-reduce-dtype {reduce_dtype!r}: expected fp32 or bf16")
+        return Split(strategy, nproc, node_size, param_dtype=param_dtype, reduce_dtype=reduce_dtype or "fp32")
     if strategy == "fsdp1":
         return Split("fsdp", nproc, node_size, flat_params=True)
     if strategy not in STRATEGIES:
@@ -156,7 +181,8 @@ def rank_trace(trace: MemoryTrace, split: Split, block_param_bytes: int = 0,
 
 
 def fsdp_gathered_bytes(param_bytes: int, units: FsdpUnits, n: int,
-                        device_type: str, root_grads: bool = True, block_grads: bool = True) -> dict[str, int]:
+                        device_type: str, root_grads: bool = True, block_grads: bool = True,
+                        reduce_factor: int = 1) -> dict[str, int]:
     """Bytes FSDP2 holds beyond the shards, by phase (torch 2.x `_fully_shard/_fsdp_param_group.py`
     `pre_forward` / `pre_backward` / `post_backward`, `_fsdp_collectives.py` `foreach_reduce`):
       forward: the root's gathered parameters (all-gathered in the root's pre-forward) + the block in use
@@ -179,18 +205,31 @@ def fsdp_gathered_bytes(param_bytes: int, units: FsdpUnits, n: int,
     Measured per phase on 2 gloo ranks (small / hidden-1024 Llama, frees on gloo's threads counted).
     With frozen parameters (LoRA): `root_grads=False` (embeddings and head frozen: no head gradients, no
     root reduce-scatter), `block_grads=False` (FSDP2: a block's frozen parameters get no gradient, its
-    adapters' are negligible; FSDP1's flat parameters do get them: True)."""
+    adapters' are negligible; FSDP1's flat parameters do get them: True). `reduce_factor`: a reduce-scatter
+    input's bytes over the gradient's (2: MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), whose
+    `foreach_reduce` copies the bf16 gradients into an fp32 input)."""
     root, after, block = (int(param_bytes * u) for u in units[:3])
     after = after if root_grads else 0
-    grad = block if block_grads else 0  # a block's unsharded gradients, or its reduce-scatter input
+    grad = block if block_grads else 0  # a block's unsharded gradients
+    rs = grad * reduce_factor  # ... and its reduce-scatter input
     return {"forward": root + FSDP_BLOCKS_IN_FLIGHT * block,
             "backward_head": root + after + block,
             "backward_first": root + after + FSDP_BLOCKS_IN_FLIGHT * block + grad,
-            "backward": root + after + FSDP_BLOCKS_IN_FLIGHT * block + 2 * grad,
-            "backward_last": root + after + block + 2 * grad,
+            "backward": root + after + FSDP_BLOCKS_IN_FLIGHT * block + grad + rs,
+            "backward_last": root + after + block + grad + rs,
             "backward_only": root + after + block + grad,
-            "backward_tail": root + after + grad,
-            "end": 2 * root + (-(-root // n) if device_type == "cpu" else 0) if root_grads else 0}
+            "backward_tail": root + after + rs,
+            "end": _root_reduce_bytes(root, n, device_type, reduce_factor) if root_grads else 0}
+
+
+def _root_reduce_bytes(root: int, n: int, device_type: str, reduce_factor: int) -> int:
+    """The root's `foreach_reduce` (torch 2.x `_fsdp_collectives.py`): its unsharded gradients (`root`
+    bytes) are copied into the reduce-scatter input (`root x reduce_factor`), then cleared; the output shard
+    (input / n) is allocated after. On gloo (the CPU target) `_reduce_scatter_base` clones its input, so
+    input, clone and shard are alive together."""
+    rs = root * reduce_factor
+    copy_in = root + rs
+    return max(copy_in, 2 * rs + -(-rs // n)) if device_type == "cpu" else copy_in
 
 
 def _backward_units(events: list[MemEvent], blocks_path: str) -> dict[int, tuple[str, str]]:
@@ -311,17 +350,25 @@ def shard_trace(trace: MemoryTrace, split: Split, block_param_bytes: int = 0,
             notes.append(f"{'fsdp1' if split.flat_params else s} with accumulation: gradients accumulate unsharded "
                          "on every rank (no gradient sync between micro-steps: FSDP1 no_sync, FSDP2 "
                          "set_requires_gradient_sync(False))")
-        # the optimizer updates only this rank's shard: its temporaries (foreach intermediates) shrink too
-        events = [replace(e, nbytes=-(-e.nbytes // n))
+        # the optimizer updates only this rank's shard: its temporaries (foreach intermediates) shrink too;
+        # under MixedPrecisionPolicy the shards are fp32 masters of the traced 16-bit weights
+        f = split.master_factor
+        events = [replace(e, nbytes=-(-e.nbytes * f // n))
                   if e.category in cats or (e.phase == "optimizer" and e.category == "temporary") else e
                   for e in events]
+        if split.param_dtype:
+            notes.append(f"FSDP2 MixedPrecisionPolicy(param_dtype={split.param_dtype}, reduce_dtype="
+                         f"{split.reduce_dtype}): fp32 shards of parameters, gradients and optimizer state (the "
+                         f"trace's {split.param_dtype} ones x {f}); parameters gathered and computed in "
+                         f"{split.param_dtype}, no autocast; reduce-scatter inputs in {split.reduce_dtype}")
         gathered = 0
         if s in ("fsdp", "hsdp") and units is not None:
             param_total = param_bytes or sum(e.nbytes for e in trace.events
                                              if e.action == "alloc" and e.category == "parameters")
             frozen = trainable_bytes(trace) < param_total // max(n, 1)  # LoRA, freezing: most of it frozen
             sizes = fsdp_gathered_bytes(param_total, units, n, trace.device_type, root_grads=not frozen,
-                                        block_grads=split.flat_params or not frozen)
+                                        block_grads=split.flat_params or not frozen,
+                                        reduce_factor=split.reduce_factor)
             if param_bytes:  # a 1- or 2-layer trace standing for the whole model: each of its blocks at the
                 for edge in ("backward_last", "backward_only"):  # level of a middle one
                     sizes[edge] = sizes["backward"]
