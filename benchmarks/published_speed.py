@@ -55,13 +55,16 @@ def parse_args(argv: list[str]) -> dict:
     p.add_argument("--zero-grad", default="none")
     p.add_argument("--module-loading")
     p.add_argument("--network-gbps", type=float)
+    p.add_argument("--fsdp-param-dtype")
+    p.add_argument("--fsdp-reduce-dtype")
     a = p.parse_args(argv)
     return {"batch_size": a.batch_size, "seq_len": a.seq_len, "precision": a.precision, "gpu": a.gpu,
             "nproc": a.nproc, "strategy": a.strategy, "checkpointing": a.checkpointing, "lora": a.lora,
             "layer_checkpointing": a.layer_checkpointing, "task": a.task, "attn": a.attn,
             "qlora": a.qlora, "grad_accum": a.grad_accum, "optimizer": a.optimizer,
             "optimizer_impl": a.optimizer_impl, "zero_grad": a.zero_grad, "module_loading": a.module_loading,
-            "network_gbps": a.network_gbps}
+            "network_gbps": a.network_gbps, "fsdp_param_dtype": a.fsdp_param_dtype,
+            "fsdp_reduce_dtype": a.fsdp_reduce_dtype}
 
 
 def predict_row(row: dict) -> dict:

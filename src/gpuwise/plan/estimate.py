@@ -291,7 +291,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
                                     config.precision)
             est.speed = _speed(whole, est, spec, wl, modes, config.precision, split.nproc, split.strategy,
                                str(layer_checkpointing) if layer_checkpointing else None, attention.attn,
-                               network_gbps)
+                               network_gbps, split.reduce_factor)
         else:
             notes.append(f"{spec.name}: memory only (no FLOP/s or bandwidth given): no roofline")
         if search_max_batch:
@@ -329,9 +329,10 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
 
 def _speed(trace: MemoryTrace, est: Estimate, spec: GpuSpec, wl: Workload, modes, precision: str, nproc: int,
            strategy: str, selective: str | None = None, attn: str | None = None,
-           network_gbps: float | None = None) -> Speed | None:
+           network_gbps: float | None = None, reduce_factor: int = 1) -> Speed | None:
     """The step-time model over the traced ops (plan/speed/); None when the trace recorded none. `attn`
-    "triton": the flash calls are priced as the Triton FlashAttention kernel."""
+    "triton": the flash calls are priced as the Triton FlashAttention kernel. `reduce_factor`: the reduced
+    gradients' bytes over the traced ones (2: MixedPrecisionPolicy reduces bf16 gradients in fp32)."""
     costs = trace.op_costs
     if costs is None:
         est.notes.append("no per-op record (the trace fell back): no speed prediction")
@@ -341,7 +342,7 @@ def _speed(trace: MemoryTrace, est: Estimate, spec: GpuSpec, wl: Workload, modes
     if modes.grad_accum > modes.traced_micro_steps:
         costs = costs.scaled(modes.grad_accum / modes.traced_micro_steps)
     steady = trace.events[trace.steady_start:]
-    grad_bytes = sum(e.nbytes for e in steady if e.action == "alloc" and e.category == "gradients")
+    grad_bytes = reduce_factor * sum(e.nbytes for e in steady if e.action == "alloc" and e.category == "gradients")
     params = (est.by_category if nproc == 1 else live_peak(trace, round_to=512).by_category).get("parameters", 0)
     gathered = params // 2 if precision in ("bf16", "fp16") else params  # FSDP2 gathers in param_dtype
     cfg = getattr(wl, "hf_config", None)
