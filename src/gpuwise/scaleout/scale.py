@@ -231,11 +231,14 @@ class _polling:
 
     def _poll(self) -> None:
         last = None
-        while not self.stop.wait(self.interval_s):
+        while True:
+            stopping = self.stop.wait(self.interval_s)
             p = progress.read_file(self.cfg.progress_path)
-            if p is not None and p != last:
-                last = p
+            if p is not None and p != last:  # the job's last state too: a run shorter than one interval
+                last = p                     # still reports its steps
                 self.on_progress(p)
+            if stopping:
+                return
 
     def __exit__(self, *exc) -> None:
         if self.on_progress is None:
