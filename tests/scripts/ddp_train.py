@@ -45,6 +45,7 @@ def main():
         model(x).pow(2).mean().backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+    dist.barrier()  # both ranks done before the group goes (gloo: a rank torn down mid-exit can abort)
     dist.destroy_process_group()
 
 
