@@ -416,24 +416,8 @@ def _flat_gradients(events: list[MemEvent], steady: int, trace: MemoryTrace, par
         return events, steady
     notes.append(f"fsdp1: frozen parameters in the blocks' flat parameters get gradients too: + {nbytes} bytes "
                  f"({'unsharded, accumulating' if no_sync else f'/ {n}'}) from backward to zero_grad")
-    out: list[MemEvent] = []
-    block = _new_block(events)
-    holding = False
-    new_steady = steady
-    for i, e in enumerate(events):
-        if i == steady:
-            new_steady = len(out)
-        if e.phase == "backward" and not holding:
-            out.append(MemEvent("alloc", block, nbytes, "gradients", e.phase, "", "FSDP1 flat gradients"))
-            holding = True
-        elif e.phase == "zero_grad" and holding:
-            out.append(MemEvent("free", block, nbytes, "gradients", e.phase, "", "FSDP1 flat gradients"))
-            holding = False
-            block += 1
-        out.append(e)
-    if holding:
-        out.append(MemEvent("free", block, nbytes, "gradients", "zero_grad", "", "FSDP1 flat gradients"))
-    return out, new_steady
+    return _hold_between(events, steady, nbytes, "gradients", lambda ph: ph == "backward",
+                         lambda ph: ph == "zero_grad", ("FSDP1 flat gradients", "FSDP1 flat gradients"), "zero_grad")
 
 
 def _new_block(events: list[MemEvent]) -> int:
@@ -443,6 +427,16 @@ def _new_block(events: list[MemEvent]) -> int:
 def _hold_during_forward_backward(events: list[MemEvent], steady: int, nbytes: int) -> tuple[list[MemEvent], int]:
     """Insert a block of `nbytes` alive from the first forward event to the end of backward, in every
     step (warm-up and steady)."""
+    return _hold_between(events, steady, nbytes, "temporary", lambda ph: ph in ("forward", "backward"),
+                         lambda ph: ph not in ("forward", "backward"), ("FSDP all-gather", "FSDP reshard"), "backward")
+
+
+def _hold_between(events: list[MemEvent], steady: int, nbytes: int, category: str, starts, ends,
+                  ops: tuple[str, str], last_phase: str) -> tuple[list[MemEvent], int]:
+    """Insert a block of `nbytes` allocated before the first event whose phase `starts` and freed before the
+    next whose phase `ends`, in every step (warm-up and steady); one still held at the end is freed there
+    (in `last_phase`). `ops`: the alloc's and the free's op names. Returns the events and the new steady
+    start."""
     out: list[MemEvent] = []
     block = _new_block(events)
     holding = False
@@ -450,16 +444,16 @@ def _hold_during_forward_backward(events: list[MemEvent], steady: int, nbytes: i
     for i, e in enumerate(events):
         if i == steady:
             new_steady = len(out)
-        if e.phase in ("forward", "backward") and not holding:
-            out.append(MemEvent("alloc", block, nbytes, "temporary", e.phase, "", "FSDP all-gather"))
+        if starts(e.phase) and not holding:
+            out.append(MemEvent("alloc", block, nbytes, category, e.phase, "", ops[0]))
             holding = True
-        elif e.phase not in ("forward", "backward") and holding:
-            out.append(MemEvent("free", block, nbytes, "temporary", e.phase, "", "FSDP reshard"))
+        elif ends(e.phase) and holding:
+            out.append(MemEvent("free", block, nbytes, category, e.phase, "", ops[1]))
             holding = False
             block += 1
         out.append(e)
     if holding:
-        out.append(MemEvent("free", block, nbytes, "temporary", "backward", "", "FSDP reshard"))
+        out.append(MemEvent("free", block, nbytes, category, last_phase, "", ops[1]))
     return out, new_steady
 
 
