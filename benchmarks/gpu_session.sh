@@ -5,6 +5,8 @@
 #   bash benchmarks/gpu_session.sh check    # gpus/pick/run on real NVML + every test marked `gpu` (~3 min)
 #   bash benchmarks/gpu_session.sh truth    # the truth corpus, resumable: call again until it says done (~9 min a call)
 #   bash benchmarks/gpu_session.sh bench    # truth error table, tune benchmark on the GPU, watch report, scale -n 1 (~8 min)
+#   bash benchmarks/gpu_session.sh lease    # one ~9-minute call for a 15-minute lease: versions, truth first
+#                                           # (published sizes), the gpu tests, scale/train/watch; `truth` resumes
 #
 # Results go to $OUT (or ./gpu-out): logs, and benchmarks/truth/*.jsonl to copy back into the repo.
 set -uo pipefail
@@ -45,5 +47,17 @@ case "${1:-check}" in
       echo "== train (NCCL)"; gpuwise train examples:gpt-mini -n 1 --batch-size 16 --steps 50 --checkpoint-dir "$OUT/ckpt" --json
       echo "== roofline vs measured: see 'measured_over_roofline' in the truth errors above"
     } 2>&1 | tee "$OUT/bench.log" ;;
-  *) echo "usage: $0 check|truth|bench" >&2; exit 2 ;;
+  lease)
+    { versions; echo "== gpuwise gpus"; gpuwise gpus --processes; gpuwise doctor --json > "$OUT/doctor.json"
+      echo "== truth (published sizes first; resumable)"
+      timeout 300 python3 benchmarks/truth/collect.py --budget-min 3.5; echo "truth exit $?"
+      cp benchmarks/truth/*.jsonl "$OUT"/ 2>/dev/null
+      echo "== gpu tests"; timeout 130 python3 -m pytest -q -m gpu -p no:cacheprovider tests; echo "tests exit $?"
+      echo "== scale (NCCL)"; timeout 40 gpuwise scale examples:gpt-mini -n 1 --batch-size 16 --steps 20
+      echo "== train (NCCL)"; timeout 40 gpuwise train examples:gpt-mini -n 1 --batch-size 16 --steps 50 --json
+      echo "== watch: data-starved (unmodified script)"
+      timeout 40 gpuwise watch --report "$OUT/watch-gpu-starved.html" -- python3 tests/scripts/starved.py
+      cp benchmarks/truth/*.jsonl "$OUT"/ 2>/dev/null
+    } 2>&1 | tee "$OUT/lease.log" ;;
+  *) echo "usage: $0 check|truth|bench|lease" >&2; exit 2 ;;
 esac
