@@ -47,8 +47,10 @@ def test_data_bound_on_gpu():
 
 
 def test_compute_bound_and_autocast_detected_on_gpu():
-    ds = torch.utils.data.TensorDataset(torch.randn(64 * 8, 512), torch.randint(0, 10, (64 * 8,)))
-    mon = _loop(torch.utils.data.DataLoader(ds, batch_size=64), autocast=True)
+    # batches made ahead: a DataLoader collating 64 samples in this process takes longer than this model's
+    # step on an H100 (which watch rightly called data starvation there), a list of ready batches does not
+    batches = [(torch.randn(64, 512), torch.randint(0, 10, (64,))) for _ in range(16)]
+    mon = _loop(batches, autocast=True)
     s = mon.summary()
     assert s["precision"] == "bf16"
     assert "data_starvation" not in [f["kind"] for f in s["findings"]]
