@@ -1,6 +1,7 @@
-"""litgpt's own model code as a gpuwise workload: `litgpt finetune adapter / adapter_v2 / lora` as its users
-run it (lora: `litgpt.lora.GPT` with the config file's lora_* fields, `mark_only_lora_as_trainable`; its step
-is finetune/lora.py's, the same as adapter.py's).
+"""litgpt's own model code as a gpuwise workload: `litgpt finetune adapter / adapter_v2 / lora / full` as its
+users run it (lora: `litgpt.lora.GPT` with the config file's lora_* fields, `mark_only_lora_as_trainable`; its
+step is finetune/lora.py's, the same as adapter.py's; full: `litgpt.model.GPT`, every parameter trained,
+finetune/full.py's step: `model(input_ids)`, the whole logits, `chunked_cross_entropy(logits[..., :-1, :], ...)`).
 
 The model is litgpt's (`litgpt.adapter.GPT` / `litgpt.adapter_v2.GPT` from `Config.from_name(NAME)`), built
 by gpuwise under fake tensors like any workload, with litgpt's own `mark_only_adapter_as_trainable` /
@@ -31,7 +32,8 @@ import importlib
 
 MODULES = {"adapter": ("adapter", "mark_only_adapter_as_trainable"),
            "adapter_v2": ("adapter_v2", "mark_only_adapter_v2_as_trainable"),
-           "lora": ("lora", "mark_only_lora_as_trainable")}
+           "lora": ("lora", "mark_only_lora_as_trainable"),
+           "full": ("model", None)}  # finetune/full.py: litgpt.model.GPT, every parameter trained
 LM_HEAD_CHUNK = 128   # finetune/adapter.py: model(input_ids, lm_head_chunk_size=128)
 QUANTS = {"nf4": ("nf4", False), "nf4-dq": ("nf4", True)}
 
@@ -75,7 +77,8 @@ def workload(name: str, method: str, seq_len: int, quantize: str | None = None, 
         config = mod.Config.from_name(name, **fields)
         m = mod.GPT(config)
         m.max_seq_length = seq_len
-        getattr(mod, mark)(m)
+        if mark is not None:
+            getattr(mod, mark)(m)
         if quantize is not None:
             from gpuwise.plan.tracing.modes import quantize_linear_4bit
 
@@ -97,6 +100,9 @@ def workload(name: str, method: str, seq_len: int, quantize: str | None = None, 
             if getattr(m, "adapter_kv_cache", None) is not None:
                 m.adapter_kv_cache = None
         with bitsandbytes_as(bnb_version):
+            if method == "full":  # finetune/full.py: the whole logits, then the chunked loss over them
+                logits = fabric_output(model(batch["input_ids"]))
+                return chunked_cross_entropy(logits[..., :-1, :], batch["labels"][..., 1:])
             logits = fabric_output(model(batch["input_ids"], lm_head_chunk_size=LM_HEAD_CHUNK))
             logits[-1] = logits[-1][..., :-1, :]
             return chunked_cross_entropy(logits, batch["labels"][..., 1:])
