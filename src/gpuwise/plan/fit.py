@@ -116,6 +116,7 @@ class FitOption:
     train_cmd: str | None = None     # `gpuwise train ...` that runs this option (None: train does not run it)
     needs: list[str] = field(default_factory=list)  # packages to install to run it (base install)
     sized: bool = True                                # False: not traced, a needed package is missing
+    extrapolated: bool = False  # its numbers are the labelled fallback (Point.extrapolate), not estimate's
 
     def to_dict(self) -> dict[str, Any]:
         d = {"name": self.name, "changes": self.changes, "fits": self.fits,
@@ -413,7 +414,7 @@ def _option(ev: Evaluator, v: Variant, spec: GpuSpec, micro: int, accum: int, li
     name = v.name if accum == 1 else f"{v.name} + accumulation {accum}x{micro}"
     return FitOption(name, _changes(v, micro, accum, v.split.nproc), point.device_used_bytes <= limit,
                      point.device_used_bytes, sps, samples * v.split.data_parallel, _notes(v, micro, accum, point),
-                     micro, accum, t)
+                     micro, accum, t, extrapolated=point.extrapolated)
 
 
 def _best_micro_batch(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limit: float) -> FitOption:
@@ -425,7 +426,7 @@ def _best_micro_batch(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limi
     rule estimate's largest batch keeps). A fitting answer that was extrapolated (the rebuild does not
     cover the step) is traced whole, as its `estimate_cmd` is, and stepped down if it then does not fit."""
     best = _searched(ev, v, spec, batch, limit)
-    if not best.fits or not _extrapolated(best):
+    if not best.fits or not best.extrapolated:
         return best
     # the answer of a step the rebuild does not cover: traced whole, as its estimate_cmd traces it (the
     # extrapolation only led the search); the next smaller divisor where that does not fit
@@ -434,10 +435,6 @@ def _best_micro_batch(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limi
         if exact.fits or m == 1:
             return exact
     return best
-
-
-def _extrapolated(option: FitOption) -> bool:
-    return any(n.startswith("numbers from traces with") for n in option.notes)
 
 
 def _searched(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limit: float) -> FitOption:
