@@ -53,7 +53,7 @@ case "${1:-check}" in
       timeout 300 python3 benchmarks/truth/collect.py --budget-min 3.5; echo "truth exit $?"
       cp benchmarks/truth/*.jsonl "$OUT"/ 2>/dev/null
       echo "== kernels by class (speed model check)"; timeout 150 python3 benchmarks/truth/profile_kernels.py
-      cp benchmarks/truth/*.jsonl "$OUT"/ 2>/dev/null
+      for f in benchmarks/truth/kernels/*.jsonl; do cp "$f" "$OUT/kernels-$(basename "$f")"; done 2>/dev/null
       echo "== gpu tests"; timeout 130 python3 -m pytest -q -m gpu -p no:cacheprovider tests; echo "tests exit $?"
       echo "== scale (NCCL)"; timeout 40 gpuwise scale examples:gpt-mini -n 1 --batch-size 16 --steps 20
       echo "== train (NCCL)"; timeout 40 gpuwise train examples:gpt-mini -n 1 --batch-size 16 --steps 50 --json

@@ -8,7 +8,8 @@ For each configuration: `torch.profiler` over `--steps` steady steps of gpuwise'
 step), every device kernel's name, count and total time, grouped into the speed model's classes
 (matmul: GEMM/cutlass/cuBLAS kernels; attention: flash/fmha/efficient; conv: cudnn/implicit-GEMM/convolution
 kernels; the rest memory-bound), plus the profiler's CPU time per step (the host side). Written as one JSON
-line per configuration, atomically, to `--out` (default benchmarks/truth/<gpu>-kernels.jsonl).
+line per configuration, atomically, to `--out` (default benchmarks/truth/kernels/<gpu>.jsonl: not beside
+the truth records, which `gpuwise.truth.read_records` reads as every *.jsonl of benchmarks/truth/).
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ def main() -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--quick", action="store_true", help="one tiny configuration (plumbing)")
     ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--out", help="JSON lines file (default benchmarks/truth/<gpu>-kernels.jsonl)")
+    ap.add_argument("--out", help="JSON lines file (default benchmarks/truth/kernels/<gpu>.jsonl)")
     args = ap.parse_args()
     import torch
 
@@ -98,8 +99,9 @@ def main() -> int:
         print("profile_kernels: no CUDA GPU here (use --device cpu --quick for the plumbing)", file=sys.stderr)
         return 2
     name = torch.cuda.get_device_name(0) if args.device.startswith("cuda") else "cpu"
-    out = Path(args.out or ROOT / "benchmarks" / "truth" / (re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
-                                                           + "-kernels.jsonl"))
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    out = Path(args.out or ROOT / "benchmarks" / "truth" / "kernels" / f"{slug}.jsonl")
+    out.parent.mkdir(parents=True, exist_ok=True)
     for w, b, o, p in QUICK if args.quick else DEFAULT:
         print(f"profile_kernels: {w} b={b} {o} {p}", file=sys.stderr, flush=True)
         try:
