@@ -385,7 +385,7 @@ def follow(task: Task, b: int, lr: float, seed: int, hessian: HessianNoise, step
     return losses
 
 
-def run_task(task: Task, seeds: list[int]) -> dict:
+def run_task(task: Task, seeds: list[int], save_paths: str | None = None) -> dict:
     noise = measure_b_noise(task, seeds[0] + 100)
     bn = noise["b_noise"]
     points = []
@@ -431,10 +431,15 @@ def run_task(task: Task, seeds: list[int]) -> dict:
     # predicted steps(B): goodput.steps_to_target along the reference run's path (one rate per run, searched below
     # lr_max as the runs' is; the noise's settled excess at the target region added to the target), absolute steps
     path, ref_b, ref_lr = noise["path"], noise["reference_batch"], noise["reference_lr"]
+    reference = goodput.ReferencePath(path, noise["path_losses"], ref_b, ref_lr, noise["tr_sigma_at_target"],
+                                      noise["curvature_at_target"], task.target, task.lr_max)
+    if save_paths:
+        os.makedirs(save_paths, exist_ok=True)
+        with open(os.path.join(save_paths, f"{task.name}.json"), "w") as fh:
+            json.dump(reference.to_dict(), fh)
 
     def predict(batch):
-        return goodput.steps_to_target(path, noise["path_losses"], task.target, batch, ref_b, ref_lr,
-                                       noise["tr_sigma_at_target"], noise["curvature_at_target"], task.lr_max)
+        return reference.steps(batch)
 
     pred = {p["batch_size"]: predict(p["batch_size"]) for p in points}
     f = [goodput.steps_factor(p["batch_size"], bn) for p in done]
@@ -446,7 +451,10 @@ def run_task(task: Task, seeds: list[int]) -> dict:
         p["time_to_target_s"] = p["steps"] * p["step_time_s"] if p["steps"] else None
         p["predicted_time_to_target_s"] = p["predicted_steps"] * p["step_time_s"]  # step_time(B) measured
     measured_best = min(done, key=lambda p: p["time_to_target_s"])["batch_size"]
-    predicted_best = min(points, key=lambda p: p["predicted_time_to_target_s"])["batch_size"]
+    # the predicted best: what `tune --objective goodput --reference-path` answers on these step times
+    times = {p["batch_size"]: p["step_time_s"] for p in points}
+    advice = goodput.advise(None, times.__getitem__, list(times), path=reference)
+    predicted_best = advice.batch_size
     lo, hi = done[0], done[-1]
     measured_ratio = lo["steps"] / hi["steps"]
     predicted_ratio = pred[lo["batch_size"]][0] / pred[hi["batch_size"]][0]
@@ -539,6 +547,9 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "goodput_validate.json"))
     p.add_argument("--plot", default=os.path.join(ROOT, "docs", "goodput-validate.png"))
     p.add_argument("--replot", action="store_true", help="only redraw the plot from the results file")
+    p.add_argument("--save-paths", default=os.path.join(ROOT, "benchmarks", "results", "goodput_paths"), metavar="DIR",
+                   help="write each task's reference path (goodput.ReferencePath JSON, for `tune --objective goodput "
+                        "--reference-path`) to DIR/TASK.json (default benchmarks/results/goodput_paths; '' for none)")
     args = p.parse_args(argv)
     if args.replot:
         with open(args.out) as fh:
@@ -550,7 +561,7 @@ def main(argv=None) -> int:
     for name in args.tasks.split(","):
         task = TASKS[name]()
         print(f"{name}: target loss {task.target:.4f}", file=sys.stderr)
-        r = run_task(task, list(range(args.seeds)))
+        r = run_task(task, list(range(args.seeds)), args.save_paths)
         print(f"  B_noise {r['noise']['b_noise']:.1f} (EMA at the start {r['noise']['b_simple_first']:.1f}, whole run "
               f"{r['noise']['b_simple_whole_run']:.1f}); best batch "
               f"measured {r['measured_best_batch']} predicted {r['predicted_best_batch']}; steps ratio "
