@@ -101,3 +101,18 @@ def test_the_resource_tables_code_is_litgpt_at_8641822():
     assert trainable and all(n.endswith(("lora_A", "lora_B")) for n in trainable)
     # pythia-70m: 6 layers, 512 wide; q and v: lora_A (2r x 512), lora_B (2 x 512, r) a layer
     assert sum(trainable.values()) == 6 * (2 * 8 * 512 + 2 * 512 * 8)
+
+
+def test_the_loop_keeps_its_last_logits():
+    """litgpt's loop binds `logits = model(...)`: with --loop-keeps-loss (StepConfig.keep_last_loss) the last
+    step's float32 logits live until the next model call returns, so the forward's end holds them too:
+    traced as the CPU profiler measures it, and above the step that frees them by about their bytes."""
+    cfg = StepConfig(optimizer="adamw", precision="bf16-pure", keep_last_loss=True)
+    wl = _workload("lora", **LORA_QV)
+    trace = trace_step(wl, 2, cfg, target="cpu")
+    peak, truth = live_peak(trace).allocated_bytes, measure_cpu_peak(_workload("lora", **LORA_QV), 2, cfg)
+    assert abs(peak - truth) <= TOLERANCE * truth, (peak, truth)
+    freed = live_peak(trace_step(_workload("lora", **LORA_QV), 2, StepConfig(optimizer="adamw", precision="bf16-pure"),
+                                 target="cpu")).allocated_bytes
+    logits_fp32 = 2 * 64 * 50304 * 4
+    assert peak - freed >= 0.9 * logits_fp32, (peak, freed)

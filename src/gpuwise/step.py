@@ -346,6 +346,13 @@ def hold_loss(loss) -> None:
         holder(loss)
 
 
+def loop_keeps_last() -> bool:
+    """Inside a step with `keep_last_loss`: the loop keeps what its last iteration bound until the next
+    iteration rebinds it. A loss function whose script keeps more than the loss (litgpt's loop: `logits =
+    model(...)`) keeps that itself, released when the next call's value replaces it."""
+    return _LOSS_HOLDER.get() is not None
+
+
 @contextlib.contextmanager
 def tf32_mode(enabled: bool):
     """TF32 matmuls/convolutions on (tf32) or off (everything else), restored afterwards."""

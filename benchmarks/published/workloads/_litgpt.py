@@ -91,6 +91,17 @@ def workload(name: str, method: str, seq_len: int, quantize: str | None = None, 
         ids = torch.randint(0, 32000, (batch_size, seq_len))
         return {"input_ids": ids, "labels": ids.clone()}
 
+    kept = [None]  # the loop's `logits` (finetune/*.py: `logits = model(...)` in the training loop)
+
+    def keep(logits):
+        """`logits = model(...)`: the previous iteration's logits are released only once the model call has
+        returned the new ones. gpuwise's --loop-keeps-loss says the loop keeps what it bound (step.py)."""
+        from gpuwise.step import loop_keeps_last
+
+        if loop_keeps_last():
+            kept[0] = logits
+        return logits
+
     def loss(model, batch):
         chunked_cross_entropy = importlib.import_module(f"{package}.utils").chunked_cross_entropy
 
@@ -101,9 +112,9 @@ def workload(name: str, method: str, seq_len: int, quantize: str | None = None, 
                 m.adapter_kv_cache = None
         with bitsandbytes_as(bnb_version):
             if method == "full":  # finetune/full.py: the whole logits, then the chunked loss over them
-                logits = fabric_output(model(batch["input_ids"]))
+                logits = keep(fabric_output(model(batch["input_ids"])))
                 return chunked_cross_entropy(logits[..., :-1, :], batch["labels"][..., 1:])
-            logits = fabric_output(model(batch["input_ids"], lm_head_chunk_size=LM_HEAD_CHUNK))
+            logits = keep(fabric_output(model(batch["input_ids"], lm_head_chunk_size=LM_HEAD_CHUNK)))
             logits[-1] = logits[-1][..., :-1, :]
             return chunked_cross_entropy(logits, batch["labels"][..., 1:])
 
