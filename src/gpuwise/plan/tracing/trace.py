@@ -38,6 +38,7 @@ from .sdpa import (
     active_target,
     attention_note,
     attention_target,
+    padding_read_from_batch,
     sdpa_as_gpu_runs_it,
     set_attn_implementation,
 )
@@ -329,6 +330,12 @@ def _run(workload, batch_size: int, config: StepConfig, target: str, fake: bool,
     return _trace_once(workload, batch_size, config, target, fake, warmup, layers)
 
 
+def _real_batch(mode: _TraceMode, workload, batch_size: int):
+    """The batch built for real (not traced): read where the real run reads values (sdpa.padding_read_from_batch)."""
+    with mode.paused():
+        return workload.build_batch(batch_size)
+
+
 def _trace_once(workload, batch_size: int, config: StepConfig, target: str, fake: bool,
                 warmup: str = "optimizer", layers: int | None = None) -> MemoryTrace:
     """The tracer. Tensors are CPU tensors (fake or real) standing for `target`'s: autograd on fake CUDA
@@ -366,6 +373,8 @@ def _trace_once(workload, batch_size: int, config: StepConfig, target: str, fake
         if mode.layers is not None:  # after the storages built outside the trace (adapters' models) exist
             mode.layers.tag_parameters(mode, step.model)
         _label(mode, batch, "inputs", create=True)
+        if cuda_like and fake:
+            stack.enter_context(padding_read_from_batch(batch, lambda: _real_batch(mode, workload, batch_size)))
         deferred = None
         if warmup in ("optimizer", "copy"):
             if step.scaler is not None:  # the scale and growth tracker a first step leaves behind
