@@ -42,7 +42,13 @@ from .sdpa import (
     sdpa_as_gpu_runs_it,
     set_attn_implementation,
 )
-from .setup import WARMUPS, build_model_for_trace, fake_train_step, foreach_by_default
+from .setup import (
+    WARMUPS,
+    build_model_for_trace,
+    dropout_as_cuda_runs_it,
+    fake_train_step,
+    foreach_by_default,
+)
 from .stochastic import every_layer_runs
 
 
@@ -356,6 +362,7 @@ def _trace_once(workload, batch_size: int, config: StepConfig, target: str, fake
         if cuda_like:
             stack.enter_context(sdpa_as_gpu_runs_it())
             stack.enter_context(foreach_by_default())
+            stack.enter_context(dropout_as_cuda_runs_it())
             if config.precision in ("fp16", "bf16"):
                 stack.enter_context(cuda_autocast_policy())
         stack.enter_context(node_prehooks(mode.sums, lambda: len(mode.rec.blocks)))
