@@ -225,12 +225,15 @@ def test_a_convolution_is_priced_as_an_implicit_gemm_with_its_layout_transposes(
     assert nchw.breakdown["matmul"] == pytest.approx((nbytes + 2 * nchw_bytes) / bw)
 
 
-def test_fp32_convolutions_run_on_tf32_tensor_cores_where_there_are_some():
-    from gpuwise.plan.speed.conv import conv_s
-
-    # compute-bound call (no bytes): TF32 peak on an A100-class GPU, the fp32 peak on a V100 (no TF32)
-    a100, v100 = lookup("a100-80gb"), lookup("v100-16gb")
-    for gpu, peak in ((a100, a100.flops["tf32"]), (v100, v100.flops["fp32"])):
-        t = conv_s(1e12, 0, 0, 4, gpu.peak_flops("bf16"), gpu.flops.get("tf32", 0.0), gpu.flops["fp32"], 0.8,
-                   gpu.bandwidth_bytes_per_s, 0.9)
-        assert t == pytest.approx(1e12 / (peak * 0.8))
+def test_4_byte_convolutions_use_tf32_only_under_precision_tf32():
+    # gpuwise's fp32 step turns cuDNN's TF32 off (step.tf32_mode): the fp32 rate, no tensor cores, so no
+    # layout transposes either; --precision tf32 turns it on: the TF32 rate, and the transposes
+    x, w = torch.randn(8, 64, 56, 56), torch.randn(64, 64, 3, 3)
+    c = _conv_costs(x, w)
+    [(_, flops, nbytes, nchw_bytes, _)] = c.convs
+    a100 = lookup("a100-80gb")
+    eff, bw = speed_spec(a100).matmul_efficiency, a100.bandwidth_bytes_per_s * speed_spec(a100).memory_efficiency
+    fp32 = predict(c, a100, "fp32", samples_per_rank=8, flops_per_step=flops).breakdown["matmul"]
+    tf32 = predict(c, a100, "tf32", samples_per_rank=8, flops_per_step=flops).breakdown["matmul"]
+    assert fp32 == pytest.approx(max(flops / (a100.flops["fp32"] * eff), nbytes / bw))
+    assert tf32 == pytest.approx(max(flops / (a100.flops["tf32"] * eff), nbytes / bw) + 2 * nchw_bytes / bw)

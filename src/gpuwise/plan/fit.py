@@ -422,10 +422,13 @@ def _best_micro_batch(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limi
     largest-batch loop (bracket.search) over the divisors in ascending order: micro-batch 1 first (when
     even that does not fit, nothing larger does: one trace for the variants that cannot fit), then the
     whole batch, then the divisor the two predict (memory is about linear in the batch), then
-    bisection. The answer is traced and fits, and the next larger divisor is traced and does not (the
+    bisection. A variant that trains adapters (LoRA, QLoRA: its trained state is a sliver of the model, the
+    batch's activations decide) asks the whole batch first: when that fits, micro-batch 1 does too (the
+    same premise as above) and is not traced; the answer is the same in either order, only the traces
+    run differ. The answer is traced and fits, and the next larger divisor is traced and does not (the
     rule estimate's largest batch keeps). A fitting answer that was extrapolated (the rebuild does not
     cover the step) is traced whole, as its `estimate_cmd` is, and stepped down if it then does not fit."""
-    best = _searched(ev, v, spec, batch, limit)
+    best = _searched(ev, v, spec, batch, limit, whole_first=v.modes.adapters)
     if not best.fits or not best.extrapolated:
         return best
     # the answer of a step the rebuild does not cover: traced whole, as its estimate_cmd traces it (the
@@ -437,7 +440,8 @@ def _best_micro_batch(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limi
     return best
 
 
-def _searched(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limit: float) -> FitOption:
+def _searched(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limit: float,
+              whole_first: bool = False) -> FitOption:
     divisors = sorted(_divisors(batch))        # index k (1-based) -> the k-th smallest divisor
     tried: dict[int, FitOption] = {}
 
@@ -448,6 +452,8 @@ def _searched(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limit: float
         return tried[k].fits
 
     n = len(divisors)
+    if whole_first and trial(n):
+        return tried[n]
     if not trial(1) or n == 1:
         return tried[1]
     if trial(n):

@@ -3,10 +3,10 @@ larger of its FLOPs at the matmul efficiency and its bytes at the achievable ban
 "Convolutional Layers User's Guide", docs.nvidia.com/deeplearning/performance/dl-performance-convolutional:
 the implicit-GEMM mapping, and arithmetic intensity deciding math- or memory-limited layers).
 
-    precision   a 2-byte operand runs on bf16/fp16 tensor cores; a 4-byte one on TF32 tensor cores where the
-                GPU has them, since torch's `torch.backends.cudnn.allow_tf32` "defaults to True" (PyTorch
-                docs, CUDA semantics, "TensorFloat-32 (TF32) on Ampere (and later) devices"), unlike matmuls;
-                elsewhere at the fp32 rate
+    precision   a 2-byte operand runs on bf16/fp16 tensor cores; a 4-byte one on TF32 tensor cores only
+                under `--precision tf32`: gpuwise's fp32 step turns `torch.backends.cudnn.allow_tf32` off
+                (step.tf32_mode), as it does for matmuls, although torch's own default for convolutions is
+                on (PyTorch docs, CUDA semantics, "TensorFloat-32 (TF32) on Ampere (and later) devices")
     layout      tensor cores take NHWC; with torch's default NCHW tensors "the NCHW tensor must be
                 transposed to NHWC before the convolution and transposed back to NCHW after" (MosaicML
                 Composer, "Channels Last" method card, from NVIDIA's diagram; "every time a convolution

@@ -88,6 +88,7 @@ def predict(costs: OpCosts, gpu: GpuSpec, precision: str, *, samples_per_rank: i
     sp = speed_spec(gpu)
     bw = gpu.bandwidth_bytes_per_s
     half_peak = peak_for(gpu, 2, precision)
+    tf32_peak = gpu.flops.get("tf32", 0.0) if precision == "tf32" else 0.0  # convolutions: see conv.py
     phases: dict[str, dict[str, float]] = {}
 
     def add(phase: str, part: str, seconds: float) -> None:
@@ -101,7 +102,7 @@ def predict(costs: OpCosts, gpu: GpuSpec, precision: str, *, samples_per_rank: i
     for (phase, kernel), flops in costs.attention.items():
         add(phase, "attention", attention_s(flops, kernel, phase, gpu.arch, half_peak))
     for (phase, flops, nbytes, nchw_bytes, itemsize), calls in costs.convs.items():
-        add(phase, "matmul", calls * conv_s(flops, nbytes, nchw_bytes, itemsize, half_peak, gpu.flops.get("tf32", 0.0),
+        add(phase, "matmul", calls * conv_s(flops, nbytes, nchw_bytes, itemsize, half_peak, tf32_peak,
                                             gpu.peak_flops("fp32"), sp.matmul_efficiency, bw, sp.memory_efficiency))
     for phase, nbytes in costs.memory_bytes.items():
         add(phase, "memory_bound", memory_bound_s(nbytes, bw, sp.memory_efficiency))
