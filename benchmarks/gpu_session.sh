@@ -6,7 +6,7 @@
 #   bash benchmarks/gpu_session.sh truth    # the truth corpus, resumable: call again until it says done (~9 min a call)
 #   bash benchmarks/gpu_session.sh bench    # truth error table, tune benchmark on the GPU, watch report, scale -n 1 (~8 min)
 #   bash benchmarks/gpu_session.sh lease    # one ~9-minute call for a 15-minute lease: versions, truth first
-#                                           # (published sizes), the gpu tests, scale/train/watch; `truth` resumes
+#                                           # (resumes), per-kernel times by class, gpu tests, scale/train/watch
 #
 # Results go to $OUT (or ./gpu-out): logs, and benchmarks/truth/*.jsonl to copy back into the repo.
 set -uo pipefail
@@ -52,6 +52,8 @@ case "${1:-check}" in
       echo "== truth (published sizes first; resumable)"
       timeout 300 python3 benchmarks/truth/collect.py --budget-min 3.5; echo "truth exit $?"
       cp benchmarks/truth/*.jsonl "$OUT"/ 2>/dev/null
+      echo "== kernels by class (speed model check)"; timeout 150 python3 benchmarks/truth/profile_kernels.py
+      for f in benchmarks/truth/kernels/*.jsonl; do cp "$f" "$OUT/kernels-$(basename "$f")"; done 2>/dev/null
       echo "== gpu tests"; timeout 130 python3 -m pytest -q -m gpu -p no:cacheprovider tests; echo "tests exit $?"
       echo "== scale (NCCL)"; timeout 40 gpuwise scale examples:gpt-mini -n 1 --batch-size 16 --steps 20
       echo "== train (NCCL)"; timeout 40 gpuwise train examples:gpt-mini -n 1 --batch-size 16 --steps 50 --json

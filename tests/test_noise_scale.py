@@ -176,16 +176,17 @@ def test_noise_floor_is_the_settled_excess_of_a_quadratic():
 
 
 def test_steps_to_target_follows_the_path_below_the_target_by_the_noise_floor():
-    # a path whose every reference step (lr 0.1) covers 0.1 - 0.1^2 / 2 = 0.095; at rate 1 (the best along G and
-    # lr_cap) a step covers 0.5
-    path = [(1.0, 1.0, 0.0, 1.0)] * 20
-    losses = [1.0 - 0.095 * i for i in range(21)]
-    target = 1.0 - 0.095 * 10 + 1e-3  # reached after 10 reference steps
+    # a path whose every reference step (lr 0.1, curvature along G 0.5) covers 0.1 - 0.1^2 / 2 * 0.5 = 0.0975; at
+    # rate 1 (lr_cap; 2 / lambda_max = 4) a step covers reference_steps_per_step(1, 0.1, 0.5) of them
+    path = [(1.0, 0.5, 0.0, 0.5)] * 20
+    losses = [1.0 - 0.0975 * i for i in range(21)]
+    target = 1.0 - 0.0975 * 10 + 1e-3  # reached after 10 reference steps
+    per = goodput.reference_steps_per_step(1.0, 0.1, 0.5)
     steps, lr, limited = goodput.steps_to_target(path, losses, target, 1000, 10 ** 9, 0.1, 0.0, lr_cap=1.0)
-    assert lr == 1.0 and not limited and steps == pytest.approx(10 * 0.095 / 0.5)
+    assert lr == 1.0 and not limited and steps == pytest.approx(10 / per)
     # with noise (tr(Sigma) = 1) at B = 1 the run must reach target - lr / 4: 3 more reference steps at rate 1
     noisy, lr1, _ = goodput.steps_to_target(path, losses, target, 1, 10 ** 9, 0.1, 1.0, lr_cap=1.0)
-    assert lr1 == 1.0 and noisy == pytest.approx(13 * 0.095 / 0.5)
+    assert lr1 == 1.0 and noisy == pytest.approx(13 / per)
     big, _, _ = goodput.steps_to_target(path, losses, target, 10 ** 6, 10 ** 9, 0.1, 1.0, lr_cap=1.0)
     assert big == pytest.approx(steps)
     # a target below the reference run's end, noise floor included: no rate reaches it
@@ -195,6 +196,26 @@ def test_steps_to_target_follows_the_path_below_the_target_by_the_noise_floor():
     # can tell, and the answer says the path limited it
     cut, lr_cut, limited = goodput.steps_to_target(path[:12], losses[:13], target, 1, 10 ** 9, 0.1, 1.0, lr_cap=1.0)
     assert lr_cut < 1.0 and limited and cut > noisy
+
+
+def test_a_large_step_compounds_along_the_path_as_gradient_descent_does_on_a_quadratic():
+    # L = c/2 x^2, c = 0.5: gradient descent at e multiplies the loss by (1 - e c)^2 a step. The reference (lr 0.1)
+    # takes 0.95^2 a step; at e = 1 a step takes 0.25, so the loss of 40 reference steps falls in
+    # ln(0.95^80) / ln(0.25) = 2.96 steps. The ratio of one-step gains (eq. 2.4: 0.75 / 0.0975 = 7.7 reference
+    # steps a step) gave 5.2: what put logistic regression's largest batch at 8.7 steps for 5 measured.
+    c = 0.5
+    path = [(c * c * 0.95 ** (2 * i), c ** 3 * 0.95 ** (2 * i), 0.0, c) for i in range(60)]  # |G|^2, G'HG at x_i
+    losses = [0.95 ** (2 * i) for i in range(61)]
+    target = 0.95 ** 80 + 1e-12
+    steps, lr, _ = goodput.steps_to_target(path, losses, target, 10 ** 6, 10 ** 9, 0.1, 0.0, lr_cap=1.0)
+    exact = math.log(0.95 ** 80) / math.log(0.25)
+    assert lr == 1.0 and steps == pytest.approx(exact, rel=1e-6)
+    assert 40 / goodput.reference_steps_per_step(1.0, 0.1, c) == pytest.approx(exact)
+    one_step_ratio = (1 - 0.5 ** 2) / (1 - 0.95 ** 2)
+    assert 40 / one_step_ratio > 1.7 * exact
+    # a step smaller than the reference's keeps eq. 2.4's ratio; no progress at e c >= 2
+    assert goodput.reference_steps_per_step(0.05, 0.1, c) == pytest.approx((1 - 0.975 ** 2) / (1 - 0.95 ** 2))
+    assert goodput.reference_steps_per_step(4.0, 0.1, c) == 0.0
 
 
 def test_fit_step_time_is_least_squares_and_non_negative():

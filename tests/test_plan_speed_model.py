@@ -194,3 +194,46 @@ def test_selective_recompute_parts():
     # every 2nd block checkpointed: half the forward again
     assert recompute_parts(fwd, "2") == {"matmul": 2.0, "attention": 1.0, "memory_bound": 0.5, "launch_overhead": 0.25}
     assert recompute_parts(fwd, None) == {}
+
+
+def _conv_costs(x: torch.Tensor, w: torch.Tensor) -> OpCosts:
+    out = torch.nn.functional.conv2d(x, w, padding=w.shape[-1] // 2)
+    c = OpCosts()
+    c.record("aten.convolution", "forward", (x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1), {}, out,
+             2 * out.numel() * w[0].numel())
+    return c
+
+
+def test_a_convolution_is_priced_as_an_implicit_gemm_with_its_layout_transposes():
+    x, w = torch.randn(8, 64, 56, 56, dtype=torch.bfloat16), torch.randn(64, 64, 1, 1, dtype=torch.bfloat16)
+    [(key, calls)] = _conv_costs(x, w).convs.items()
+    phase, flops, nbytes, nchw_bytes, itemsize = key
+    assert (phase, calls, itemsize) == ("forward", 1, 2)
+    assert nbytes == 2 * x.nbytes + w.nbytes      # input + weight + output (same shape as the input here)
+    assert nchw_bytes == 2 * x.nbytes             # channels-first: input and output are transposed for cuDNN
+    # channels_last: nothing to transpose
+    [key_cl] = _conv_costs(x.to(memory_format=torch.channels_last), w.to(memory_format=torch.channels_last)).convs
+    assert key_cl[3] == 0 and key_cl[2] == nbytes
+    h100 = lookup("h100-sxm")
+    nchw = predict(_conv_costs(x, w), h100, "bf16", samples_per_rank=8, flops_per_step=flops)
+    nhwc = predict(_conv_costs(x.to(memory_format=torch.channels_last), w), h100, "bf16", samples_per_rank=8,
+                   flops_per_step=flops)
+    # a 1x1 convolution of 64 channels is memory-bound (64 MACs per 4 bytes moved), and the transposes
+    # read and write its activations once more: 2 x 6.4 MB at 90 % of 3.35 TB/s each way
+    bw = h100.bandwidth_bytes_per_s * speed_spec(h100).memory_efficiency
+    assert nhwc.breakdown["matmul"] == pytest.approx(nbytes / bw)
+    assert nchw.breakdown["matmul"] == pytest.approx((nbytes + 2 * nchw_bytes) / bw)
+
+
+def test_4_byte_convolutions_use_tf32_only_under_precision_tf32():
+    # gpuwise's fp32 step turns cuDNN's TF32 off (step.tf32_mode): the fp32 rate, no tensor cores, so no
+    # layout transposes either; --precision tf32 turns it on: the TF32 rate, and the transposes
+    x, w = torch.randn(8, 64, 56, 56), torch.randn(64, 64, 3, 3)
+    c = _conv_costs(x, w)
+    [(_, flops, nbytes, nchw_bytes, _)] = c.convs
+    a100 = lookup("a100-80gb")
+    eff, bw = speed_spec(a100).matmul_efficiency, a100.bandwidth_bytes_per_s * speed_spec(a100).memory_efficiency
+    fp32 = predict(c, a100, "fp32", samples_per_rank=8, flops_per_step=flops).breakdown["matmul"]
+    tf32 = predict(c, a100, "tf32", samples_per_rank=8, flops_per_step=flops).breakdown["matmul"]
+    assert fp32 == pytest.approx(max(flops / (a100.flops["fp32"] * eff), nbytes / bw))
+    assert tf32 == pytest.approx(max(flops / (a100.flops["tf32"] * eff), nbytes / bw) + 2 * nchw_bytes / bw)

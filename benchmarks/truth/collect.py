@@ -120,7 +120,9 @@ def to_record(cfg: dict, m: dict, env: dict) -> dict:
     rec.update({"kind": cfg["kind"], "samples_per_s": m.get("samples_per_s"), "steps": m.get("steps"),
                 "warmup": m.get("warmup"), "device": m.get("device") or env.get("device"),
                 "peak_method": m.get("peak_method"), "device_used_method": m.get("device_used_method"),
-                "gpu_memory_total_bytes": env.get("gpu_memory_total_bytes")})
+                "gpu_memory_total_bytes": env.get("gpu_memory_total_bytes"),
+                # the model code's version matters as much as torch's (an attention mask kept or dropped)
+                "transformers": env.get("transformers")})
     return rec
 
 
@@ -190,9 +192,15 @@ def search_in_process(mb: dict, device: str) -> int | None:
 
 
 def device_environment(device: str) -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
     from gpuwise.measuring.runner import environment
 
-    return {**environment(device), "device": device}
+    try:
+        transformers = version("transformers")
+    except PackageNotFoundError:
+        transformers = None
+    return {**environment(device), "device": device, "transformers": transformers}
 
 
 # ---- parent side ---------------------------------------------------------------------------------

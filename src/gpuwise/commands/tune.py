@@ -48,7 +48,13 @@ def add_arguments(p) -> None:
     p.add_argument("--max-workers", type=int, help="upper bound for num_workers (default 2 x usable CPUs)")
     p.add_argument("--objective", choices=("throughput", "goodput"), default="throughput",
                    help="throughput: most samples/s (default); goodput: least predicted time to a target loss, "
-                        "steps(B) x step_time(B) with steps(B) = S_min (1 + B_noise / B)")
+                        "steps(B) x step_time(B), steps(B) along --reference-path, else S_min (1 + B_noise / B)")
+    p.add_argument("--reference-path", metavar="FILE",
+                   help="goodput: steps(B) from a reference run's path to the target loss (goodput.ReferencePath "
+                        "JSON, e.g. `benchmarks/goodput_validate.py --save-paths DIR`) instead of eq. 2.11 with "
+                        "--noise-scale: the steps and the learning rate at each batch")
+    p.add_argument("--target-loss", type=float, metavar="LOSS",
+                   help="goodput with --reference-path: the target loss (default: the path's own)")
     p.add_argument("--noise-scale", type=float, metavar="B",
                    help="the gradient noise scale B_simple (`gpuwise watch --json` reports it); default for a script: "
                         "measured in one more run of the script as written")
@@ -94,6 +100,9 @@ def _plot_is_folder(path: str) -> bool:
 def run(args) -> int:
     refuse_gpu_all(args.device, "tune", "cuda, cuda:N, cpu or auto")
     budget_s = parse_duration(args.budget)
+    if (args.reference_path or args.target_loss is not None) and args.objective != "goodput":
+        raise GpuwiseError("--reference-path and --target-loss go with --objective goodput")
+    _reference_path(args)  # a bad file is one line, before any trial runs
     if args.cmd:
         if args.workload:
             raise GpuwiseError(f"give a WORKLOAD ({args.workload!r}) or a command after `--`, not both")
@@ -167,13 +176,26 @@ def _run_script(args, budget_s: float) -> int:
     return 0
 
 
+def _reference_path(args):
+    if args.target_loss is not None and not args.reference_path:
+        raise GpuwiseError("--target-loss needs --reference-path FILE")
+    if not args.reference_path:
+        return None
+    try:
+        return goodput.load_path(args.reference_path)
+    except ValueError as exc:
+        raise GpuwiseError(f"--reference-path: {exc}") from None
+
+
 def _goodput_of_workload(args, result):
-    if not args.noise_scale:
+    path = _reference_path(args)
+    if not args.noise_scale and path is None:
         raise GpuwiseError("--objective goodput on a workload needs --noise-scale B: measure it on your training with "
-                           "`gpuwise watch --json -- python train.py` (gradient_noise_scale.b_simple)")
+                           "`gpuwise watch --json -- python train.py` (gradient_noise_scale.b_simple), or "
+                           "--reference-path FILE")
     try:
         return goodput.from_trials(result.trials, args.noise_scale, result.baseline.batch_size, args.gpus,
-                                   args.optimizer or "adamw")
+                                   args.optimizer or "adamw", path=path, target=args.target_loss)
     except ValueError as exc:
         raise GpuwiseError(f"--objective goodput: {exc}") from None
 
@@ -181,6 +203,14 @@ def _goodput_of_workload(args, result):
 def _goodput_of_script(args, result):
     base = result.baseline
     measured = {}
+    path = _reference_path(args)
+    if path is not None:
+        if not base.batch_size:
+            raise GpuwiseError("--objective goodput: the script's batch size was not seen (no DataLoader)")
+        try:
+            return goodput.from_path_one_batch(path, base.batch_size, args.gpus, args.target_loss)
+        except ValueError as exc:
+            raise GpuwiseError(f"--objective goodput: {exc}") from None
     if not args.noise_scale:  # one more run of the script as written, with the noise-scale probe on
         probed = run_script_trial(args.cmd, {}, measure_s=max(parse_duration(args.measure or "3s"), 10.0), noise=True)
         measured = probed.noise_scale or {}
@@ -203,10 +233,13 @@ def _goodput_of_script(args, result):
 def _print_goodput(advice) -> None:
     out = console.out
     now = f" (now {advice.current_batch_size})" if advice.current_batch_size else ""
+    model = ("steps(B) along the reference path" if advice.steps_model == "reference_path"
+             else f"B_noise {advice.b_noise:,.0f}")
     out.print(f"goodput: batch {advice.batch_size}{now}, {advice.per_gpu_batch_size} per GPU on {advice.n_gpus}; "
-              f"B_noise {advice.b_noise:,.0f}" + (f"; predicted time to target x{advice.speedup:.2f} faster"
-                                                  if advice.speedup else ""), markup=False)
-    out.print(f"learning rate: x{advice.lr_factor:.2f} ({advice.lr_rule} rule: {advice.lr_rule_why})", markup=False)
+              f"{model}" + (f"; predicted time to target x{advice.speedup:.2f} faster"
+                            if advice.speedup else ""), markup=False)
+    rate = f"{advice.lr:.3g}, " if advice.lr is not None else ""
+    out.print(f"learning rate: {rate}x{advice.lr_factor:.2f} ({advice.lr_rule} rule: {advice.lr_rule_why})", markup=False)
     if advice.warmup:
         out.print(f"warm-up: {advice.warmup}", markup=False)
     for note in advice.notes:

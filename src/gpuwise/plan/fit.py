@@ -116,6 +116,7 @@ class FitOption:
     train_cmd: str | None = None     # `gpuwise train ...` that runs this option (None: train does not run it)
     needs: list[str] = field(default_factory=list)  # packages to install to run it (base install)
     sized: bool = True                                # False: not traced, a needed package is missing
+    extrapolated: bool = False  # its numbers are the labelled fallback (Point.extrapolate), not estimate's
 
     def to_dict(self) -> dict[str, Any]:
         d = {"name": self.name, "changes": self.changes, "fits": self.fits,
@@ -413,7 +414,7 @@ def _option(ev: Evaluator, v: Variant, spec: GpuSpec, micro: int, accum: int, li
     name = v.name if accum == 1 else f"{v.name} + accumulation {accum}x{micro}"
     return FitOption(name, _changes(v, micro, accum, v.split.nproc), point.device_used_bytes <= limit,
                      point.device_used_bytes, sps, samples * v.split.data_parallel, _notes(v, micro, accum, point),
-                     micro, accum, t)
+                     micro, accum, t, extrapolated=point.extrapolated)
 
 
 def _best_micro_batch(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limit: float) -> FitOption:
@@ -421,11 +422,14 @@ def _best_micro_batch(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limi
     largest-batch loop (bracket.search) over the divisors in ascending order: micro-batch 1 first (when
     even that does not fit, nothing larger does: one trace for the variants that cannot fit), then the
     whole batch, then the divisor the two predict (memory is about linear in the batch), then
-    bisection. The answer is traced and fits, and the next larger divisor is traced and does not (the
+    bisection. A variant that trains adapters (LoRA, QLoRA: its trained state is a sliver of the model, the
+    batch's activations decide) asks the whole batch first: when that fits, micro-batch 1 does too (the
+    same premise as above) and is not traced; the answer is the same in either order, only the traces
+    run differ. The answer is traced and fits, and the next larger divisor is traced and does not (the
     rule estimate's largest batch keeps). A fitting answer that was extrapolated (the rebuild does not
     cover the step) is traced whole, as its `estimate_cmd` is, and stepped down if it then does not fit."""
-    best = _searched(ev, v, spec, batch, limit)
-    if not best.fits or not _extrapolated(best):
+    best = _searched(ev, v, spec, batch, limit, whole_first=v.modes.adapters)
+    if not best.fits or not best.extrapolated:
         return best
     # the answer of a step the rebuild does not cover: traced whole, as its estimate_cmd traces it (the
     # extrapolation only led the search); the next smaller divisor where that does not fit
@@ -436,11 +440,8 @@ def _best_micro_batch(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limi
     return best
 
 
-def _extrapolated(option: FitOption) -> bool:
-    return any(n.startswith("numbers from traces with") for n in option.notes)
-
-
-def _searched(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limit: float) -> FitOption:
+def _searched(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limit: float,
+              whole_first: bool = False) -> FitOption:
     divisors = sorted(_divisors(batch))        # index k (1-based) -> the k-th smallest divisor
     tried: dict[int, FitOption] = {}
 
@@ -451,6 +452,8 @@ def _searched(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limit: float
         return tried[k].fits
 
     n = len(divisors)
+    if whole_first and trial(n):
+        return tried[n]
     if not trial(1) or n == 1:
         return tried[1]
     if trial(n):

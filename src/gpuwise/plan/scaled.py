@@ -46,6 +46,7 @@ class Point:
     activations_bytes: int = 0      # most saved activations live at once
     batch_norm: bool = False        # the step runs batch norm (accumulation changes its statistics)
     op_costs: Any = None            # plan/speed/ops.py OpCosts of the step (the speed model's input)
+    extrapolated: bool = False      # linear in the blocks from two small traces (the labelled fallback)
 
     def extrapolate(self, two: Point, layers: int, at: tuple[int, int] = (1, 2)) -> Point:
         """The step at `layers` from this point and `two`, traced with `at` = (a, a + 1) layers. Each
@@ -68,7 +69,8 @@ class Point:
                  if self.op_costs is not None and two.op_costs is not None else None)
         return Point(best[0] + above, best[0], best[1], lin(self.flops_per_step, two.flops_per_step),
                      lin(self.trainable_bytes, two.trainable_bytes), two.block_param_bytes, list(two.notes),
-                     {}, lin(self.activations_bytes, two.activations_bytes), self.batch_norm or two.batch_norm, costs)
+                     {}, lin(self.activations_bytes, two.activations_bytes), self.batch_norm or two.batch_norm, costs,
+                     extrapolated=True)
 
 
 def phase_peaks(trace: MemoryTrace, round_to: int = 512) -> tuple[dict[str, tuple[int, dict[str, int]]], int]:

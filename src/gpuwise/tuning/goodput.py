@@ -31,6 +31,8 @@ from dataclasses import asdict, dataclass, field
 
 WARMUP_ABOVE = 2.0       # warm up when the learning rate grows by more than this factor (Goyal et al. 2017)
 WARMUP_FRACTION = 0.05   # ... linearly over this share of the run's steps
+FULL_STEP = 1e-3         # |1 - e c| below this counts as this: a step at e = 1/c takes a quadratic's loss along G to
+                         # 0, but a real gradient is spread over H's directions and keeps some of it
 ADAPTIVE = ("adam", "adamw", "adamax", "nadam", "radam", "adagrad", "adafactor", "rmsprop", "lamb", "lion")
 
 
@@ -116,6 +118,35 @@ def noise_floor(lr: float, batch: float, tr_sigma: float, curvature: float = 0.0
     return lr * tr_sigma / (2 * batch * (2 - lr * curvature))
 
 
+def reference_steps_per_step(lr: float, ref_lr: float, curvature: float) -> float:
+    """How many of the reference run's steps (rate `ref_lr`) one step at rate `lr` covers where the gradient's
+    curvature is `curvature` (G'HG / |G|^2); 0 where the step makes no progress (lr c >= 2).
+
+    Eq. 2.4 without the noise term: a step at e lowers the loss by e |G|^2 - e^2/2 G'HG, the fraction
+    f(e) = 1 - (1 - e c)^2 of the loss along G. The ratio f(lr) / f(ref_lr) is what one step covers only while
+    both fractions are small. A step larger than the reference's spans several reference steps, and along G the
+    loss shrinks geometrically, by (1 - e c)^2 a step (exactly, on a quadratic), so it covers
+    ln|1 - lr c| / ln|1 - ref_lr c| reference steps, more than the ratio. Logistic regression at lr 4, B 16384:
+    e c = 0.8 at the start, one step removes 96 % of the loss along G; summing the ratio gave 8.7 steps to the
+    target for 5 measured (the -39 % on its steps ratio), the geometric count 5. A step smaller than the
+    reference's keeps the ratio: compounding there would credit the reference's own step with a contraction at
+    its c, and late in a noisy run c is the curvature of the noise its steps put in H's sharp directions, not
+    of its progress (the LM: ref_lr c 0.8-0.9 while its loss fell 0.1 % a step; compounded, its B = 2 came out
+    at 678 steps for 350 measured)."""
+    def frac(e: float) -> float:
+        return 1.0 - (1.0 - e * curvature) ** 2
+
+    if frac(lr) <= 0:
+        return 0.0
+    if frac(ref_lr) <= 0:
+        return lr / ref_lr  # no curvature reading to go by: the path's length in rate units
+    ratio = frac(lr) / frac(ref_lr)
+    a, b = abs(1.0 - lr * curvature), abs(1.0 - ref_lr * curvature)
+    if lr <= ref_lr or b >= 1.0 or b <= 0.0:
+        return ratio
+    return max(ratio, math.log(max(a, FULL_STEP)) / math.log(b))
+
+
 def steps_to_target(path: Sequence[tuple[float, float, float, float]], losses: Sequence[float], target: float,
                     batch: float, ref_batch: float, ref_lr: float, tr_sigma: float, curvature: float = 0.0,
                     lr_cap: float = math.inf, grid: float = 2 ** 0.125) -> tuple[float, float, bool]:
@@ -151,16 +182,59 @@ def steps_to_target(path: Sequence[tuple[float, float, float, float]], losses: S
                 if g2 <= 0 or ghg <= 0:
                     total += ref_lr / step  # no curvature reading: the path's length in rate units
                     continue
-                covered, gain = ref_lr * g2 - ref_lr ** 2 / 2 * ghg, step * g2 - step * step / 2 * ghg
-                if gain <= 0:
+                worth = reference_steps_per_step(step, ref_lr, ghg / g2)
+                if worth <= 0:
                     total = math.inf  # past twice the best step along G: no progress at this rate
                     break
-                total += covered / gain if covered > 0 else ref_lr / step
+                total += 1.0 / worth
             if total < best[0]:
                 best = (total, e, short)
         short = k is None
         e /= grid
     return best
+
+
+@dataclass
+class ReferencePath:
+    """A reference run's path to and past a target loss: what `steps_to_target` follows, for any batch.
+
+    `readings`: (|G|^2, G'HG, tr(H Sigma), lambda_max) at each of the reference run's steps and `losses` the loss
+    before each step (and after the last), both smoothed; the run was SGD at `lr`, `batch`. `tr_sigma` and
+    `curvature` (tr(H Sigma) / tr(Sigma)) are the noise at the target. `lr_max`: the largest rate a run may use.
+    benchmarks/goodput_validate.py records one per task (`--save-paths DIR`); `tune --objective goodput
+    --reference-path FILE` predicts steps(B) from one."""
+    readings: list
+    losses: list
+    batch: int
+    lr: float
+    tr_sigma: float
+    curvature: float
+    target: float
+    lr_max: float = math.inf
+
+    def steps(self, batch: float, target: float | None = None) -> tuple[float, float, bool]:
+        """(steps, learning rate, path_limited) at `batch`: `steps_to_target` along this path."""
+        return steps_to_target(self.readings, self.losses, self.target if target is None else target, batch,
+                               self.batch, self.lr, self.tr_sigma, self.curvature, self.lr_max)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["lr_max"] = None if math.isinf(self.lr_max) else self.lr_max
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ReferencePath:
+        need = ("readings", "losses", "batch", "lr", "tr_sigma", "curvature", "target")
+        missing = [k for k in need if d.get(k) is None]
+        if missing:
+            raise ValueError(f"a reference path needs {', '.join(missing)}")
+        readings = [tuple(float(x) for x in r) for r in d["readings"]]
+        if not readings or any(len(r) != 4 for r in readings) or len(d["losses"]) < len(readings):
+            raise ValueError("a reference path needs one (|G|^2, G'HG, tr(H Sigma), lambda_max) reading a step and "
+                             "a loss before each step")
+        lr_max = d.get("lr_max")
+        return cls(readings, [float(x) for x in d["losses"]], int(d["batch"]), float(d["lr"]), float(d["tr_sigma"]),
+                   float(d["curvature"]), float(d["target"]), math.inf if lr_max is None else float(lr_max))
 
 
 def best_batch_linear_time(b_noise: float, fixed_s: float, per_sample_s: float) -> float:
@@ -212,6 +286,9 @@ class GoodputPoint:
     steps_factor: float          # steps(B) / S_min
     time_factor_s: float         # steps_factor x step_time_s: time to target / S_min
     measured: bool = True
+    steps: float | None = None   # reference_path: the predicted steps to the target (steps_factor is these)
+    lr: float | None = None      # reference_path: the learning rate of those steps
+    path_limited: bool | None = None  # reference_path: a longer reference run might lower the steps
 
 
 @dataclass
@@ -228,45 +305,77 @@ class GoodputAdvice:
     speedup: float | None        # predicted time to target, current / recommended
     points: list[GoodputPoint] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    steps_model: str = "eq_2_11"  # "eq_2_11": S_min (1 + B_noise / B); "reference_path": steps_to_target
+    lr: float | None = None       # reference_path: the learning rate at the recommended batch
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def advise(b_noise: float, step_time: Callable[[int], float], candidates: Sequence[int],
+def advise(b_noise: float | None, step_time: Callable[[int], float], candidates: Sequence[int],
            current_batch: int | None = None, n_gpus: int = 1, optimizer: str | None = None,
-           measured: Sequence[int] = ()) -> GoodputAdvice:
+           measured: Sequence[int] = (), path: ReferencePath | None = None,
+           target: float | None = None) -> GoodputAdvice:
     """The candidate global batch with the least predicted time to target, steps(B) x step_time(B).
 
-    `step_time(B)` is the time of one optimizer step at global batch B on `n_gpus` (measured or planned);
-    candidates should be multiples of `n_gpus`."""
-    if b_noise <= 0 or not math.isfinite(b_noise):
+    steps(B): with a reference `path`, `steps_to_target` along it (the steps and the learning rate at each batch;
+    `target` overrides the path's target loss), else eq. 2.11's S_min (1 + B_noise / B) (steps_factor is then
+    per S_min). `step_time(B)` is the time of one optimizer step at global batch B on `n_gpus` (measured or
+    planned); candidates should be multiples of `n_gpus`."""
+    if path is None and (b_noise is None or b_noise <= 0 or not math.isfinite(b_noise)):
         raise ValueError(f"the noise scale must be positive and finite, got {b_noise}")
     if n_gpus < 1:
         raise ValueError(f"n_gpus must be at least 1, got {n_gpus}")
     points = []
     for b in sorted(set(candidates)):
         t = step_time(b)
-        f = steps_factor(b, b_noise)
-        points.append(GoodputPoint(b, t, f, f * t, b in measured))
+        if path is not None:
+            steps, lr, limited = path.steps(b, target)
+            points.append(GoodputPoint(b, t, steps, steps * t, b in measured, steps, None if math.isnan(lr) else lr,
+                                       limited))
+        else:
+            f = steps_factor(b, b_noise)
+            points.append(GoodputPoint(b, t, f, f * t, b in measured))
     if not points:
         raise ValueError("no candidate batch sizes")
     best = min(points, key=lambda p: p.time_factor_s)
-    rule, why = lr_rule(optimizer)
-    base = current_batch or best.batch_size
-    factor = scaled_lr(1.0, base, best.batch_size, b_noise, rule)
+    if not math.isfinite(best.time_factor_s):
+        raise ValueError("no candidate batch reaches the target along the reference path"
+                         if path is not None else "no candidate batch has a step time")
+    now = next((p for p in points if p.batch_size == current_batch), None)
+    notes = []
+    if path is not None:
+        rule, why = "path", (f"the rate at which the run reaches the target in the fewest steps along the reference "
+                             f"path (steps_to_target, searched below lr_max {path.lr_max:g}); the reference ran "
+                             f"SGD at lr {path.lr:g}, batch {path.batch}")
+        factor = best.lr / now.lr if now is not None and now.lr else best.lr / path.lr
+        if now is None or not now.lr:
+            notes.append(f"learning-rate factor relative to the reference run's lr {path.lr:g}")
+        notes.append(f"steps(B) from the reference path to loss {path.target if target is None else target:g}: "
+                     + ", ".join(f"B={p.batch_size} {p.steps:.0f} steps at lr {p.lr:.3g}" for p in points
+                                 if p.steps is not None and math.isfinite(p.steps)))
+        if any(p.path_limited for p in points):
+            notes.append("the reference path ended before some batches' best rate: record a longer reference run")
+    else:
+        rule, why = lr_rule(optimizer)
+        factor = scaled_lr(1.0, current_batch or best.batch_size, best.batch_size, b_noise, rule)
     warmup = (f"warm up linearly from the current learning rate over the first {WARMUP_FRACTION:.0%} of the steps "
               f"(the rate grows x{factor:.2f}; Goyal et al. 2017)") if factor > WARMUP_ABOVE else None
     speedup = None
     if current_batch:
-        now = steps_factor(current_batch, b_noise) * step_time(current_batch)
-        speedup = now / best.time_factor_s
+        if now is None:
+            now = GoodputPoint(current_batch, step_time(current_batch), 0.0, 0.0)
+            now.time_factor_s = (path.steps(current_batch, target)[0] if path is not None
+                                 else steps_factor(current_batch, b_noise)) * now.step_time_s
+        speedup = now.time_factor_s / best.time_factor_s if math.isfinite(now.time_factor_s) else None
     return GoodputAdvice(b_noise, best.batch_size, current_batch, max(best.batch_size // n_gpus, 1), n_gpus,
-                         rule, why, factor, warmup, speedup, points)
+                         rule, why, factor, warmup, speedup, points, notes,
+                         "reference_path" if path is not None else "eq_2_11", best.lr)
 
 
-def from_trials(trials, b_noise: float, current_batch: int | None, n_gpus: int = 1,
-                optimizer: str | None = None) -> GoodputAdvice:
+def from_trials(trials, b_noise: float | None, current_batch: int | None, n_gpus: int = 1,
+                optimizer: str | None = None, path: ReferencePath | None = None,
+                target: float | None = None) -> GoodputAdvice:
     """`tune WORKLOAD --objective goodput`: step_time(B) = B / samples_per_s of the tune's measured trials (the
     end-to-end `train` trials where there are, else `compute`), at each batch size measured."""
     compute: dict[int, float] = {}
@@ -281,7 +390,7 @@ def from_trials(trials, b_noise: float, current_batch: int | None, n_gpus: int =
         raise ValueError("no batch size was measured: nothing to weigh the noise scale against")
     batches = [b for b in sorted(rates) if b % n_gpus == 0] or sorted(rates)
     adv = advise(b_noise, lambda b: b / rates[b] if b in rates else math.inf, batches, current_batch
-                 if current_batch in rates else None, n_gpus, optimizer, measured=batches)
+                 if current_batch in rates else None, n_gpus, optimizer, measured=batches, path=path, target=target)
     adv.notes.append(f"step time measured at batch sizes {batches} (B / samples_per_s of the tune's trials)")
     return adv
 
@@ -300,3 +409,45 @@ def from_one_batch(b_noise: float, current_batch: int, n_gpus: int = 1, optimize
                          [], [f"step time known at the script's batch ({current_batch}) only: batch B_noise is the "
                               f"critical batch (x2 the minimum steps and x2 the minimum samples); steps to the same "
                               f"loss x{1 / fewer:.2f} of now, samples x{(target + b_noise) / (current_batch + b_noise):.2f}"])
+
+
+def from_path_one_batch(path: ReferencePath, current_batch: int, n_gpus: int = 1,
+                        target: float | None = None) -> GoodputAdvice:
+    """`tune --objective goodput --reference-path FILE -- CMD`: step time known at the script's batch only, so the
+    answer is the critical batch of the reference path: the smallest power of two (in whole per-GPU batches) whose
+    predicted steps to the target are within twice the fewest (at a batch of 2^24), as `from_one_batch` is for
+    eq. 2.11; its learning rate is the path's."""
+    s_min, _, _ = path.steps(2 ** 24, target)
+    if not math.isfinite(s_min):
+        raise ValueError("no batch reaches the target along the reference path")
+    now_steps, now_lr, _ = path.steps(current_batch, target)
+    pick = None
+    for k in range(25):
+        b = max(n_gpus, round(2 ** k / n_gpus) * n_gpus)
+        steps, lr, limited = path.steps(b, target)
+        if steps <= 2 * s_min:
+            pick = GoodputPoint(b, math.nan, steps, math.nan, False, steps, lr, limited)
+            break
+    factor = pick.lr / now_lr if math.isfinite(now_lr) and now_lr else pick.lr / path.lr
+    warmup = (f"warm up linearly from the current learning rate over the first {WARMUP_FRACTION:.0%} of the steps "
+              f"(the rate grows x{factor:.2f}; Goyal et al. 2017)") if factor > WARMUP_ABOVE else None
+    notes = [f"step time known at the script's batch ({current_batch}) only: the critical batch of the reference path "
+             f"(within 2x the fewest steps, {s_min:.0f}): {pick.steps:.0f} steps at lr {pick.lr:.3g} for "
+             f"{now_steps:.0f} at the script's batch"]
+    return GoodputAdvice(None, pick.batch_size, current_batch, pick.batch_size // n_gpus, n_gpus, "path",
+                         f"the rate with the fewest steps to the target along the reference path (SGD at lr {path.lr:g}, "
+                         f"batch {path.batch})", factor, warmup, None, [pick], notes, "reference_path", pick.lr)
+
+
+def load_path(file: str) -> ReferencePath:
+    """A ReferencePath from a JSON file (ReferencePath.to_dict()); ValueError with one line when it is not one."""
+    import json
+
+    try:
+        with open(file) as fh:
+            data = json.load(fh)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"cannot read the reference path {file}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{file}: not a reference path (a JSON object)")
+    return ReferencePath.from_dict(data)

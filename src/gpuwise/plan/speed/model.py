@@ -2,7 +2,7 @@
 
     step = max(GPU time, host dispatch time)
     GPU time = forward + backward + optimizer kernels (GEMMs: gemm.py; fused attention: attention.py;
-               convolutions at the matmul efficiency; everything else: memory_bound.py; + a gap per
+               convolutions: conv.py; everything else: memory_bound.py; + a gap per
                kernel: launch.py) + exposed communication + compute slowed by the SMs NCCL holds
                while it overlaps (overlap.py over comm.py)
 
@@ -19,6 +19,7 @@ from ...errors import GpuwiseError
 from ..catalog import GpuSpec, speed_spec
 from . import launch
 from .attention import attention_s
+from .conv import conv_s
 from .gemm import gemm_s
 from .memory_bound import memory_bound_s
 from .ops import OpCosts
@@ -87,6 +88,7 @@ def predict(costs: OpCosts, gpu: GpuSpec, precision: str, *, samples_per_rank: i
     sp = speed_spec(gpu)
     bw = gpu.bandwidth_bytes_per_s
     half_peak = peak_for(gpu, 2, precision)
+    tf32_peak = gpu.flops.get("tf32", 0.0) if precision == "tf32" else 0.0  # convolutions: see conv.py
     phases: dict[str, dict[str, float]] = {}
 
     def add(phase: str, part: str, seconds: float) -> None:
@@ -99,9 +101,9 @@ def predict(costs: OpCosts, gpu: GpuSpec, precision: str, *, samples_per_rank: i
                                             sp.sm_count, sp.matmul_efficiency, bw * sp.memory_efficiency))
     for (phase, kernel), flops in costs.attention.items():
         add(phase, "attention", attention_s(flops, kernel, phase, gpu.arch, half_peak))
-    for phase, flops in costs.conv_flops.items():
-        conv_peak = half_peak if precision in ("bf16", "fp16", "bf16-pure") else peak_for(gpu, 4, precision)
-        add(phase, "matmul", flops / (conv_peak * sp.matmul_efficiency) if conv_peak else 0.0)
+    for (phase, flops, nbytes, nchw_bytes, itemsize), calls in costs.convs.items():
+        add(phase, "matmul", calls * conv_s(flops, nbytes, nchw_bytes, itemsize, half_peak, tf32_peak,
+                                            gpu.peak_flops("fp32"), sp.matmul_efficiency, bw, sp.memory_efficiency))
     for phase, nbytes in costs.memory_bytes.items():
         add(phase, "memory_bound", memory_bound_s(nbytes, bw, sp.memory_efficiency))
     for phase, kernels in costs.kernels.items():

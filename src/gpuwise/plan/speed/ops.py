@@ -40,12 +40,13 @@ FOREACH_MAX_TENSORS = (110, 64, 48, 36, 30)
 class OpCosts:
     gemms: Counter = field(default_factory=Counter)       # (phase, batch, m, n, k, itemsize) -> calls
     attention: Counter = field(default_factory=Counter)   # (phase, kernel) -> FLOPs
-    conv_flops: Counter = field(default_factory=Counter)  # phase -> FLOPs
+    # (phase, FLOPs, bytes read + written, bytes of its NCHW activations, operand itemsize) -> calls
+    convs: Counter = field(default_factory=Counter)
     memory_bytes: Counter = field(default_factory=Counter)  # phase -> bytes read + written by other kernels
     kernels: Counter = field(default_factory=Counter)     # phase -> kernels launched (all kinds)
     host_ops: Counter = field(default_factory=Counter)    # phase -> aten ops dispatched (views included)
 
-    PARTS = ("gemms", "attention", "conv_flops", "memory_bytes", "kernels", "host_ops")
+    PARTS = ("gemms", "attention", "convs", "memory_bytes", "kernels", "host_ops")
 
     def record(self, name: str, phase: str, args: tuple, kwargs: dict, out: Any, flops: int, func: Any = None) -> None:
         """One aten op of the steady step (`name` as 'aten.mm'; `flops` from torch's flop formulas; `func`
@@ -64,7 +65,7 @@ class OpCosts:
             self.attention[(phase, ATTENTION_KERNELS[name])] += flops / 2 if _causal(func, args, kwargs) else flops
             self.kernels[phase] += 1
         elif name in CONV_OPS or flops:
-            self.conv_flops[phase] += flops
+            self.convs[(phase, flops, *_conv_bytes(name, args, out))] += 1
             self.kernels[phase] += 1
         else:
             tensors = _tensors((args, kwargs)) + _tensors(out)
@@ -155,6 +156,26 @@ def _gemm_shape(name: str, args) -> tuple[int, int, int, int, int]:
     m, k = shape_a[-2], shape_a[-1]
     n = shape_b[-1]
     return batch, int(m), int(n), int(k), a.element_size()
+
+
+def _conv_bytes(name: str, args, out) -> tuple[int, int, int]:
+    """(bytes the convolution reads and writes, bytes of those that are channels-first activations, operand
+    itemsize). Activations: the tensors with the input's batch dimension other than the weight
+    (aten.convolution: input, weight, ...; aten.convolution_backward: grad_output, input, weight, ...)."""
+    import torch
+
+    tensors = _tensors(args) + _tensors(out)
+    nbytes = sum(_bytes(t) for t in tensors)
+    if not tensors:
+        return nbytes, 0, 4
+    weight_at = 2 if name == "aten.convolution_backward" else 1
+    weight = args[weight_at] if len(args) > weight_at else None
+    inp = args[weight_at - 1] if isinstance(args[weight_at - 1], torch.Tensor) else tensors[0]
+    channels_first = inp.dim() >= 4 and inp.is_contiguous() and not (
+        inp.is_contiguous(memory_format=torch.channels_last) if inp.dim() == 4 else
+        inp.is_contiguous(memory_format=torch.channels_last_3d))
+    acts = [t for t in tensors if t is not weight and t.dim() == inp.dim() and t.shape[0] == inp.shape[0]]
+    return nbytes, sum(_bytes(t) for t in acts) if channels_first else 0, inp.element_size()
 
 
 def _foreach_launches(name: str, args) -> int:

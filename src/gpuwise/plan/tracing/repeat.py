@@ -80,6 +80,7 @@ def rebuild(trace: MemoryTrace, layers: int) -> MemoryTrace:
     out: list[MemEvent] = []
     ids: dict[tuple, int] = {}
     freed: set[int] = set()
+    names: dict[tuple[str, int], str] = {}  # (module, shift) -> the module moved by the shift
     steady = None
     for c, (t, start, end) in enumerate(chunks):
         if t is None or t == 0:
@@ -121,8 +122,11 @@ def rebuild(trace: MemoryTrace, layers: int) -> MemoryTrace:
                     raise NotRepeating(f"a free does not match one allocation (event {start}+, block {t})")
                 else:
                     freed.add(ids[key])
-                out.append(MemEvent(e.action, ids[key], e.nbytes, e.category, e.phase,
-                                    _moved(e.module, prefix, moved), e.op, e.stream))
+                where = (e.module, moved)
+                module = names.get(where)
+                if module is None:  # remembered: the rebuild names the same modules L times over
+                    module = names[where] = _moved(e.module, prefix, moved)
+                out.append(MemEvent(e.action, ids[key], e.nbytes, e.category, e.phase, module, e.op, e.stream))
     if steady is None:
         steady = len(out)
     return MemoryTrace(out, steady, trace.device_type, trace.method, list(trace.notes), trace.flops_per_step)
