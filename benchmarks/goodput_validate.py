@@ -48,9 +48,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from gpuwise.bootstrap.noise import ROW_KEYS, NoiseProbe  # noqa: E402
 from gpuwise.monitoring.noise_scale import EMA_DECAY, noise_scale  # noqa: E402
 from gpuwise.tuning import goodput  # noqa: E402
+from gpuwise.tuning.reference import HessianNoise, follow, to_path  # noqa: E402
 
-POWER_ITERATIONS = 20   # H's top eigenvalue: power iterations at the first reading ...
-POWER_WARM = 3          # ... then per reading, from the last vector (H moves little in a step)
 PATH_WINDOW = 0.1       # the path's readings: centred means over +-10 % of the run (one value for every task)
 REF_PAST = 2.0          # the reference run's readings go on for twice its steps to the target again: far
                         # enough that no prediction is limited by the run's end (path_limited, checked below)
@@ -69,6 +68,7 @@ class Task:
     batch_sizes: list
     eval_every: int = 5
     max_steps: int = 20000
+    min_seeds: int = 1     # at least this many runs per point, whatever --seeds says
 
 
 # -- the tasks ------------------------------------------------------------------------------------------------
@@ -100,7 +100,11 @@ def logreg_task() -> Task:
             return float(bce(m(x_eval).squeeze(1), y_eval))
 
     return Task("logreg", model, batch, loss, eval_loss, target=best + 0.01, lr_max=4.0,
-                batch_sizes=[16, 64, 256, 1024, 4096, 16384], eval_every=1)
+                batch_sizes=[16, 64, 256, 1024, 4096, 16384], eval_every=1,
+                # B = 16 ends near its noise floor, where the mean loss of few runs crosses the target late or early
+                # by chance: with 4 seeds its steps read 348 (seeds 0-3) and 264 (10-13), with 16 357 and 338 (0-15,
+                # 20-35). The runs are cheap
+                min_seeds=16)
 
 
 def mlp_task() -> Task:
@@ -249,77 +253,6 @@ def seeds_to_target(task: Task, b: int, lr: float, seeds: list[int], limit: floa
     return {"steps": None, "first_dip": first, "step_time_s": statistics.median(times)}
 
 
-class HessianNoise:
-    """The paper's B_noise = tr(H Sigma) / G'HG (McCandlish et al. 2018, eq. 2.6; B_simple = tr(Sigma)/|G|^2 is
-    its value when H is a multiple of the identity, section 2.2) at the current parameters, with the same
-    two-batch-size estimators as B_simple (Appendix A) applied to the H-norm: for a mean gradient g_b over b
-    examples, E[g_b' H g_b] = G'HG + tr(H Sigma)/b. Per reading: `parts` independent micro-batches of `small`
-    examples (g_j) and their mean (a batch of parts x small), H from an independent batch of `h_batch`
-    (Hessian-vector products, double backward), so H's sampling noise is independent of the g's. Batches
-    come from a generator of their own: the training run's path is unchanged. Readings also give B_simple
-    from the same gradients (H = I), for comparison."""
-
-    def __init__(self, task: Task, small: int, parts: int, h_batch: int, seed: int):
-        self.task, self.small, self.parts, self.h_batch = task, small, parts, h_batch
-        self.gen = torch.Generator().manual_seed(seed)
-        self.readings: list[tuple] = []  # (G'HG, tr(H Sigma), |G|^2, tr(Sigma), lambda_max)
-        self.top = None                  # the power iteration's vector
-
-    def read(self, m) -> None:
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-
-        params = [p for p in m.parameters() if p.requires_grad]
-        with sdpa_kernel(SDPBackend.MATH):  # CPU's fused attention has no double backward
-            gh = torch.autograd.grad(self.task.loss(m, self.task.batch(self.h_batch, self.gen)), params,
-                                     create_graph=True)
-            gs = [torch.autograd.grad(self.task.loss(m, self.task.batch(self.small, self.gen)), params)
-                  for _ in range(self.parts)]
-            big = [sum(g[i] for g in gs) / self.parts for i in range(len(params))]
-
-            def h_norm(v):
-                hv = torch.autograd.grad(gh, params, grad_outputs=v, retain_graph=True)
-                return float(sum((a * b).sum() for a, b in zip(v, hv)))
-
-            q_small = statistics.mean(h_norm(g) for g in gs)
-            q_big = h_norm(big)
-            # H's top eigenvalue: power iteration, warm-started from the last reading's vector
-            v = self.top or [torch.randn(p.shape, generator=self.gen) for p in params]
-            lam = 0.0
-            for _ in range(POWER_ITERATIONS if self.top is None else POWER_WARM):
-                norm = math.sqrt(float(sum((x * x).sum() for x in v)))
-                v = [x / norm for x in v]
-                hv = torch.autograd.grad(gh, params, grad_outputs=v, retain_graph=True)
-                lam = float(sum((a * b).sum() for a, b in zip(v, hv)))
-                v = [x.detach() for x in hv]
-            self.top = v
-        n_small = statistics.mean(float(sum((x * x).sum() for x in g)) for g in gs)
-        n_big = float(sum((x * x).sum() for x in big))
-        b, bb = self.small, self.small * self.parts
-        self.readings.append(((bb * q_big - b * q_small) / (bb - b), (q_small - q_big) / (1 / b - 1 / bb),
-                              (bb * n_big - b * n_small) / (bb - b), (n_small - n_big) / (1 / b - 1 / bb), abs(lam)))
-
-    def path(self) -> list[tuple[float, float, float, float]]:
-        """(|G|^2, G'HG, tr(H Sigma), lambda_max) at every reading, each the mean of the readings within
-        PATH_WINDOW of the run on either side (`goodput.centred_means`; one reading is noisy), for
-        `goodput.steps_along_path`. Not the paper's EMA: it lags, and these quantities change tens of times
-        along a run (logreg's |G|^2 falls 0.11 -> 0.003 in 25 steps), so the EMA's path carried readings from
-        earlier, larger gradients (the loss its steps covered summed to 2.1x the reference run's real drop on
-        logreg, 3.7x on the MLP, 2.3x on the LM; centred: 0.95x, 2.2x, 0.84x)."""
-        rows = [(r[2], r[0], r[1], r[4]) for r in self.readings]
-        return [tuple(x) for x in goodput.centred_means(rows, PATH_WINDOW)]
-
-    def series(self, hessian: bool = True) -> list[float | None]:
-        """The paper's EMA (of numerator and denominator, then their ratio) after every reading; None while the
-        denominator's EMA is not positive (early, H can have negative curvature along G)."""
-        i, j = (0, 1) if hessian else (2, 3)
-        num = den = 0.0
-        out = []
-        for r in self.readings:
-            num, den = EMA_DECAY * num + r[j], EMA_DECAY * den + r[i]
-            out.append(num / den if den > 0 and num > 0 else None)
-        return out
-
-
 def measure_b_noise(task: Task, seed: int) -> dict:
     """B_noise for steps(B) over the run to the target. A reference run (a middle batch, lr_max / 8, slow so
     that it follows the deterministic path) reads, at every step, gpuwise's probe (B_simple, what `watch`
@@ -329,7 +262,7 @@ def measure_b_noise(task: Task, seed: int) -> dict:
     target loss) and the whole-run ratio of means (what `watch` reports as b_simple)."""
     b = task.batch_sizes[len(task.batch_sizes) // 2]
     probe = NoiseProbe(torch, budget_fraction=1.0)
-    hess = HessianNoise(task, small=max(1, b // 8), parts=8, h_batch=4 * b, seed=seed + 7)
+    hess = HessianNoise(task.loss, task.batch, small=max(1, b // 8), parts=8, h_batch=4 * b, seed=seed + 7)
     try:
         ref = train_to_target(task, b, task.lr_max / 8, seed, probe)
     finally:
@@ -338,10 +271,11 @@ def measure_b_noise(task: Task, seed: int) -> dict:
     # passes would be seen by the probe's global hooks) and the loss at every step, REF_PAST x its steps further
     # than the target: a run with more noise must get its noise-free path below the target
     k = ref["steps"]
-    losses = follow(task, b, task.lr_max / 8, seed, hess, round(k * (1 + REF_PAST)))
+    losses = follow(task.model, task.loss, task.batch, task.eval_loss, b, task.lr_max / 8, seed, hess,
+                    round(k * (1 + REF_PAST)))
     readings = hess.readings
-    path = hess.path()  # over the whole run, the smoothing window included
-    at_target = goodput.centred_means([r[:4] for r in readings], PATH_WINDOW)[k]
+    # the path over the whole run, the smoothing window included (what `reference.record` gives a user)
+    reference = to_path(hess, losses, k, b, task.lr_max / 8, task.target, task.lr_max, PATH_WINDOW)
     hess.readings = readings[:k]  # the noise-scale series below: up to the target, as before
     rows = [dict(zip(ROW_KEYS, r)) for r in probe.rows()]  # rows() hands them over once
     whole = noise_scale(rows)
@@ -363,26 +297,9 @@ def measure_b_noise(task: Task, seed: int) -> dict:
             "b_simple_end": evolution[-1], "b_simple_whole_run": whole["b_simple"], "ci_low": whole["ci_low"],
             "ci_high": whole["ci_high"], "b_simple_first": evolution[0], "steps_used": whole["steps_used"],
             "estimator": whole["estimator"],
-            "hessian_series": h_series, "b_simple_series": probe_series, "path": path,
-            "path_losses": [x[0] for x in goodput.centred_means([(v,) for v in losses], PATH_WINDOW)],
-            "tr_sigma_at_target": at_target[3], "curvature_at_target": at_target[1] / at_target[3]}
-
-
-def follow(task: Task, b: int, lr: float, seed: int, hessian: HessianNoise, steps: int) -> list[float]:
-    """`steps` steps of the reference run with the Hessian readings; the evaluation loss before each step and
-    after the last."""
-    m = task.model()
-    opt = torch.optim.SGD(m.parameters(), lr=lr)
-    gen = torch.Generator().manual_seed(seed)
-    losses = [task.eval_loss(m)]
-    for _ in range(steps):
-        bt = task.batch(b, gen)
-        opt.zero_grad(set_to_none=True)
-        task.loss(m, bt).backward()
-        hessian.read(m)
-        opt.step()
-        losses.append(task.eval_loss(m))
-    return losses
+            "hessian_series": h_series, "b_simple_series": probe_series, "path": reference.readings,
+            "path_losses": reference.losses, "tr_sigma_at_target": reference.tr_sigma,
+            "curvature_at_target": reference.curvature}
 
 
 def run_task(task: Task, seeds: list[int], save_paths: str | None = None) -> dict:
@@ -544,6 +461,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tasks", default=",".join(TASKS))
     p.add_argument("--seeds", type=int, default=3, help="training runs per batch size (default 3)")
+    p.add_argument("--first-seed", type=int, default=0, help="the seeds are FIRST..FIRST+SEEDS-1 (the training runs' "
+                   "batches; the reference run's is FIRST+100): another draw of every measurement (default 0)")
     p.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "goodput_validate.json"))
     p.add_argument("--plot", default=os.path.join(ROOT, "docs", "goodput-validate.png"))
     p.add_argument("--replot", action="store_true", help="only redraw the plot from the results file")
@@ -561,7 +480,9 @@ def main(argv=None) -> int:
     for name in args.tasks.split(","):
         task = TASKS[name]()
         print(f"{name}: target loss {task.target:.4f}", file=sys.stderr)
-        r = run_task(task, list(range(args.seeds)), args.save_paths)
+        n = max(args.seeds, task.min_seeds)
+        r = run_task(task, list(range(args.first_seed, args.first_seed + n)), args.save_paths)
+        r["seeds"] = n
         print(f"  B_noise {r['noise']['b_noise']:.1f} (EMA at the start {r['noise']['b_simple_first']:.1f}, whole run "
               f"{r['noise']['b_simple_whole_run']:.1f}); best batch "
               f"measured {r['measured_best_batch']} predicted {r['predicted_best_batch']}; steps ratio "

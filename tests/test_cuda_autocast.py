@@ -134,3 +134,27 @@ def test_weight_casts_are_cached_until_autocast_exits():
             assert a.dtype == b.dtype == torch.bfloat16
             casts = [n.next_functions[1][0] for n in (a.grad_fn, b.grad_fn)]
     assert casts[0] is casts[1]  # the same cast copy (one _to_copy node), as torch's cached_cast gives
+
+
+def test_a_composite_op_with_no_cuda_policy_decomposes_under_autocast():
+    # cross_entropy_loss has a CPU policy (fp32) and none on CUDA, where autocast falls through and the
+    # decomposition runs with autocast on: log_softmax keeps the dtype cross_entropy passes it (bf16), and
+    # nll_loss (fp32 policy) gets an fp32 copy of it, saved for backward. Passing it through with autocast
+    # off (as before) ran nll_loss in bf16: examples:mlp bf16 b=65536 on the H100 -5.7% -> -1.1% allocated,
+    # BERT-base bf16 -9..-14% -> +1.8..+2.8%
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen = []
+
+    class Ops(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append((func.overloadpacket.__name__, args[0].dtype))
+            return func(*args, **(kwargs or {}))
+
+    logits = torch.randn(8, 16, dtype=torch.bfloat16)
+    target = torch.randint(0, 16, (8,))
+    with cuda_autocast_policy(), torch.autocast("cpu", dtype=torch.bfloat16), Ops():
+        loss = torch.nn.functional.cross_entropy(logits, target)
+    assert ("_log_softmax", torch.bfloat16) in seen
+    assert ("nll_loss_forward", torch.float32) in seen
+    assert loss.dtype == torch.float32

@@ -102,3 +102,43 @@ def test_bad_reference_path_is_one_line_and_exit_2(tmp_path, text, extra, patter
     proc = run_cli(*args, *extra)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and re.search(pattern, lines[0]), proc.stderr
+
+
+def test_record_reads_a_linear_regressions_known_path():
+    # y = x.w* + sigma eps, x ~ N(0, I_4), loss 0.5 (x.w - y)^2: H = I, so G'HG / |G|^2 = lambda_max = 1 and
+    # tr(H Sigma) / tr(Sigma) = 1; the expected loss is 0.5 (|w - w*|^2 + sigma^2) and, at |w - w*|^2 = 0.1,
+    # tr(Sigma) = (d + 1) 0.1 + d sigma^2 = 4.5
+    torch = pytest.importorskip("torch")
+    from gpuwise.tuning import reference
+
+    d, sigma = 4, 1.0
+    w_star = torch.tensor([1.0, -1.0, 0.5, 1.5])
+
+    def make_model():
+        m = torch.nn.Linear(d, 1, bias=False)
+        torch.nn.init.zeros_(m.weight)
+        return m
+
+    def batch(n, gen):
+        x = torch.randn(n, d, generator=gen)
+        return x, x @ w_star + sigma * torch.randn(n, generator=gen)
+
+    def loss(m, bt):
+        return 0.5 * ((m(bt[0]).squeeze(1) - bt[1]) ** 2).mean()
+
+    def eval_loss(m):
+        with torch.no_grad():
+            return 0.5 * (float(((m.weight[0] - w_star) ** 2).sum()) + sigma ** 2)
+
+    target = 0.5 * (0.1 + sigma ** 2)
+    path = reference.record(make_model, loss, batch, eval_loss, batch_size=64, lr=0.05, target=target, lr_max=1.0)
+    # the losses are smoothed over +-10 % of the run: the first ones are means over the run's early steps, below
+    # the start's 0.5 (|w*|^2 + sigma^2) = 2.75 (the mean over steps 0..11 here)
+    assert len(path.losses) == len(path.readings) + 1 and target < path.losses[0] < 2.75
+    assert path.losses[-1] < target and all(a >= b for a, b in zip(path.losses, path.losses[1:]))
+    c = sorted(ghg / g2 for g2, ghg, _, _ in path.readings)
+    lam = sorted(r[3] for r in path.readings)
+    assert c[len(c) // 2] == pytest.approx(1.0, rel=0.15) and lam[len(lam) // 2] == pytest.approx(1.0, rel=0.35)
+    assert path.curvature == pytest.approx(1.0, rel=0.2) and path.tr_sigma == pytest.approx(4.5, rel=0.25)
+    small, big = path.steps(8)[0], path.steps(4096)[0]
+    assert math.isfinite(big) and small > 2 * big

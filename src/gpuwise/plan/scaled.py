@@ -117,6 +117,7 @@ class Evaluator:
             self.layers = None  # nothing to gain
         self._traces: dict[tuple, MemoryTrace | NotRebuilt] = {}
         self._fsdp_units: tuple | None = None
+        self._points: dict[tuple, tuple[MemoryTrace, Point]] = {}
         self.traces_run = 0
 
     def units(self, split: Split):
@@ -169,6 +170,17 @@ class Evaluator:
     # -- numbers ----------------------------------------------------------------------------------
     def _point(self, trace: MemoryTrace, modes: TrainingModes, split: Split, block_param_bytes: int,
                param_bytes: int | None = None) -> Point:
+        """One rank's numbers from `trace`: replayed once per trace, modes, split and GPU architecture (`--gpu
+        all` asks again for every GPU of an architecture, and a search for a micro-batch already tried); a
+        copy each time (`evaluate` adjusts it)."""
+        key = (id(trace), modes, split, block_param_bytes, param_bytes, self.arch)
+        if key not in self._points:  # the trace is kept with its point: its id names no other trace
+            self._points[key] = (trace, self._replayed(trace, modes, split, block_param_bytes, param_bytes))
+        done = self._points[key][1]
+        return replace(done, by_category=dict(done.by_category), notes=list(done.notes), phases=dict(done.phases))
+
+    def _replayed(self, trace: MemoryTrace, modes: TrainingModes, split: Split, block_param_bytes: int,
+                  param_bytes: int | None) -> Point:
         costs = trace.op_costs
         if modes.offload_optimizer:
             trace = offload_optimizer_state(trace)

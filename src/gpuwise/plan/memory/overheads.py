@@ -9,7 +9,8 @@ Two kinds, kept apart because they land in different places:
   were loaded lazily, cuBLAS/cuDNN handles). `nvidia-smi` shows it; `memory_reserved()` does not.
 
 Numbers marked ESTIMATE are not measured yet: they come from public reports and will be replaced by
-the truth records (`benchmarks/truth/*.jsonl`, measured on a real GPU; the H200 with CUDA 13 first).
+the truth records (`benchmarks/truth/*.jsonl`, measured on a real GPU). Hopper's context and the cuDNN
+share are measured (H100_TRUTH below).
 """
 
 from __future__ import annotations
@@ -29,8 +30,16 @@ KIB = 1024
 # process minus torch.cuda.memory_reserved(). Public reports: "around 400MB if CUDA >= 11.7 is used and
 # lazy module loading enabled" for a bare context (pytorch/pytorch#109888), "~300MB" (pytorch/pytorch#107667);
 # a training step loads more kernels (cuBLAS, optimizer, autograd), hence the larger numbers below.
+# Hopper is measured: benchmarks/truth/nvidia-h100-80gb-hbm3.jsonl (NVIDIA H100 80GB HBM3, driver 580.159.04,
+# torch 2.11.0+cu130, CUDA 13.0, lazy loading), NVML's per-process used memory minus the peak of
+# memory_reserved() after 5 steps, 129 records (no OOM): 760 MiB median over the 75 transformer records
+# (GPT-2 small, 1B decoder, BERT-base, ViT-B/16; spread 742-762), 742 over the 18 MLP records (740-742: fewer
+# kernels loaded), 764 over the 36 convolution records (ResNet-50, ConvNeXt-T; 758-764, cuDNN below).
+# The earlier ESTIMATE, 520 MiB from CUDA 12 reports of bare contexts plus a guess for a step's kernels, was
+# 240 MiB low; no CUDA 12 training step on Hopper has been measured, so CUDA 12 gets the CUDA 13 number.
+H100_TRUTH = "benchmarks/truth/nvidia-h100-80gb-hbm3.jsonl"
 CONTEXT_BYTES: dict[str, int] = {
-    "hopper": 520 * MIB,   # ESTIMATE (H100/H200, CUDA 12.x/13.x, torch 2.x): reports of 480-600 MiB; check on H200
+    "hopper": 760 * MIB,   # measured (H100_TRUTH: median of the transformer records, 742-762)
     "ampere": 430 * MIB,   # ESTIMATE (A100/A10/RTX 3090, CUDA 12.x): reports of 400-500 MiB
     "ada": 400 * MIB,      # ESTIMATE (L4/L40S/RTX 4090)
     "turing": 330 * MIB,   # ESTIMATE (T4)
@@ -65,7 +74,9 @@ def context_bytes(arch: str, loading: str = "lazy") -> int:
     return CONTEXT_BYTES.get(arch, CONTEXT_BYTES[DEFAULT_ARCH])
 
 # cuDNN handle and its kernel images, loaded the first time a convolution runs (outside the allocator).
-CUDNN_CONTEXT_BYTES = 80 * MIB  # ESTIMATE: cuDNN 9 with lazy loading; check on GPU
+# Measured (H100_TRUTH): the convolution records' 764 MiB outside the allocator less the transformers' 760
+# (medians; ResNet-50 and ConvNeXt-T, 36 records, 758-764). The earlier ESTIMATE was 80 MiB.
+CUDNN_CONTEXT_BYTES = 4 * MIB
 
 # Ops that call cuBLAS / cuBLASLt (their first call on a thread creates the handle and its workspace).
 MATMUL_OPS = ("mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "_addmm_activation", "addbmm", "dot", "mv")

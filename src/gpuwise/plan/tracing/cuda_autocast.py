@@ -16,7 +16,9 @@ AutocastCPU dispatch key runs CUDA's policy instead of the CPU's:
   lower-precision copies of fp32 leaf tensors that require grad (the weights), dropped where torch drops
   its own (`torch.clear_autocast_cache`, when the outermost autocast exits);
 - ops with a CPU policy and none on CUDA (`cat`, `stack`, `index_copy`, `polar`, `avg_pool3d`, ...) pass
-  through unchanged, as on CUDA.
+  through unchanged, as on CUDA, where the Autocast key falls through for them; a composite one
+  (`cross_entropy_loss`) decomposes with autocast still on, so the ops it calls get their own CUDA
+  policies (`nll_loss`: fp32).
 
 Kernels are Python kernels registered on the AutocastCPU key with `torch.library` for the duration of the
 context; removing the registrations restores torch's own.
@@ -185,7 +187,14 @@ def _make_kernel(op, policy: str, cache: _CastCache):
         overload = FP32_APPEND_DTYPE[f"{op._schema.name.split('::')[-1]}.{op._overloadname}"].split(".")[1]
         target = getattr(op.overloadpacket, overload)
 
+    # An op with no CUDA policy is a fallthrough on AutocastCUDA: a composite op (cross_entropy_loss) then
+    # decomposes with autocast still on, so the ops it calls get their own CUDA policies (nll_loss: fp32)
+    composite = policy == "passthrough" and torch._C._dispatch_has_kernel_for_dispatch_key(
+        op.name(), "CompositeImplicitAutograd")
+
     def kernel(*args, **kwargs):
+        if composite:
+            return op.decompose(*args, **kwargs)
         lower = torch.get_autocast_dtype("cpu")
         with torch._C._ExcludeDispatchKeyGuard(exclude):
             if policy == "lower_precision_fp":

@@ -267,6 +267,65 @@ def unpacked_sequences():
         masking_utils.find_packed_sequence_indices = original
 
 
+@contextlib.contextmanager
+def padding_read_from_batch(fake_batch, real_batch):
+    """Inside: transformers decides whether a 2-D attention mask has padding from the real batch's values.
+
+    On a GPU, transformers' mask code (masking_utils.sdpa_mask, >= 4.53) drops a padding mask in which
+    every position is kept (`_ignore_bidirectional_mask_sdpa` / `_ignore_causal_mask_sdpa`: `padding_mask.all()`),
+    so SDPA gets no mask and picks flash (fp16/bf16) or memory-efficient attention without a bias. On a fake
+    tensor it cannot read the values (`is_tracing` is true for a FakeTensor), keeps the mask, builds the
+    (B, 1, L, S) bias and rules flash out. So when the mask handed to the model is one of the batch's own
+    tensors, its values are read from the same batch built for real (`real_batch()`, called once, only when a
+    mask is checked): no padding gives the real run's answer (no mask); padding, or a mask the model derived
+    itself, keeps the fake answer (the mask is kept)."""
+    try:
+        from transformers import masking_utils
+    except Exception:  # noqa: BLE001 - no transformers
+        yield
+        return
+    original = getattr(masking_utils, "_preprocess_mask_arguments", None)
+    if original is None:  # transformers before masking_utils (< 4.53)
+        yield
+        return
+    import inspect
+
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
+    from torch.utils._pytree import tree_leaves
+
+    position = {id(t): i for i, t in enumerate(tree_leaves(fake_batch)) if isinstance(t, torch.Tensor)}
+    signature = inspect.signature(original)
+    no_padding: dict[int, bool] = {}
+    real: list = []
+
+    def unpadded(mask) -> bool:
+        i = position.get(id(mask))
+        if i is None or mask.dim() != 2:
+            return False
+        if i not in no_padding:
+            with unset_fake_temporarily():
+                if not real:
+                    real.append(tree_leaves(real_batch()))
+                leaf = real[0][i] if i < len(real[0]) else None
+                no_padding[i] = (isinstance(leaf, torch.Tensor) and tuple(leaf.shape) == tuple(mask.shape)
+                                 and bool(leaf.bool().all()))
+        return no_padding[i]
+
+    def preprocess(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        mask = bound.arguments.get("attention_mask")
+        if isinstance(mask, FakeTensor) and unpadded(mask):
+            bound.arguments["attention_mask"] = None  # what sdpa_mask makes of a mask with no padding
+        return original(*bound.args, **bound.kwargs)
+
+    masking_utils._preprocess_mask_arguments = preprocess
+    try:
+        yield
+    finally:
+        masking_utils._preprocess_mask_arguments = original
+
+
 # --attn: transformers' attn_implementation (config._attn_implementation) as the model is built
 ATTN_CHOICES = {
     "eager": "the model's own attention code: the (L, L) scores and probabilities are kept (transformers < 4.36)",

@@ -84,6 +84,39 @@ def foreach_by_default():
             types.remove(FakeTensor)
 
 
+@contextlib.contextmanager
+def dropout_as_cuda_runs_it():
+    """`F.dropout` as it runs on CUDA tensors: aten's `dropout` takes the fused kernel there
+    (Dropout.cpp `is_fused_kernel_acceptable`: a CUDA input, 0 < p < 1), `native_dropout`, which saves a
+    bool mask (1 byte an element) for backward; on CPU tensors it decomposes into a noise tensor of the
+    input's dtype (4 bytes in fp32) that `mul` saves. The in-place form (`inplace=True`, `_dropout<true>`)
+    takes the noise path on CUDA too and is left alone. Replaced at module level, as the recompute under
+    activation checkpointing looks it up there too."""
+    import torch
+    import torch.nn.functional as F
+
+    original = F.dropout
+
+    def dropout(input, p=0.5, training=True, inplace=False):
+        plain = isinstance(input, torch.Tensor) and (type(input) in (torch.Tensor, torch.nn.Parameter)
+                                                     or _is_fake(input))  # not other subclasses
+        if training and not inplace and 0.0 < p < 1.0 and plain and input.numel() > 0:
+            return torch.ops.aten.native_dropout(input, p, True)[0]
+        return original(input, p, training, inplace)
+
+    F.dropout = dropout
+    try:
+        yield
+    finally:
+        F.dropout = original
+
+
+def _is_fake(t) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return isinstance(t, FakeTensor)
+
+
 def fake_train_step(workload, config: StepConfig, model) -> TrainStep:
     """TrainStep on a fake model: move it ourselves (Module.to swaps fake parameters, which fails when
     FakeTensorMode holds a weakref to them), keeping tied parameters tied, then let TrainStep's own

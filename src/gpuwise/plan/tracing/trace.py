@@ -38,10 +38,17 @@ from .sdpa import (
     active_target,
     attention_note,
     attention_target,
+    padding_read_from_batch,
     sdpa_as_gpu_runs_it,
     set_attn_implementation,
 )
-from .setup import WARMUPS, build_model_for_trace, fake_train_step, foreach_by_default
+from .setup import (
+    WARMUPS,
+    build_model_for_trace,
+    dropout_as_cuda_runs_it,
+    fake_train_step,
+    foreach_by_default,
+)
 from .stochastic import every_layer_runs
 
 
@@ -329,6 +336,12 @@ def _run(workload, batch_size: int, config: StepConfig, target: str, fake: bool,
     return _trace_once(workload, batch_size, config, target, fake, warmup, layers)
 
 
+def _real_batch(mode: _TraceMode, workload, batch_size: int):
+    """The batch built for real (not traced): read where the real run reads values (sdpa.padding_read_from_batch)."""
+    with mode.paused():
+        return workload.build_batch(batch_size)
+
+
 def _trace_once(workload, batch_size: int, config: StepConfig, target: str, fake: bool,
                 warmup: str = "optimizer", layers: int | None = None) -> MemoryTrace:
     """The tracer. Tensors are CPU tensors (fake or real) standing for `target`'s: autograd on fake CUDA
@@ -349,6 +362,7 @@ def _trace_once(workload, batch_size: int, config: StepConfig, target: str, fake
         if cuda_like:
             stack.enter_context(sdpa_as_gpu_runs_it())
             stack.enter_context(foreach_by_default())
+            stack.enter_context(dropout_as_cuda_runs_it())
             if config.precision in ("fp16", "bf16"):
                 stack.enter_context(cuda_autocast_policy())
         stack.enter_context(node_prehooks(mode.sums, lambda: len(mode.rec.blocks)))
@@ -366,6 +380,8 @@ def _trace_once(workload, batch_size: int, config: StepConfig, target: str, fake
         if mode.layers is not None:  # after the storages built outside the trace (adapters' models) exist
             mode.layers.tag_parameters(mode, step.model)
         _label(mode, batch, "inputs", create=True)
+        if cuda_like and fake:
+            stack.enter_context(padding_read_from_batch(batch, lambda: _real_batch(mode, workload, batch_size)))
         deferred = None
         if warmup in ("optimizer", "copy"):
             if step.scaler is not None:  # the scale and growth tracker a first step leaves behind
