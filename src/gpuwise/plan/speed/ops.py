@@ -170,7 +170,8 @@ def _conv_bytes(name: str, args, out) -> tuple[int, int, int]:
         return nbytes, 0, 4
     weight_at = 2 if name == "aten.convolution_backward" else 1
     weight = args[weight_at] if len(args) > weight_at else None
-    inp = args[weight_at - 1] if isinstance(args[weight_at - 1], torch.Tensor) else tensors[0]
+    inp = args[weight_at - 1] if len(args) >= weight_at and isinstance(args[weight_at - 1], torch.Tensor) \
+        else tensors[0]
     channels_first = inp.dim() >= 4 and inp.is_contiguous() and not (
         inp.is_contiguous(memory_format=torch.channels_last) if inp.dim() == 4 else
         inp.is_contiguous(memory_format=torch.channels_last_3d))
