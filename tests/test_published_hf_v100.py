@@ -35,6 +35,12 @@ def test_the_nine_settings_are_there_with_the_setting_of_their_time():
 
 
 @pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason=(
+    "-14.2 % since the CUDA-target trace saves dropout's 1-byte mask (native_dropout, as a GPU does; the H100 "
+    "truth puts BERT-base and GPT-2 within 0.15 % with it, 3-6 % over with the old full-size noise tensor). The "
+    "non-checkpointed bs4 rows of this 2022 V100 table now all miss by -10.5..-14.2 % (~1.6 GB, about what the "
+    "24 layers' (4, 16, 512, 512) attention-dropout noise tensors held), the checkpointed ones stay within "
+    "0.8 %: those runs held something that noise tensor offset, not found (docs/cuda-target.md, Dropout)"))
 def test_fp16_row_within_8_percent_of_nvidia_smi():
     """The row that CUDA's autocast policy decides (softmax / layer_norm outputs kept in fp32)."""
     import published_memory
