@@ -77,6 +77,21 @@ def test_prefill_logits_all_keeps_every_position():
     assert logits == [2 * 1 * 128 * 4, 2 * 16 * 128 * 4]   # batch x positions x vocab x fp32
 
 
+def test_fp4_with_double_quantization_from_the_cli(capsys):
+    # litgpt's --quantize bnb.fp4-dq (tutorials/quantize.md): fp4 packs like nf4, and double quantization
+    # stores its absmax (buffers, in the peak) as nf4-dq does
+    pytest.importorskip("bitsandbytes")
+
+    def run(quant):
+        assert main(["estimate", LLAMA, "-b", "1", "--inference", "--new-tokens", "1", "--precision", "bf16",
+                     "--quantize", quant, "--json", "--no-max-batch"]) == 0
+        d = json.loads(capsys.readouterr().out)
+        assert f"bitsandbytes {quant} " in d["notes"][0]
+        return d["peak_allocated_bytes"]
+
+    assert run("fp4-dq") == run("nf4-dq") != run("fp4") == run("nf4")
+
+
 @pytest.mark.parametrize("argv", [["--quantize", "nf4"], ["--inference", "--quantize-by", "lightning"],
                                   ["--inference", "--qlora"], ["--prefill-logits", "all"]])
 def test_quantize_flags_refused_where_they_mean_nothing(argv, capsys):

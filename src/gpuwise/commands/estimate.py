@@ -140,8 +140,9 @@ def add_mode_arguments(p) -> None:
     p.add_argument("--prefill-logits", choices=["last", "all"], default="last", help="--inference: the prompt "
                    "positions the prefill computes logits for (default last, as transformers' generate asks; all: "
                    "litgpt's GPT.forward, transformers before 4.45)")
-    p.add_argument("--quantize", choices=["nf4", "nf4-dq", "fp4"], help="--inference: bitsandbytes 4-bit linear "
-                   "weights (transformers' load_in_4bit, litgpt's --quantize bnb.nf4 / bnb.nf4-dq / bnb.fp4); "
+    p.add_argument("--quantize", choices=["nf4", "nf4-dq", "fp4", "fp4-dq"], help="--inference: bitsandbytes 4-bit "
+                   "linear weights (transformers' load_in_4bit, litgpt's --quantize bnb.nf4 / bnb.nf4-dq / bnb.fp4 / "
+                   "bnb.fp4-dq); "
                    "--precision bf16/fp16 is the compute dtype")
     p.add_argument("--quantize-by", choices=["transformers", "lightning"], default="transformers",
                    help="--quantize: who quantizes the weights (default transformers: the output head kept 16-bit; "

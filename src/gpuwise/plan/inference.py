@@ -11,7 +11,7 @@ argmax of the last position's logits, as greedy generation takes it; the rest of
 A workload that is not a causal LM gets the forward-only step: its loss under `torch.no_grad()`.
 
 The weights are cast to `dtype` first (as `from_pretrained(torch_dtype=...)` loads them), outside the
-trace. With `quantize` the linear layers' weights are then bitsandbytes' 4-bit (`nf4`, `nf4-dq`, `fp4`:
+trace. With `quantize` the linear layers' weights are then bitsandbytes' 4-bit (`nf4`, `nf4-dq`, `fp4`, `fp4-dq`:
 tracing/modes.py `quantize_linear_4bit`, the layers QLoRA uses, quantized by bitsandbytes under fake
 tensors) with `dtype` as the compute dtype, as `from_pretrained(quantization_config=BitsAndBytesConfig(
 load_in_4bit=True, ...))` and litgpt's `generate --quantize bnb.nf4` load them. `loader="transformers"`
@@ -157,7 +157,7 @@ def estimate_inference(workload, batch_size: int = 1, context_len: int | None = 
                        quantize: str | None = None, loader: str = "transformers",
                        bnb_version: str | None = None, prefill_logits: str = "last") -> InferenceEstimate:
     """Peak memory of a no-grad forward, or for a causal LM of prefill + decoding with a KV cache;
-    `quantize` (nf4, nf4-dq, fp4): bitsandbytes 4-bit linear weights, loaded as `loader` does;
+    `quantize` (nf4, nf4-dq, fp4, fp4-dq): bitsandbytes 4-bit linear weights, loaded as `loader` does;
     `bnb_version`: the bitsandbytes release the run used (tracing/bnb_versions.py); `prefill_logits`:
     "last" or "all" positions' logits from the prefill."""
     import torch
