@@ -121,7 +121,8 @@ def add_mode_arguments(p) -> None:
     p.add_argument("--lora-dropout", type=float, metavar="P", help="LoRA dropout probability (default 0)")
     p.add_argument("--base-dtype", choices=["fp32", "bf16", "fp16"], help="LoRA: dtype of the frozen base "
                    "weights; default the precision's 16-bit type (peft's usual); fp32 with --precision bf16 is "
-                   "Lightning's bf16-mixed; --precision bf16-pure is litgpt's bf16-true (adapters bf16 too)")
+                   "Lightning's bf16-mixed; --precision bf16-pure is litgpt's bf16-true (adapters bf16 too); with "
+                   "--inference, fp32: float32 weights, each forward under autocast (bf16-mixed generation)")
     p.add_argument("--qlora", action="store_true", help="QLoRA: 4-bit base weights (bitsandbytes) + LoRA")
     p.add_argument("--qlora-quant", choices=["nf4-dq", "nf4", "fp4"], help="--qlora: 4-bit format (default "
                    "nf4-dq: NF4 with double quantization; nf4, fp4: without)")
@@ -202,7 +203,8 @@ def _run_inference(args) -> int:
     with console.err.status("tracing generation with fake tensors…"):
         est = estimate_inference(args.workload, args.batch_size, args.seq_len, args.new_tokens, dtype,
                                  args.target, args.gpu, quantize=args.quantize, loader=args.quantize_by,
-                                 bnb_version=args.bnb_version, prefill_logits=args.prefill_logits)
+                                 bnb_version=args.bnb_version, prefill_logits=args.prefill_logits,
+                                 weights=args.base_dtype)
     if args.json:
         console.emit_json(est.to_dict())
         return 0
