@@ -374,9 +374,11 @@ def truth_errors(record: dict[str, Any]) -> dict[str, Any]:
                    precision=record.get("precision", "fp32"), checkpointing=bool(record.get("checkpointing")),
                    target="cuda", gpu=record.get("gpu_name"), search_max_batch=False)
 
+    def err_against(predicted: float | None, truth: float | None) -> float | None:
+        return round(100 * (predicted - truth) / truth, 3) if truth and predicted is not None else None
+
     def err(key: str) -> float | None:
-        truth = record.get(key)
-        return round(100 * (getattr(est, key) - truth) / truth, 3) if truth else None
+        return err_against(getattr(est, key), record.get(key))
 
     return {"source": record.get("_source", ""), "kind": record.get("kind", "measure"),
             "workload": record["workload"], "batch_size": record["batch_size"],
@@ -386,4 +388,9 @@ def truth_errors(record: dict[str, Any]) -> dict[str, Any]:
             "device_used_err_pct": err("device_used_bytes"), "estimate_s": est.seconds,
             # the roofline's step time (a lower bound: peak FLOP/s and bandwidth) against the measured median
             "roofline_step_s": est.roofline.time_s if est.roofline else None,
-            "measured_step_s": record.get("step_time_s")}
+            "measured_step_s": record.get("step_time_s"),
+            # the speed model's step time (plan/speed/) and what bounds it
+            "predicted_step_s": est.speed.step_time_s if est.speed else None,
+            "step_err_pct": err_against(est.speed.step_time_s if est.speed else None, record.get("step_time_s")),
+            "bound_by": est.speed.bound_by if est.speed else None,
+            "breakdown_s": est.speed.breakdown if est.speed else None}
