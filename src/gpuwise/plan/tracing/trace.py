@@ -50,6 +50,7 @@ from .setup import (
     foreach_by_default,
 )
 from .stochastic import every_layer_runs
+from .torch_versions import SOFTMAX_NOTE, softmax_saves_input
 
 
 @dataclass
@@ -383,6 +384,9 @@ def _trace_once(workload, batch_size: int, config: StepConfig, target: str, fake
             stack.enter_context(dropout_as_cuda_runs_it())
             if config.precision in ("fp16", "bf16"):
                 stack.enter_context(cuda_autocast_policy())
+        stack.enter_context(softmax_saves_input(config.softmax_saves_input))
+        if config.softmax_saves_input:
+            mode.notes.append(SOFTMAX_NOTE)
         stack.enter_context(node_prehooks(mode.sums, lambda: len(mode.rec.blocks)))
         model = build_model_for_trace(workload, fake_mode if fake else None, mode)
         attn_note = set_attn_implementation(model, attn)
