@@ -54,6 +54,7 @@ def parse_args(argv: list[str]) -> dict:
     p.add_argument("--optimizer-impl", default="default")  # the estimate CLI's version flags (commands/estimate.py)
     p.add_argument("--zero-grad", default="none")
     p.add_argument("--module-loading")
+    p.add_argument("--softmax-saves-input", action="store_true")
     p.add_argument("--network-gbps", type=float)
     p.add_argument("--fsdp-param-dtype")
     p.add_argument("--fsdp-reduce-dtype")
@@ -63,7 +64,8 @@ def parse_args(argv: list[str]) -> dict:
             "layer_checkpointing": a.layer_checkpointing, "task": a.task, "attn": a.attn,
             "qlora": a.qlora, "grad_accum": a.grad_accum, "optimizer": a.optimizer,
             "optimizer_impl": a.optimizer_impl, "zero_grad": a.zero_grad, "module_loading": a.module_loading,
-            "network_gbps": a.network_gbps, "fsdp_param_dtype": a.fsdp_param_dtype,
+            "softmax_saves_input": a.softmax_saves_input, "network_gbps": a.network_gbps,
+            "fsdp_param_dtype": a.fsdp_param_dtype,
             "fsdp_reduce_dtype": a.fsdp_reduce_dtype}
 
 

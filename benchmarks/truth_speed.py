@@ -19,24 +19,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from gpuwise.plan import estimate  # noqa: E402
-from gpuwise.plan.estimate import OPTIMIZERS  # noqa: E402
-from gpuwise.truth import read_records, record_workload  # noqa: E402
+from gpuwise.plan.estimate import truth_errors  # noqa: E402
+from gpuwise.truth import read_records  # noqa: E402
 
 
 def row(r: dict) -> dict:
-    opt = r.get("optimizer")
-    est = estimate(record_workload(r), int(r["batch_size"]), optimizer=opt if opt in OPTIMIZERS else None,
-                   precision=r.get("precision", "fp32"), checkpointing=bool(r.get("checkpointing")), target="cuda",
-                   gpu=r["gpu_name"], search_max_batch=False)
-    pred = est.speed.step_time_s if est.speed else None
-    meas = r["step_time_s"]
-    return {"source": r.get("_source", ""), "gpu": r["gpu_name"], "workload": r["workload"],
-            "batch_size": r["batch_size"], "optimizer": opt, "precision": r.get("precision"),
-            "checkpointing": bool(r.get("checkpointing")), "measured_step_s": meas, "predicted_step_s": pred,
-            "err_pct": None if pred is None else round(100 * (pred - meas) / meas, 1),
-            "bound_by": est.speed.bound_by if est.speed else None,
-            "breakdown_s": est.speed.breakdown if est.speed else None}
+    x = truth_errors(r)
+    err = x["step_err_pct"]
+    return {"source": x["source"], "gpu": r["gpu_name"], "workload": x["workload"], "batch_size": x["batch_size"],
+            "optimizer": x["optimizer"], "precision": x["precision"], "checkpointing": bool(r.get("checkpointing")),
+            "measured_step_s": x["measured_step_s"], "predicted_step_s": x["predicted_step_s"],
+            "err_pct": None if err is None else round(err, 1), "bound_by": x["bound_by"],
+            "breakdown_s": x["breakdown_s"]}
 
 
 def main() -> int:

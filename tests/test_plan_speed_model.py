@@ -237,3 +237,29 @@ def test_4_byte_convolutions_use_tf32_only_under_precision_tf32():
     tf32 = predict(c, a100, "tf32", samples_per_rank=8, flops_per_step=flops).breakdown["matmul"]
     assert fp32 == pytest.approx(max(flops / (a100.flops["fp32"] * eff), nbytes / bw))
     assert tf32 == pytest.approx(max(flops / (a100.flops["tf32"] * eff), nbytes / bw) + 2 * nchw_bytes / bw)
+
+
+def test_a_power_limited_h100_is_priced_at_its_limit_and_bandwidth():
+    # torchtitan's Grand Teton H100: 96GB HBM2e at 2.4 TB/s, 500 W. Its peak lies between the H100 NVL (400 W,
+    # 835.5 bf16 TF) and SXM (700 W, 989.5) datasheet points, linear in the limit: 835.5 + 154 x 100/300
+    from gpuwise.plan.catalog import power_limited
+
+    grand_teton, sxm = lookup("H100-SXM-500W"), lookup("h100")
+    assert grand_teton.peak_flops("bf16") == pytest.approx((835.5 + 154 / 3) * TF)
+    assert grand_teton.bandwidth_bytes_per_s == 2400e9
+    assert power_limited(835.5, 400, 989.5, 700, 700) == 989.5
+    with pytest.raises(ValueError):
+        power_limited(835.5, 400, 989.5, 700, 800)
+    c = OpCosts()
+    c.gemms[("forward", 1, 4096, 4096, 4096, 2)] = 1
+    c.memory_bytes["forward"] = 1e9
+    fast = predict(c, sxm, "bf16", samples_per_rank=1, flops_per_step=2 * 4096**3)
+    slow = predict(c, grand_teton, "bf16", samples_per_rank=1, flops_per_step=2 * 4096**3)
+    assert slow.breakdown["matmul"] == pytest.approx(fast.breakdown["matmul"] * 989.5 / (835.5 + 154 / 3))
+    assert slow.breakdown["memory_bound"] == pytest.approx(fast.breakdown["memory_bound"] * 3350 / 2400)
+
+
+def test_gpu_all_lists_products_not_named_configurations():
+    from gpuwise.plan.catalog import CATALOG
+
+    assert not CATALOG["h100-sxm-500w"].listed and CATALOG["h100-sxm"].listed

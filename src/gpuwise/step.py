@@ -260,6 +260,9 @@ class StepConfig:
     # what ops saved for backward as backward runs, but not what a custom Function keeps as a ctx attribute
     # (bitsandbytes <= 0.43.1 MatMul4Bit: `ctx.tensors = (A, B)`): that lives as long as the graph does.
     keep_last_loss: bool = False
+    # torch <= 1.10: softmax / log_softmax save their input for backward next to the result
+    # (plan/tracing/torch_versions.py)
+    softmax_saves_input: bool = False
 
     def __post_init__(self):
         self.precision = check_precision(self.precision)

@@ -32,6 +32,7 @@ class GpuSpec:
     source: str
     aliases: tuple[str, ...] = ()
     modelled: bool = True                   # False: numbers only; its allocator/context are not modelled
+    listed: bool = True                     # False: a named configuration, not a product (`--gpu all` skips it)
 
     def peak_flops(self, precision: str) -> float:
         """Peak FLOP/s for a gpuwise precision; bf16 on a GPU without bf16 tensor cores runs at fp32 rate."""
@@ -43,10 +44,36 @@ class GpuSpec:
         return self.id
 
 
-def _spec(id, name, memory_mib, fp32, tf32, bf16, fp16, bw_gbps, arch, cc, source, aliases=(), modelled=True):
+def _spec(id, name, memory_mib, fp32, tf32, bf16, fp16, bw_gbps, arch, cc, source, aliases=(), modelled=True,
+          listed=True):
     flops = {"fp32": fp32 * TFLOPS, "tf32": (tf32 or 0) * TFLOPS, "bf16": (bf16 or 0) * TFLOPS,
              "fp16": (fp16 or 0) * TFLOPS}
-    return GpuSpec(id, name, int(memory_mib * MIB), flops, bw_gbps * GBPS, arch, cc, source, tuple(aliases), modelled)
+    return GpuSpec(id, name, int(memory_mib * MIB), flops, bw_gbps * GBPS, arch, cc, source, tuple(aliases), modelled,
+                   listed)
+
+
+def power_limited(low: float, low_w: float, high: float, high_w: float, limit_w: float) -> float:
+    """Peak FLOP/s of a GPU run at a power limit between two datasheet SKUs of the same die and SM count:
+    linear in the limit between the low-power SKU's peak (at its TDP) and the high-power one's. The
+    datasheet peak is the clock NVIDIA rates a SKU at within its TDP, so a lower limit means a lower rated
+    clock; linear interpolation between the two rated points is this model's assumption."""
+    if not low_w <= limit_w <= high_w:
+        raise ValueError(f"power limit {limit_w} W outside the datasheet range {low_w}-{high_w} W")
+    return low + (high - low) * (limit_w - low_w) / (high_w - low_w)
+
+
+# H100 SXM (700 W) and H100 NVL (400 W): the same GH100 die with 132 SMs. H100 NVL datasheet (NVIDIA H100
+# Tensor Core GPU datasheet, NVL column): FP32 60, TF32 835*, BF16/FP16 1,671* (*sparsity), max TDP 350-400 W.
+_H100_SXM_W, _H100_NVL_W = 700, 400
+_H100_NVL = {"fp32": 60, "tf32": 417.5, "bf16": 835.5}
+_H100_SXM = {"fp32": 67, "tf32": 494.5, "bf16": 989.5}
+
+
+def _h100_at(limit_w: float) -> dict[str, float]:
+    return {k: power_limited(_H100_NVL[k], _H100_NVL_W, _H100_SXM[k], _H100_SXM_W, limit_w) for k in _H100_SXM}
+
+
+_GRAND_TETON = _h100_at(500)
 
 
 # memory_mib: NVML/nvidia-smi totals as the cards report them. TF32/BF16/FP16: dense tensor-core TFLOPS.
@@ -58,6 +85,16 @@ CATALOG: dict[str, GpuSpec] = {s.id: s for s in [
     # same datasheet, H100 PCIe: FP32 51, TF32 756*, BF16/FP16 1513* (*sparsity), 2.0 TB/s HBM2e
     _spec("h100-pcie", "NVIDIA H100 PCIe 80GB", 81559, 51, 378, 756.5, 756.5, 2000, "hopper", "9.0",
           "NVIDIA H100 Tensor Core GPU datasheet (PCIe)", ["h100pcie", "h10080gbpcie"]),
+    # Meta's Grand Teton H100 (torchtitan benchmarks/llama3_h100_202412_torchtitan.md, "Hardware"): "96GB HBM2e
+    # with 2.4 TB/sec peak memory bandwidth", "the default 500W power limit"; its footnote: "HBM2e-based SXM
+    # H100 with lower TDP, the actual peak TFLOPs number is between SXM and NVL". Peaks: the H100 SXM / NVL
+    # datasheet points at 500 W (`power_limited`), 887 bf16 TFLOPS. Memory: the stated 96 GB (not an NVML
+    # total). A named configuration (the torchtitan published rows ran on it), not a product: `--gpu all`
+    # skips it.
+    _spec("h100-sxm-500w", "NVIDIA H100 SXM 96GB HBM2e at 500 W (Grand Teton)", 96e9 / MIB, _GRAND_TETON["fp32"],
+          _GRAND_TETON["tf32"], _GRAND_TETON["bf16"], _GRAND_TETON["bf16"], 2400, "hopper", "9.0",
+          "torchtitan llama3_h100_202412 hardware + NVIDIA H100 SXM/NVL datasheets at 500 W",
+          ["h100sxm500w", "h100hbm2e500w", "grandteton"], listed=False),
     # NVIDIA H200 Tensor Core GPU datasheet (SXM): FP32 67, TF32 989*, BF16/FP16 1979* (*sparsity),
     # 141 GB HBM3e at 4.8 TB/s. https://www.nvidia.com/en-us/data-center/h200/  (NVML total 143771 MiB)
     _spec("h200", "NVIDIA H200", 143771, 67, 494.5, 989.5, 989.5, 4800, "hopper", "9.0",
@@ -251,6 +288,8 @@ _ASSUMED = "H100 SXM MAMF assumed (none published)"
 SPEED: dict[str, SpeedSpec] = {
     "h100-sxm": SpeedSpec(132, MAMF["h100-sxm"], MEMORY_EFFICIENCY, "nvlink4", "MAMF H100 SXM"),
     "h100-pcie": SpeedSpec(114, MAMF["h100-sxm"], MEMORY_EFFICIENCY, "pcie5", _ASSUMED),
+    # same die and SMs as the H100 SXM: its MAMF fraction, of the peak at 500 W
+    "h100-sxm-500w": SpeedSpec(132, MAMF["h100-sxm"], MEMORY_EFFICIENCY, "nvlink4", "MAMF H100 SXM (same die)"),
     "h200": SpeedSpec(132, MAMF["gh200"], MEMORY_EFFICIENCY, "nvlink4", "MAMF GH200 (same GH100 die)"),
     "a100-40gb": SpeedSpec(108, MAMF["a100-sxm"], MEMORY_EFFICIENCY, "nvlink3", "MAMF A100 SXM"),
     "a100-80gb": SpeedSpec(108, MAMF["a100-sxm"], MEMORY_EFFICIENCY, "nvlink3", "MAMF A100 SXM"),

@@ -158,6 +158,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
              base_dtype: str | None = None, qlora_quant: str | None = None, bnb_version: str | None = None,
              qlora_by: str | None = None, attn: str | None = None, zero_grad: str = "none",
              module_loading: str | None = None, keep_last_loss: bool = False,
+             softmax_saves_input: bool = False,
              layer_checkpointing: int | None = None, on_progress: Progress | None = None,
              network_gbps: float | None = None, fsdp_param_dtype: str | None = None,
              fsdp_reduce_dtype: str | None = None) -> Estimate:
@@ -179,7 +180,9 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     attn_implementation; the SDPA kernel follows the GPU, plan/tracing/sdpa.py), `optimizer_impl`
     ("for-loop" / "foreach" / "fused"; default: torch's choice for CUDA, foreach), `zero_grad` ("none" /
     "zeros": gradients kept between steps, torch < 2.0), `module_loading` ("lazy" / "eager": the CUDA
-    context with every kernel image loaded, torch < 1.13; default CUDA_MODULE_LOADING, else lazy).
+    context with every kernel image loaded, torch < 1.13; default CUDA_MODULE_LOADING, else lazy),
+    `softmax_saves_input` (torch <= 1.10: softmax and log_softmax keep their input for backward,
+    plan/tracing/torch_versions.py).
     The setting of a training loop: `keep_last_loss` (the loop keeps the last loss, and its autograd graph,
     until the next step's loss replaces it, as litgpt's finetune loops do: what a custom autograd Function
     keeps in ctx, bitsandbytes <= 0.43.1's 4-bit matmul input, then lives into the next forward).
@@ -217,7 +220,8 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     if not 0 <= margin_pct < 100:
         raise GpuwiseError(f"margin must be a percentage in [0, 100), got {margin_pct!r}")
     config = StepConfig(optimizer=optimizer, precision=precision, checkpointing=checkpointing,
-                        optimizer_impl=optimizer_impl, zero_grad=zero_grad, keep_last_loss=keep_last_loss)
+                        optimizer_impl=optimizer_impl, zero_grad=zero_grad, keep_last_loss=keep_last_loss,
+                        softmax_saves_input=softmax_saves_input)
     base = load_workload(workload)
     wl = apply_modes(base, modes, config.precision)
 
@@ -370,9 +374,11 @@ def truth_errors(record: dict[str, Any]) -> dict[str, Any]:
                    precision=record.get("precision", "fp32"), checkpointing=bool(record.get("checkpointing")),
                    target="cuda", gpu=record.get("gpu_name"), search_max_batch=False)
 
+    def err_against(predicted: float | None, truth: float | None) -> float | None:
+        return round(100 * (predicted - truth) / truth, 3) if truth and predicted is not None else None
+
     def err(key: str) -> float | None:
-        truth = record.get(key)
-        return round(100 * (getattr(est, key) - truth) / truth, 3) if truth else None
+        return err_against(getattr(est, key), record.get(key))
 
     return {"source": record.get("_source", ""), "kind": record.get("kind", "measure"),
             "workload": record["workload"], "batch_size": record["batch_size"],
@@ -382,4 +388,9 @@ def truth_errors(record: dict[str, Any]) -> dict[str, Any]:
             "device_used_err_pct": err("device_used_bytes"), "estimate_s": est.seconds,
             # the roofline's step time (a lower bound: peak FLOP/s and bandwidth) against the measured median
             "roofline_step_s": est.roofline.time_s if est.roofline else None,
-            "measured_step_s": record.get("step_time_s")}
+            "measured_step_s": record.get("step_time_s"),
+            # the speed model's step time (plan/speed/) and what bounds it
+            "predicted_step_s": est.speed.step_time_s if est.speed else None,
+            "step_err_pct": err_against(est.speed.step_time_s if est.speed else None, record.get("step_time_s")),
+            "bound_by": est.speed.bound_by if est.speed else None,
+            "breakdown_s": est.speed.breakdown if est.speed else None}

@@ -484,8 +484,9 @@ def attach_costs(results: list[FitResult], tokens: float | None = None, samples:
 
 
 def fit_all_gpus(workload: Any, nproc: int = 1, batch_size: int = 8, **kw) -> list[FitResult]:
-    """`--gpu all`: every catalog GPU (x nproc); the traces are shared, only the replay differs."""
+    """`--gpu all`: every listed catalog GPU (x nproc); the traces are shared, only the replay differs."""
     wl, batch_size = resolve_inputs(workload, batch_size, seq_len=kw.pop("seq_len", None), task=kw.pop("task", None))
     ev = Evaluator(wl, "hopper")
     source = workload if isinstance(workload, str) else None
-    return [fit(wl, spec, nproc, batch_size, evaluator=ev, source=source, **kw) for spec in CATALOG.values()]
+    return [fit(wl, spec, nproc, batch_size, evaluator=ev, source=source, **kw) for spec in CATALOG.values()
+            if spec.listed]

@@ -50,6 +50,7 @@ from .setup import (
     foreach_by_default,
 )
 from .stochastic import every_layer_runs
+from .torch_versions import SOFTMAX_NOTE, softmax_saves_input
 
 
 @dataclass
@@ -228,11 +229,29 @@ class _TraceMode(_dispatch_mode_base()):
         return out
 
 
+_RAN = "gpuwise_ran_in"  # a leaf cast node's metadata: the backward runs (graph tasks) it ran in
+
+
 def _accumulating_grad() -> bool:
+    """AccumulateGrad runs, or again the cast of a leaf's gradient that feeds it (ToCopyBackward0 ->
+    AccumulateGrad, run in an earlier backward already): autocast keeps one cast per weight for its whole
+    region, so with gradient accumulation a later micro-step reuses the node an earlier forward made, and
+    the engine runs it after that micro-step's whole backward, where the first block's scope lingers."""
     import torch
 
     node = torch._C._current_autograd_node()
-    return node is not None and type(node).__name__ == "AccumulateGrad"
+    if node is None:
+        return False
+    kind = type(node).__name__
+    if kind == "AccumulateGrad":
+        return True
+    if kind != "ToCopyBackward0" or not node.next_functions or not all(
+            fn is None or type(fn).__name__ == "AccumulateGrad" for fn, _ in node.next_functions):
+        return False
+    task, ran_in = torch._C._current_graph_task_id(), node.metadata.setdefault(_RAN, set())
+    if not ran_in:
+        ran_in.add(task)  # its first backward: in the scope of the module that made it
+    return task not in ran_in
 
 
 def _storages(obj, device_type: str):
@@ -365,6 +384,9 @@ def _trace_once(workload, batch_size: int, config: StepConfig, target: str, fake
             stack.enter_context(dropout_as_cuda_runs_it())
             if config.precision in ("fp16", "bf16"):
                 stack.enter_context(cuda_autocast_policy())
+        stack.enter_context(softmax_saves_input(config.softmax_saves_input))
+        if config.softmax_saves_input:
+            mode.notes.append(SOFTMAX_NOTE)
         stack.enter_context(node_prehooks(mode.sums, lambda: len(mode.rec.blocks)))
         model = build_model_for_trace(workload, fake_mode if fake else None, mode)
         attn_note = set_attn_implementation(model, attn)
