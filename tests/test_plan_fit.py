@@ -208,3 +208,14 @@ def test_traces_run_side_by_side_give_the_same_answers(tmp_path, monkeypatch):
         result = fit(source, "rtx4090", 1, 2, seq_len=16, precision="bf16")
         answers.append((result.to_dict(), result.traces))
     assert answers[0] == answers[1]
+    # the search's micro-batches of an adapter variant, forked or here: the same events
+    from gpuwise.plan.tracing.repeat import canonical
+
+    config = StepConfig("adamw", "bf16", False)
+    asks = [(m, config, TrainingModes(lora_rank=8, grad_accum=4 // m), Split()) for m in (1, 2, 4)]
+    forked, here = Evaluator(source, "ada"), Evaluator(source, "ada")
+    forked.prefetch(asks, workers=2)
+    assert forked.traces_run == 6
+    for m, c, modes, _ in asks:
+        assert canonical(forked.rebuilt(None, m, c, modes)) == canonical(here.rebuilt(None, m, c, modes))
+    assert forked.traces_run == here.traces_run
