@@ -143,3 +143,25 @@ def test_fsdp_units_of_a_config_too_large_to_build_for_real():
     units = fsdp_units_of(hf_workload("examples/configs/llama-2-7b.json", seq_len=16))
     assert units is not None and units.blocks_path == "model.layers"
     assert 0.03 < units.root < 0.05 and 0.02 < units.block < 0.04  # 2 x 32000 x 4096 of 6.7B; 1 of 32 blocks
+
+
+def test_fsdp_ranks_build_only_their_shards():
+    """FSDP builds on the meta device and materializes each rank's shards (torchtitan train.py: meta init,
+    fully_shard, to_empty, init_weights): what building the model allocated and freed on the traced device
+    (fp32 weights cast to bf16) is 1/N on a rank, so it no longer leaves a full model's segments cached.
+    DDP ranks build the whole model."""
+    from gpuwise.plan.memory.events import MemEvent, MemoryTrace
+
+    mib = 2**20
+    events = [MemEvent("alloc", 0, 400 * mib, "temporary", "setup", "", "aten.empty"),   # the fp32 build
+              MemEvent("alloc", 1, 200 * mib, "parameters", "setup", "", "aten._to_copy"),
+              MemEvent("free", 0, 400 * mib, "temporary", "setup", "", "aten.empty"),
+              MemEvent("alloc", 2, 300 * mib, "activations", "forward", "", "aten.mm"),
+              MemEvent("free", 2, 300 * mib, "activations", "backward", "", "aten.mm")]
+    trace = MemoryTrace(events, 3, "cuda", "fake-trace", [])
+    fsdp = shard_trace(trace, Split("fsdp", 8))
+    ddp_like = shard_trace(trace, Split("zero2", 8))
+    built = {e.block: e.nbytes for e in fsdp.events if e.action == "alloc"}
+    assert built[0] == 50 * mib and built[1] == 25 * mib and built[2] == 300 * mib
+    assert {e.block: e.nbytes for e in ddp_like.events if e.action == "alloc"}[0] == 400 * mib
+

@@ -13,7 +13,9 @@ its events are the same with the sharded categories shrunk, plus what the librar
     (zero3)    prefetched) holds unsharded, by phase: the root group (embeddings, final norm, head) and two
                blocks in forward; in backward also the head's gradients, one block's gradients and the
                previous block's reduce-scatter input; at the end the root's gradients and their
-               reduce-scatter input (`fsdp_gathered_bytes`; without the model's units: 3 averaged blocks)
+               reduce-scatter input (`fsdp_gathered_bytes`; without the model's units: 3 averaged blocks);
+               what building the model allocated and freed / N (meta-device init, each rank materializes
+               its shards: torchtitan train.py's fully_shard + to_empty + init_weights)
     fsdp1      FSDP1 `FullyShardedDataParallel(FULL_SHARD, use_orig_params=True)` as Lightning Fabric and HF
                accelerate wrap: as fsdp, but each unit's parameters are one flat parameter, so a unit holding
                any trainable parameter (a block with LoRA) keeps gradients for all of them
@@ -353,9 +355,14 @@ def shard_trace(trace: MemoryTrace, split: Split, block_param_bytes: int = 0,
         # the optimizer updates only this rank's shard: its temporaries (foreach intermediates) shrink too;
         # under MixedPrecisionPolicy the shards are fp32 masters of the traced 16-bit weights
         f = split.master_factor
+        # FSDP materializes only each rank's shards (meta-device init, then fully_shard and to_empty +
+        # init_weights: torchtitan train.py; Lightning Fabric's init_module(empty_init=True)): what building
+        # the model allocated and freed on the traced device (e.g. fp32 weights cast to bf16) is a rank's 1/N
+        built = "parameters" in SHARDED[s]
         events = [replace(e, nbytes=-(-e.nbytes * f // n))
-                  if e.category in cats or (e.phase == "optimizer" and e.category == "temporary") else e
-                  for e in events]
+                  if e.category in cats or (e.phase == "optimizer" and e.category == "temporary") else
+                  replace(e, nbytes=-(-e.nbytes // n)) if built and e.phase == "setup" and e.category == "temporary"
+                  else e for e in events]
         if split.param_dtype:
             notes.append(f"FSDP2 MixedPrecisionPolicy(param_dtype={split.param_dtype}, reduce_dtype="
                          f"{split.reduce_dtype}): fp32 shards of parameters, gradients and optimizer state (the "
