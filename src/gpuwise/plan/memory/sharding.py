@@ -379,6 +379,8 @@ def shard_trace(trace: MemoryTrace, split: Split, block_param_bytes: int = 0,
             if param_bytes:  # a 1- or 2-layer trace standing for the whole model: each of its blocks at the
                 for edge in ("backward_last", "backward_only"):  # level of a middle one
                     sizes[edge] = sizes["backward"]
+            if split.flat_params and no_sync and not frozen:
+                sizes["backward_tail"] += _flat_root_gradient_bytes(param_total, units, notes)
             events, steady = _hold_by_phase(events, steady, sizes, units.blocks_path)
             if split.flat_params:
                 events, steady = _flat_gradients(events, steady, trace, param_total, units, n, no_sync, notes)
@@ -425,6 +427,21 @@ def _flat_gradients(events: list[MemEvent], steady: int, trace: MemoryTrace, par
                  f"({'unsharded, accumulating' if no_sync else f'/ {n}'}) from backward to zero_grad")
     return _hold_between(events, steady, nbytes, "gradients", lambda ph: ph == "backward",
                          lambda ph: ph == "zero_grad", ("FSDP1 flat gradients", "FSDP1 flat gradients"), "zero_grad")
+
+
+def _flat_root_gradient_bytes(param_total: int, units: FsdpUnits, notes: list[str]) -> int:
+    """FSDP1 accumulating without sync (`no_sync`): the root unit's flat gradient. With use_orig_params each
+    parameter is a view of the unit's flat parameter (`_use_unsharded_views`: a split of it), so autograd
+    forms the flat parameter's gradient in `SplitWithSizesBackward`, a root-sized `cat` of its parameters'
+    gradients once the last of them (the embeddings', at the end of backward) exists, and adds it into the
+    flat gradient accumulated over the micro-steps. Measured on 2 gloo ranks (FSDP1, use_orig_params=True,
+    an embedding, 4 MLP blocks and an untied head, accumulation 2): the step's peak is that `cat`, with the
+    head's and the embeddings' gradients alive; a first micro-step without an accumulated gradient takes the
+    `cat` as the gradient (no extra)."""
+    nbytes = int(param_total * units.root)
+    notes.append(f"fsdp1 accumulating: + {nbytes} bytes at the end of backward (the root's flat gradient, a cat "
+                 "of its parameters' gradients, added into the accumulated one)")
+    return nbytes
 
 
 def _new_block(events: list[MemEvent]) -> int:
