@@ -44,9 +44,12 @@ def test_rebuilt_events_equal_the_full_depth_trace(tmp_path, target, config):
     (StepConfig("adamw", "bf16", False), TrainingModes(lora_rank=8)),   # adapters only train: no embedding grads
     (StepConfig("adamw", "bf16", True), TrainingModes(lora_rank=8)),    # a block's recompute meets the next's tail
     (StepConfig("adamw", "bf16", False), TrainingModes(grad_accum=4)),  # gradients accumulated at backward's end
+    # autocast's cached casts of the adapters: a later micro-step casts every block's gradient at its end
+    (StepConfig("adamw", "bf16", False), TrainingModes(lora_rank=8, grad_accum=2)),
+    (StepConfig("adamw", "bf16", True), TrainingModes(lora_rank=8, grad_accum=2)),
 ])
 def test_a_model_with_training_modes_is_rebuilt_as_traced_whole(tmp_path, config, modes):
-    """LoRA, checkpointing under LoRA and accumulation: the rebuild from the moded 3- and 4-block models
+    """LoRA, checkpointing under LoRA, accumulation, and both: the rebuild from the moded 3- and 4-block models
     equals the moded full-depth trace."""
     wl = hf_workload(_config(tmp_path, 6), 16)
     rebuilt = trace_workload(wl, 2, config, "cuda", repeat=True, modes=modes)  # estimate's way in

@@ -229,11 +229,29 @@ class _TraceMode(_dispatch_mode_base()):
         return out
 
 
+_RAN = "gpuwise_ran_in"  # a leaf cast node's metadata: the backward runs (graph tasks) it ran in
+
+
 def _accumulating_grad() -> bool:
+    """AccumulateGrad runs, or again the cast of a leaf's gradient that feeds it (ToCopyBackward0 ->
+    AccumulateGrad, run in an earlier backward already): autocast keeps one cast per weight for its whole
+    region, so with gradient accumulation a later micro-step reuses the node an earlier forward made, and
+    the engine runs it after that micro-step's whole backward, where the first block's scope lingers."""
     import torch
 
     node = torch._C._current_autograd_node()
-    return node is not None and type(node).__name__ == "AccumulateGrad"
+    if node is None:
+        return False
+    kind = type(node).__name__
+    if kind == "AccumulateGrad":
+        return True
+    if kind != "ToCopyBackward0" or not node.next_functions or not all(
+            fn is None or type(fn).__name__ == "AccumulateGrad" for fn, _ in node.next_functions):
+        return False
+    task, ran_in = torch._C._current_graph_task_id(), node.metadata.setdefault(_RAN, set())
+    if not ran_in:
+        ran_in.add(task)  # its first backward: in the scope of the module that made it
+    return task not in ran_in
 
 
 def _storages(obj, device_type: str):
