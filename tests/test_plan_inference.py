@@ -77,8 +77,37 @@ def test_prefill_logits_all_keeps_every_position():
     assert logits == [2 * 1 * 128 * 4, 2 * 16 * 128 * 4]   # batch x positions x vocab x fp32
 
 
+def test_fp4_with_double_quantization_from_the_cli(capsys):
+    # litgpt's --quantize bnb.fp4-dq (tutorials/quantize.md): fp4 packs like nf4, and double quantization
+    # stores its absmax (buffers, in the peak) as nf4-dq does
+    pytest.importorskip("bitsandbytes")
+
+    def run(quant):
+        assert main(["estimate", LLAMA, "-b", "1", "--inference", "--new-tokens", "1", "--precision", "bf16",
+                     "--quantize", quant, "--json", "--no-max-batch"]) == 0
+        d = json.loads(capsys.readouterr().out)
+        assert f"bitsandbytes {quant} " in d["notes"][0]
+        return d["peak_allocated_bytes"]
+
+    assert run("fp4-dq") == run("nf4-dq") != run("fp4") == run("nf4")
+
+
+def test_bf16_mixed_generation_holds_a_bf16_copy_of_every_linear_weight():
+    # litgpt generate --precision bf16-mixed: fp32 weights, each forward under autocast, whose cache keeps a
+    # bf16 copy of each fp32 weight it casts (they require grad) until the forward returns
+    pure = estimate_inference(LLAMA, 1, new_tokens=2, dtype="fp32", target="cpu")
+    mixed = estimate_inference(LLAMA, 1, new_tokens=2, dtype="bf16", weights="fp32", target="cpu")
+    linear = 2 * (64 * 64 * 2 + 64 * 32 * 2 + 128 * 64 * 3) + 128 * 64   # the layers' and the head's weights
+    assert mixed.parameters_bytes == pure.parameters_bytes
+    assert mixed.peak_allocated_bytes >= pure.parameters_bytes + 2 * linear   # all copies alive at once
+    assert mixed.peak_allocated_bytes > pure.peak_allocated_bytes + 2 * linear * 0.9
+    assert "autocast" in mixed.notes[0]
+
+
 @pytest.mark.parametrize("argv", [["--quantize", "nf4"], ["--inference", "--quantize-by", "lightning"],
-                                  ["--inference", "--qlora"], ["--prefill-logits", "all"]])
+                                  ["--inference", "--qlora"], ["--prefill-logits", "all"],
+                                  ["--inference", "--base-dtype", "fp32", "--quantize", "nf4"],
+                                  ["--inference", "--precision", "bf16", "--base-dtype", "fp16"]])
 def test_quantize_flags_refused_where_they_mean_nothing(argv, capsys):
     assert main(["estimate", LLAMA, "-b", "1", *argv]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1

@@ -125,7 +125,8 @@ def add_mode_arguments(p) -> None:
     p.add_argument("--lora-dropout", type=float, metavar="P", help="LoRA dropout probability (default 0)")
     p.add_argument("--base-dtype", choices=["fp32", "bf16", "fp16"], help="LoRA: dtype of the frozen base "
                    "weights; default the precision's 16-bit type (peft's usual); fp32 with --precision bf16 is "
-                   "Lightning's bf16-mixed; --precision bf16-pure is litgpt's bf16-true (adapters bf16 too)")
+                   "Lightning's bf16-mixed; --precision bf16-pure is litgpt's bf16-true (adapters bf16 too); with "
+                   "--inference, fp32: float32 weights, each forward under autocast (bf16-mixed generation)")
     p.add_argument("--qlora", action="store_true", help="QLoRA: 4-bit base weights (bitsandbytes) + LoRA")
     p.add_argument("--qlora-quant", choices=["nf4-dq", "nf4", "fp4"], help="--qlora: 4-bit format (default "
                    "nf4-dq: NF4 with double quantization; nf4, fp4: without)")
@@ -144,8 +145,9 @@ def add_mode_arguments(p) -> None:
     p.add_argument("--prefill-logits", choices=["last", "all"], default="last", help="--inference: the prompt "
                    "positions the prefill computes logits for (default last, as transformers' generate asks; all: "
                    "litgpt's GPT.forward, transformers before 4.45)")
-    p.add_argument("--quantize", choices=["nf4", "nf4-dq", "fp4"], help="--inference: bitsandbytes 4-bit linear "
-                   "weights (transformers' load_in_4bit, litgpt's --quantize bnb.nf4 / bnb.nf4-dq / bnb.fp4); "
+    p.add_argument("--quantize", choices=["nf4", "nf4-dq", "fp4", "fp4-dq"], help="--inference: bitsandbytes 4-bit "
+                   "linear weights (transformers' load_in_4bit, litgpt's --quantize bnb.nf4 / bnb.nf4-dq / bnb.fp4 / "
+                   "bnb.fp4-dq); "
                    "--precision bf16/fp16 is the compute dtype")
     p.add_argument("--quantize-by", choices=["transformers", "lightning"], default="transformers",
                    help="--quantize: who quantizes the weights (default transformers: the output head kept 16-bit; "
@@ -205,7 +207,8 @@ def _run_inference(args) -> int:
     with console.err.status("tracing generation with fake tensors…"):
         est = estimate_inference(args.workload, args.batch_size, args.seq_len, args.new_tokens, dtype,
                                  args.target, args.gpu, quantize=args.quantize, loader=args.quantize_by,
-                                 bnb_version=args.bnb_version, prefill_logits=args.prefill_logits)
+                                 bnb_version=args.bnb_version, prefill_logits=args.prefill_logits,
+                                 weights=args.base_dtype)
     if args.json:
         console.emit_json(est.to_dict())
         return 0

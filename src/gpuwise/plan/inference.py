@@ -11,7 +11,7 @@ argmax of the last position's logits, as greedy generation takes it; the rest of
 A workload that is not a causal LM gets the forward-only step: its loss under `torch.no_grad()`.
 
 The weights are cast to `dtype` first (as `from_pretrained(torch_dtype=...)` loads them), outside the
-trace. With `quantize` the linear layers' weights are then bitsandbytes' 4-bit (`nf4`, `nf4-dq`, `fp4`:
+trace. With `quantize` the linear layers' weights are then bitsandbytes' 4-bit (`nf4`, `nf4-dq`, `fp4`, `fp4-dq`:
 tracing/modes.py `quantize_linear_4bit`, the layers QLoRA uses, quantized by bitsandbytes under fake
 tensors) with `dtype` as the compute dtype, as `from_pretrained(quantization_config=BitsAndBytesConfig(
 load_in_4bit=True, ...))` and litgpt's `generate --quantize bnb.nf4` load them. `loader="transformers"`
@@ -24,6 +24,14 @@ bitsandbytes' own ops (`gemm_4bit` and its fake kernel), so the activations are 
 (bitsandbytes' dequant + F.linear fallback) is not seen, except for a release before the fused kernels
 (`bnb_version`, tracing/bnb_versions.py), where every multi-token matmul took that path. `kv_cache_bytes` is what the cache holds at the end: 2 x layers x batch x kv-heads x tokens x
 head-dim x dtype bytes for a standard decoder.
+
+`weights="fp32"` with a 16-bit `dtype` is Lightning's bf16-mixed / 16-mixed generation (litgpt's
+`generate --precision bf16-mixed`): the weights stay float32 and every forward call runs under
+`torch.autocast(dtype)`, as Fabric's `_FabricModule.forward` wraps it (`precision.forward_context()`), with
+CUDA's cast policy. Autocast caches the 16-bit copy of each float32 leaf weight that requires grad
+(`cached_cast`; loaded parameters do, and no_grad does not change it) until the outermost autocast exits,
+so each forward ends holding a 16-bit copy of every linear weight besides the float32 ones (litgpt's
+finetune_lora.md: Llama-2-7B 40.21 GB, 26.95 GB float32 + 13.2 GB of bf16 copies).
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ from .memory.events import MemoryTrace, live_peak
 from .memory.overheads import DEFAULT_ARCH, add_workspaces
 from .tracing.bnb_versions import bitsandbytes_inference_as, parse_version
 from .tracing.cpu_truth import peak_from_profile
+from .tracing.cuda_autocast import cuda_autocast_policy
 from .tracing.modes import QLORA_QUANTS, fake_params_set_in_place, quantize_linear_4bit
 from .tracing.scope import ModuleScope
 from .tracing.setup import build_model_for_trace
@@ -110,31 +119,39 @@ def _storage_bytes(tensors) -> int:
     return total
 
 
-def run_generation(model, batch, new_tokens: int, mark=None, prefill_logits: str = "last") -> tuple[Any, int]:
+def run_generation(model, batch, new_tokens: int, mark=None, prefill_logits: str = "last",
+                   forward_context=contextlib.nullcontext) -> tuple[Any, int]:
     """Prefill + `new_tokens` greedy decode steps (or a no-grad forward for other models); returns
     (the cache, its bytes). `mark(phase)` is told "prefill" / "decode"; `prefill_logits`: "last" (the
-    last position's, as generate asks) or "all" (every position's)."""
+    last position's, as generate asks) or "all" (every position's); `forward_context()` wraps each model
+    call (an autocast, as Lightning Fabric wraps its module's forward)."""
     import torch
 
     mark = mark or (lambda _p: None)
+
+    def call(**kw):
+        with forward_context():
+            return model(**kw)
+
     with torch.no_grad():
         if not _is_causal_lm(model):
             mark("forward")
-            out = model(**batch) if isinstance(batch, dict) else model(batch)
+            with forward_context():
+                out = model(**batch) if isinstance(batch, dict) else model(batch)
             del out
             return None, 0
         ids = batch["input_ids"] if isinstance(batch, dict) else batch
         mark("prefill")
         try:  # generate() asks for the last position's logits only (transformers >= 4.45); 0 keeps them all
-            out = model(input_ids=ids, use_cache=True, logits_to_keep=1 if prefill_logits == "last" else 0)
+            out = call(input_ids=ids, use_cache=True, logits_to_keep=1 if prefill_logits == "last" else 0)
         except TypeError:
-            out = model(input_ids=ids, use_cache=True)
+            out = call(input_ids=ids, use_cache=True)
         cache = out.past_key_values
         nxt = out.logits[:, -1:, :].argmax(-1)
         del out
         for _ in range(new_tokens):
             mark("decode")
-            out = model(input_ids=nxt, past_key_values=cache, use_cache=True)
+            out = call(input_ids=nxt, past_key_values=cache, use_cache=True)
             cache = out.past_key_values
             nxt = out.logits[:, -1:, :].argmax(-1)
             del out
@@ -155,11 +172,13 @@ def _cast(model, dtype_name: str):
 def estimate_inference(workload, batch_size: int = 1, context_len: int | None = None, new_tokens: int = 1,
                        dtype: str = "bf16", target: str = "cuda", gpu: str | None = None,
                        quantize: str | None = None, loader: str = "transformers",
-                       bnb_version: str | None = None, prefill_logits: str = "last") -> InferenceEstimate:
+                       bnb_version: str | None = None, prefill_logits: str = "last",
+                       weights: str | None = None) -> InferenceEstimate:
     """Peak memory of a no-grad forward, or for a causal LM of prefill + decoding with a KV cache;
-    `quantize` (nf4, nf4-dq, fp4): bitsandbytes 4-bit linear weights, loaded as `loader` does;
+    `quantize` (nf4, nf4-dq, fp4, fp4-dq): bitsandbytes 4-bit linear weights, loaded as `loader` does;
     `bnb_version`: the bitsandbytes release the run used (tracing/bnb_versions.py); `prefill_logits`:
-    "last" or "all" positions' logits from the prefill."""
+    "last" or "all" positions' logits from the prefill; `weights` "fp32" with a 16-bit `dtype`: float32
+    weights, each forward under autocast to `dtype` (Lightning's bf16-mixed / 16-mixed)."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -177,6 +196,12 @@ def estimate_inference(workload, batch_size: int = 1, context_len: int | None = 
         raise GpuwiseError("--quantize-by / --bnb-version apply to --quantize (with --inference)")
     if bnb_version is not None:
         parse_version(bnb_version)
+    if weights not in (None, dtype, "fp32"):
+        raise GpuwiseError(f"--inference weights must be fp32 (autocast to {dtype}) or {dtype}, got {weights!r}")
+    mixed = weights == "fp32" and dtype != "fp32"
+    if mixed and quantize is not None:
+        raise GpuwiseError("--quantize with float32 weights under autocast: 4-bit weights compute in --precision; "
+                           "drop --base-dtype fp32 (litgpt refuses quantization with mixed precision too)")
     if prefill_logits not in ("last", "all"):
         raise GpuwiseError(f"prefill logits must be 'last' or 'all', got {prefill_logits!r}")
     if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or new_tokens < 0:
@@ -194,7 +219,7 @@ def estimate_inference(workload, batch_size: int = 1, context_len: int | None = 
 
     with fake_mode, tracker, mode, (sdpa_as_gpu_runs_it() if target == "cuda" else contextlib.nullcontext()):
         with mode.paused():  # weights arrive in `dtype` (from_pretrained(torch_dtype=...)), not traced
-            model = _cast(build_model_for_trace(wl, fake_mode, mode), dtype)
+            model = _cast(build_model_for_trace(wl, fake_mode, mode), "fp32" if mixed else dtype)
             if quantize is not None:
                 quant_type, double_quant = QLORA_QUANTS[quantize]
                 fabric = loader == "lightning"
@@ -215,8 +240,14 @@ def estimate_inference(workload, batch_size: int = 1, context_len: int | None = 
             marks.append((len(mode.rec.events), phase))
 
         marks: list[tuple[int, str]] = []
-        with bitsandbytes_inference_as(bnb_version):
-            cache, kv_bytes = run_generation(model, batch, new_tokens, mark, prefill_logits)
+        forward_context = contextlib.nullcontext
+        if mixed:
+            def forward_context():
+                return torch.autocast("cpu", dtype=getattr(torch, DTYPES[dtype]))
+        with bitsandbytes_inference_as(bnb_version), contextlib.ExitStack() as stack:
+            if mixed and target == "cuda":
+                stack.enter_context(cuda_autocast_policy())
+            cache, kv_bytes = run_generation(model, batch, new_tokens, mark, prefill_logits, forward_context)
         if cache is not None:
             label(mode, cache_tensors(cache), "activations")
         events = settle(mode)
@@ -227,6 +258,9 @@ def estimate_inference(workload, batch_size: int = 1, context_len: int | None = 
     phase = next((p for at, p in reversed(marks) if at <= peak.event_index), "forward")
     params = peak.by_category.get("parameters", 0)
     notes = [f"weights in {dtype}; no gradients (torch.no_grad)"]
+    if mixed:
+        notes[0] = (f"weights in fp32, each forward under autocast to {dtype} (bf16-mixed / 16-mixed), which "
+                    f"caches a {dtype} copy of every fp32 weight it casts until the forward returns; no gradients")
     if quantize is not None:
         head = ("the output head too, quantized from fp16 (Lightning Fabric)" if loader == "lightning"
                 else "the output head in " + dtype)
