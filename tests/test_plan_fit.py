@@ -163,3 +163,59 @@ def test_gpus_whose_attention_kernels_agree_share_traces():
 
     assert kernel_class((8, 0)) == kernel_class((9, 0))  # A100 and H100: the same SDPA rules pass
     assert len({kernel_class(c) for c in ((7, 0), (7, 5), (8, 0), (8, 9), (9, 0))}) == 3  # V100 = T4, L4 apart
+
+
+def test_options_whose_parameters_and_gradients_exceed_the_card_are_not_traced(tmp_path):
+    """A full fine-tune holds every parameter and its gradient at the end of backward: where that floor is
+    over the card, the option is reported as not fitting, with the floor, and not traced. The floor is
+    under the traced peak of each such step (so "does not fit" is true), and the other options are traced."""
+    from dataclasses import replace as with_
+
+    from gpuwise.plan.catalog import lookup
+    from gpuwise.plan.fit import state_floor, variants
+
+    source = _deep_tiny(tmp_path)
+    ev = Evaluator(source, "ada")
+    full = 8 * ev.parameter_count()  # fp32 weights and gradients
+    spec = with_(lookup("rtx4090"), memory_bytes=int(full / 0.95))  # under the fp32 floor, over bf16-pure's
+    result = fit(source, spec, 1, 2, seq_len=16, evaluator=Evaluator(source, "ada"))
+    floored = [o for o in result.options if o.floor_only]
+    assert floored and all(not o.fits and o.samples_per_s == 0 and o.notes[0].startswith("not traced") and
+                           o.estimate_cmd for o in floored)
+    assert any(o.name.startswith("pure bf16") and not o.floor_only for o in result.options)  # half the floor: traced
+    check = Evaluator(source, spec.arch)
+    for v in variants(spec, 1, "fp32", None, False):
+        floor = state_floor(check, v)
+        if floor is None:
+            continue
+        point = check.evaluate(1, v.config, with_(v.modes, grad_accum=2), v.split)
+        assert point.peak_allocated_bytes >= floor, v.name
+        limit = spec.memory_bytes * 0.95  # the default 5 % margin
+        option = next(o for o in result.options if o.name.split(" + accumulation")[0] == v.name)
+        assert option.floor_only == (floor > limit), v.name
+        if option.floor_only:
+            assert point.device_used_bytes > limit  # the verdict the floor gave is the trace's
+
+
+def test_traces_run_side_by_side_give_the_same_answers(tmp_path, monkeypatch):
+    """fit's first traces in forked workers (one per idle CPU) or one by one here: the same options."""
+    from gpuwise.plan import scaled
+
+    source = _deep_tiny(tmp_path)
+    answers = []
+    for cpus in (1, 2):
+        monkeypatch.setattr(scaled, "idle_cpus", lambda cpus=cpus: cpus)
+        result = fit(source, "rtx4090", 1, 2, seq_len=16, precision="bf16")
+        answers.append((result.to_dict(), result.traces))
+    assert answers[0] == answers[1]
+    # the search's micro-batches of an adapter variant, forked or here: the same events
+    from gpuwise.plan.tracing.repeat import canonical
+
+    config = StepConfig("adamw", "bf16", False)
+    asks = [(m, config, TrainingModes(lora_rank=8, grad_accum=4 // m), Split()) for m in (1, 2, 4)]
+    forked, here = Evaluator(source, "ada"), Evaluator(source, "ada")
+    forked.prefetch(asks, workers=2)
+    assert forked.traces_run == 6
+    for m, c, modes, _ in asks:
+        assert canonical(forked.rebuilt(None, m, c, modes)) == canonical(here.rebuilt(None, m, c, modes))
+    assert forked.traces_run == here.traces_run

@@ -102,8 +102,16 @@ def warm_optimizer(name: str) -> None:
     bitsandbytes' first AdamW8bit makes two 64-byte tensors that later ones do not (seen in a trace's
     setup: `aten.lift_fresh`, two allocations in a process's first trace only), so a trace taken first in
     a process differed from the same trace taken later (the rebuild's 4-block check failed in a fresh
-    process). Nothing to do for optimizers without such process-wide state, or when the library is absent."""
-    if name != "adamw8bit" or name in _WARMED or not optional_libs.available("bitsandbytes"):
+    process). Adafactor's module, transformers.optimization, imports peft and bitsandbytes, whose import
+    makes module-level tensors (two 64-byte, two 8-byte): imported here, not inside a process's first
+    Adafactor trace. Nothing to do for optimizers without such process-wide state, or when the library is absent."""
+    if name in _WARMED:
+        return
+    if name == "adafactor":
+        _WARMED.add(name)
+        import transformers.optimization  # noqa: F401
+        return
+    if name != "adamw8bit" or not optional_libs.available("bitsandbytes"):
         return
     import torch
 

@@ -117,6 +117,7 @@ class FitOption:
     needs: list[str] = field(default_factory=list)  # packages to install to run it (base install)
     sized: bool = True                                # False: not traced, a needed package is missing
     extrapolated: bool = False  # its numbers are the labelled fallback (Point.extrapolate), not estimate's
+    floor_only: bool = False    # not traced: its memory is a floor already over the card (state_floor)
 
     def to_dict(self) -> dict[str, Any]:
         d = {"name": self.name, "changes": self.changes, "fits": self.fits,
@@ -349,10 +350,19 @@ def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, 
     named = _source_args(source if source is not None else workload, ev.wl)
     gpu_arg = gpu if isinstance(gpu, str) else spec.id
     options = []
-    for v in variants(spec, nproc, precision, optimizer, checkpointing, adapters):
+    candidates = variants(spec, nproc, precision, optimizer, checkpointing, adapters)
+    floors = {v.name: f for v in candidates if (f := state_floor(ev, v)) is not None and f > limit}
+    ev.prefetch([_first_trial(v, batch_size) for v in candidates
+                 if not missing(_untraceable_without(v)) and v.name not in floors])
+    for v in candidates:
         lacking = missing(_untraceable_without(v))
         if lacking:  # listed, not sized: the trace needs the library itself
             options.append(_unsized(v, batch_size, lacking))
+            continue
+        if v.name in floors:  # cannot fit at any micro-batch: no trace
+            option = _floored(v, batch_size, floors[v.name], limit)
+            option.needs = missing(_needed(v))
+            options.append(_with_commands(option, v, named, gpu_arg, margin_pct))
             continue
         needs = missing(_needed(v))
         try:
@@ -369,17 +379,50 @@ def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, 
             options.append(failed)
             continue
         option.needs = needs
-        args = estimate_args("SOURCE", gpu_arg, v, option.micro_batch_size, option.grad_accum, margin_pct)
-        if args is not None and named is not None:
-            i = args.index("SOURCE")
-            option.estimate_cmd = shlex.join(args[:i] + named + args[i + 1:])
-        train = train_args(named, v, option.micro_batch_size, option.grad_accum) if named is not None else None
-        option.train_cmd = shlex.join(train) if train is not None else None
-        options.append(option)
+        options.append(_with_commands(option, v, named, gpu_arg, margin_pct))
     options.sort(key=lambda o: (not o.fits, not o.sized, -o.samples_per_s if o.fits else o.device_used_bytes))
     name = ev.wl.spec if hasattr(ev.wl, "spec") else str(workload)
     return FitResult(name, spec.name, nproc, spec.memory_bytes, batch_size, options,
                      round(time.perf_counter() - started, 3), ev.traces_run, getattr(ev.wl, "seq_len", None))
+
+
+def _with_commands(option: FitOption, v: Variant, named: list[str] | None, gpu_arg: str,
+                   margin_pct: float) -> FitOption:
+    """`option` with its `estimate_cmd` and `train_cmd` (none for a workload the command line cannot name)."""
+    args = estimate_args("SOURCE", gpu_arg, v, option.micro_batch_size, option.grad_accum, margin_pct)
+    if args is not None and named is not None:
+        i = args.index("SOURCE")
+        option.estimate_cmd = shlex.join(args[:i] + named + args[i + 1:])
+    train = train_args(named, v, option.micro_batch_size, option.grad_accum) if named is not None else None
+    option.train_cmd = shlex.join(train) if train is not None else None
+    return option
+
+
+def state_floor(ev: Evaluator, v: Variant) -> int | None:
+    """Bytes one rank holds at the end of every backward, whatever the micro-batch, for a full fine-tune
+    that shards nothing (one GPU or DDP) of a model config: every parameter and its gradient, in the
+    step's weight dtype (fp32 master weights; bf16 under bf16-pure). The optimizer steps after backward
+    and offload moves only its state, so a trace never holds less (tests/test_plan_fit.py). None where
+    this is not a floor (adapters, frozen parts, sharding, a pipeline stage) or the workload is not a
+    model config."""
+    if v.modes.adapters or v.modes.freeze or v.split.strategy not in ("single", "ddp"):
+        return None
+    count = ev.parameter_count()
+    if count is None:
+        return None
+    return 2 * count * (2 if v.config.precision == "bf16-pure" else 4)
+
+
+def _floored(v: Variant, batch: int, floor: int, limit: float) -> FitOption:
+    """A variant whose parameters and gradients alone exceed the card: does not fit, not traced; its
+    memory is that floor (its `estimate_cmd` gives the exact number) and its speed is not predicted."""
+    note = (f"not traced: its parameters and gradients alone take {floor / GB:.1f} GB, over the "
+            f"{limit / GB:.1f} GB usable, at any micro-batch (memory shown: that floor; estimate_cmd gives the exact number)")
+    notes = [note] + [NOTES[k] for k in v.keys if k in NOTES]
+    if batch > 1:
+        notes.append(NOTES["accum"].format(k=batch, m=1))
+    return FitOption(v.name if batch == 1 else f"{v.name} + accumulation {batch}x1", _changes(v, 1, batch, v.split.nproc),
+                     False, floor, 0.0, batch * v.split.data_parallel, notes, 1, batch, floor_only=True)
 
 
 def _needed(v: Variant) -> list[str]:
@@ -440,6 +483,14 @@ def _best_micro_batch(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limi
     return best
 
 
+def _first_trial(v: Variant, batch: int) -> tuple[int, StepConfig, TrainingModes, Split]:
+    """What `_searched` traces first for `v` (the micro-batch, step, modes and split `evaluate` gets)."""
+    from dataclasses import replace
+
+    micro = batch if v.modes.adapters else 1
+    return micro, v.config, replace(v.modes, grad_accum=batch // micro), v.split
+
+
 def _searched(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limit: float,
               whole_first: bool = False) -> FitOption:
     divisors = sorted(_divisors(batch))        # index k (1-based) -> the k-th smallest divisor
@@ -454,6 +505,13 @@ def _searched(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limit: float
     n = len(divisors)
     if whole_first and trial(n):
         return tried[n]
+    if whole_first and n > 2:  # micro-batch 1, which the search asks next, side by side with the next below the batch
+        from dataclasses import replace
+
+        from .scaled import idle_cpus
+
+        asks = [divisors[0]] + divisors[n - 2:0:-1]
+        ev.prefetch([(m, v.config, replace(v.modes, grad_accum=batch // m), v.split) for m in asks[:idle_cpus()]])
     if not trial(1) or n == 1:
         return tried[1]
     if trial(n):

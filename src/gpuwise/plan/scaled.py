@@ -4,7 +4,7 @@ A deep model config (L identical blocks) is traced as `estimate` traces it, thro
 entrance: rebuilt exactly from 3- and 4-block traces (plan/tracing/repeat.py), under the named GPU's
 attention kernels, replayed through the same allocator model, so each option's bytes are what its
 `estimate_cmd` prints (tests/test_plan_fit.py). A model the rebuild does not cover (its blocks differ,
-or the 4-block trace differs from its rebuild, e.g. LoRA with accumulation) is not traced whole, which
+or the 4-block trace differs from its rebuild, e.g. Adafactor) is not traced whole, which
 costs L blocks: its numbers are extrapolated linearly in the blocks from the two small traces,
 x(L) = x(a) + (x(b) - x(a)) * (L - a) / (b - a), and the option says so (a labelled fallback; estimate
 traces it whole, and so does fit for the answer of a variant that fits: `evaluate(..., whole=True)`). A workload that is not a model config, or a config under 6 blocks, is traced whole.
@@ -119,6 +119,7 @@ class Evaluator:
         self._fsdp_units: tuple | None = None
         self._points: dict[tuple, tuple[MemoryTrace, Point]] = {}
         self.traces_run = 0
+        self._param_count: int | None = None
 
     def units(self, split: Split):
         """FSDP2's root and block shares of the whole model (built once on meta, only for fsdp/hsdp)."""
@@ -127,6 +128,20 @@ class Evaluator:
         if self._fsdp_units is None:
             self._fsdp_units = (fsdp_units_of(self.wl),)
         return self._fsdp_units[0]
+
+    def parameter_count(self) -> int | None:
+        """The model config's parameters (tied ones once), built on the meta device once; None for a
+        workload that is not a model config."""
+        if self._param_count is None and getattr(self.wl, "hf_config", None) is not None:
+            import torch
+            import transformers
+
+            from ..hf import TASKS
+
+            with torch.device("meta"):
+                model = getattr(transformers, TASKS[self.wl.task]).from_config(self.wl.hf_config)
+            self._param_count = sum(p.numel() for p in model.parameters())
+        return self._param_count
 
     # -- traces -----------------------------------------------------------------------------------
     def _key(self, layers, micro_batch: int, config: StepConfig, modes: TrainingModes, repeat: bool) -> tuple:
@@ -167,6 +182,49 @@ class Evaluator:
                 self.traces_run += len(exc.traces)
         return self._traces[key]
 
+    def prefetch(self, asks: list[tuple[int, StepConfig, TrainingModes, Split]], workers: int | None = None) -> None:
+        """Run the traces `evaluate` will ask for (micro-batch, step, modes, split each) side by side, one
+        per idle CPU (`workers` to say how many), each in a fresh fork of this process (after the blocks'
+        comparison every trace shares), traced as `rebuilt` traces it here and kept in the same cache: the
+        answers are the same as traced one by one (tests/test_plan_fit.py). With one idle CPU (or one
+        trace to run) nothing runs here: `evaluate` traces as it asks."""
+        import multiprocessing
+
+        todo: dict[tuple, tuple] = {}
+        for micro_batch, config, modes, split in asks:
+            layers = self._layers(split)
+            stage = layers if layers != self.layers else None
+            key = self._key(stage, micro_batch, config, modes, True)
+            if key not in self._traces:
+                todo.setdefault(key, (stage, micro_batch, config, modes))
+        n = min(workers or idle_cpus(), len(todo))
+        if n < 2 or "fork" not in multiprocessing.get_all_start_methods():
+            return
+        if self.layers is not None:  # what every trace of a model config asks first, shared by the forks
+            from .tracing.repeat import blocks_alike  # deferred: imports torch
+
+            blocks_alike(self.wl.hf_config, self.wl.task, self.layers)
+        global _FORKED
+        _FORKED = self
+        try:
+            with multiprocessing.get_context("fork").Pool(n, maxtasksperchild=1) as pool:  # each a fresh fork
+                done = pool.map(_traced_in_worker, [(key, r[2]) for key, r in todo.items()], chunksize=1)
+        finally:
+            _FORKED = None
+        for key, trace, failed in done:
+            if trace is not None:
+                self._traces[key] = trace
+                self.traces_run += 2 if _was_rebuilt(trace) else 1
+            elif failed is not None:
+                self._traces[key] = NotRebuilt(*failed)
+                self.traces_run += len(failed[1])
+            # else the trace raised: `evaluate` traces it again here and raises as it would have
+
+    def _layers(self, split: Split) -> int | None:
+        if self.layers is not None and split.strategy == "pipeline":
+            return math.ceil(self.layers / split.nproc)
+        return self.layers
+
     # -- numbers ----------------------------------------------------------------------------------
     def _point(self, trace: MemoryTrace, modes: TrainingModes, split: Split, block_param_bytes: int,
                param_bytes: int | None = None) -> Point:
@@ -201,9 +259,7 @@ class Evaluator:
         """One rank's numbers at `micro_batch` (FLOPs per optimizer step include the accumulation).
         `whole`: where the rebuild does not cover the step, trace it whole (estimate's way) rather than
         extrapolate."""
-        layers = self.layers
-        if layers is not None and split.strategy == "pipeline":
-            layers = math.ceil(self.layers / split.nproc)
+        layers = self._layers(split)
         stage = layers if layers != self.layers else None
         got = self.rebuilt(stage, micro_batch, config, modes)
         if whole and isinstance(got, NotRebuilt):
@@ -243,6 +299,29 @@ class Evaluator:
         point.notes.append(f"numbers from traces with {a} and {b} of {self.layers} layers, extrapolated to {layers} "
                            f"(not rebuilt exactly: {failed.why}; estimate traces it whole)")
         return point
+
+
+def idle_cpus() -> int:
+    """CPUs this process may use that the last minute's load leaves free (itself counted): forks side by
+    side only help where they do not queue behind other work; 1 on a busy or one-CPU machine."""
+    import os
+
+    usable = len(os.sched_getaffinity(0))
+    return max(1, min(usable, int(usable - os.getloadavg()[0] + 1)))
+
+
+_FORKED: Evaluator | None = None  # the evaluator a prefetch's forked workers trace for
+
+
+def _traced_in_worker(item: tuple[tuple, StepConfig]) -> tuple[tuple, MemoryTrace | None, tuple | None]:
+    """In a forked worker: (key, the rebuilt trace or None, (why, small traces) where not rebuilt)."""
+    key, config = item
+    try:
+        return key, _FORKED._run(key, config), None
+    except NotRebuilt as exc:
+        return key, None, (exc.why, exc.traces)
+    except Exception:  # noqa: BLE001 - traced again in the parent, which raises it as it would have
+        return key, None, None
 
 
 def _was_rebuilt(trace: MemoryTrace) -> bool:

@@ -21,8 +21,10 @@ def options_table(result) -> Table:
     t.add_column("eff. batch", justify="right")
     t.add_column("what changes", style="dim", overflow="fold")
     for i, o in enumerate(result.options, 1):
-        t.add_row(str(i), o.name, "[green]yes[/green]" if o.fits else "[red]no[/red]", fmt_bytes(o.device_used_bytes),
-                  f"{o.samples_per_s:,.1f}", str(o.effective_batch_size), _short_note(o))
+        floor = getattr(o, "floor_only", False)  # not traced: a floor already over the card
+        t.add_row(str(i), o.name, "[green]yes[/green]" if o.fits else "[red]no[/red]",
+                  ("≥ " if floor else "") + fmt_bytes(o.device_used_bytes),
+                  "-" if floor else f"{o.samples_per_s:,.1f}", str(o.effective_batch_size), _short_note(o))
     return t
 
 

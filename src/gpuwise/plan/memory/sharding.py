@@ -13,7 +13,9 @@ its events are the same with the sharded categories shrunk, plus what the librar
     (zero3)    prefetched) holds unsharded, by phase: the root group (embeddings, final norm, head) and two
                blocks in forward; in backward also the head's gradients, one block's gradients and the
                previous block's reduce-scatter input; at the end the root's gradients and their
-               reduce-scatter input (`fsdp_gathered_bytes`; without the model's units: 3 averaged blocks)
+               reduce-scatter input (`fsdp_gathered_bytes`; without the model's units: 3 averaged blocks);
+               what building the model allocated and freed / N (meta-device init, each rank materializes
+               its shards: torchtitan train.py's fully_shard + to_empty + init_weights)
     fsdp1      FSDP1 `FullyShardedDataParallel(FULL_SHARD, use_orig_params=True)` as Lightning Fabric and HF
                accelerate wrap: as fsdp, but each unit's parameters are one flat parameter, so a unit holding
                any trainable parameter (a block with LoRA) keeps gradients for all of them
@@ -353,9 +355,14 @@ def shard_trace(trace: MemoryTrace, split: Split, block_param_bytes: int = 0,
         # the optimizer updates only this rank's shard: its temporaries (foreach intermediates) shrink too;
         # under MixedPrecisionPolicy the shards are fp32 masters of the traced 16-bit weights
         f = split.master_factor
+        # FSDP materializes only each rank's shards (meta-device init, then fully_shard and to_empty +
+        # init_weights: torchtitan train.py; Lightning Fabric's init_module(empty_init=True)): what building
+        # the model allocated and freed on the traced device (e.g. fp32 weights cast to bf16) is a rank's 1/N
+        built = "parameters" in SHARDED[s]
         events = [replace(e, nbytes=-(-e.nbytes * f // n))
-                  if e.category in cats or (e.phase == "optimizer" and e.category == "temporary") else e
-                  for e in events]
+                  if e.category in cats or (e.phase == "optimizer" and e.category == "temporary") else
+                  replace(e, nbytes=-(-e.nbytes // n)) if built and e.phase == "setup" and e.category == "temporary"
+                  else e for e in events]
         if split.param_dtype:
             notes.append(f"FSDP2 MixedPrecisionPolicy(param_dtype={split.param_dtype}, reduce_dtype="
                          f"{split.reduce_dtype}): fp32 shards of parameters, gradients and optimizer state (the "
@@ -372,6 +379,8 @@ def shard_trace(trace: MemoryTrace, split: Split, block_param_bytes: int = 0,
             if param_bytes:  # a 1- or 2-layer trace standing for the whole model: each of its blocks at the
                 for edge in ("backward_last", "backward_only"):  # level of a middle one
                     sizes[edge] = sizes["backward"]
+            if split.flat_params and no_sync and not frozen:
+                sizes["backward_tail"] += _flat_root_gradient_bytes(param_total, units, notes)
             events, steady = _hold_by_phase(events, steady, sizes, units.blocks_path)
             if split.flat_params:
                 events, steady = _flat_gradients(events, steady, trace, param_total, units, n, no_sync, notes)
@@ -418,6 +427,21 @@ def _flat_gradients(events: list[MemEvent], steady: int, trace: MemoryTrace, par
                  f"({'unsharded, accumulating' if no_sync else f'/ {n}'}) from backward to zero_grad")
     return _hold_between(events, steady, nbytes, "gradients", lambda ph: ph == "backward",
                          lambda ph: ph == "zero_grad", ("FSDP1 flat gradients", "FSDP1 flat gradients"), "zero_grad")
+
+
+def _flat_root_gradient_bytes(param_total: int, units: FsdpUnits, notes: list[str]) -> int:
+    """FSDP1 accumulating without sync (`no_sync`): the root unit's flat gradient. With use_orig_params each
+    parameter is a view of the unit's flat parameter (`_use_unsharded_views`: a split of it), so autograd
+    forms the flat parameter's gradient in `SplitWithSizesBackward`, a root-sized `cat` of its parameters'
+    gradients once the last of them (the embeddings', at the end of backward) exists, and adds it into the
+    flat gradient accumulated over the micro-steps. Measured on 2 gloo ranks (FSDP1, use_orig_params=True,
+    an embedding, 4 MLP blocks and an untied head, accumulation 2): the step's peak is that `cat`, with the
+    head's and the embeddings' gradients alive; a first micro-step without an accumulated gradient takes the
+    `cat` as the gradient (no extra)."""
+    nbytes = int(param_total * units.root)
+    notes.append(f"fsdp1 accumulating: + {nbytes} bytes at the end of backward (the root's flat gradient, a cat "
+                 "of its parameters' gradients, added into the accumulated one)")
+    return nbytes
 
 
 def _new_block(events: list[MemEvent]) -> int:
