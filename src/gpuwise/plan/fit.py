@@ -467,8 +467,8 @@ def _best_micro_batch(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limi
     whole batch, then the divisor the two predict (memory is about linear in the batch), then
     bisection. A variant that trains adapters (LoRA, QLoRA: its trained state is a sliver of the model, the
     batch's activations decide) asks the whole batch first: when that fits, micro-batch 1 does too (the
-    same premise as above) and is not traced; the answer is the same in either order, only the traces
-    run differ. The answer is traced and fits, and the next larger divisor is traced and does not (the
+    same premise as above) and is not traced; when it does not, the divisors below it are bisected from
+    the middle (micro-batch 1 last); the answer is the same in either order, only the traces run differ. The answer is traced and fits, and the next larger divisor is traced and does not (the
     rule estimate's largest batch keeps). A fitting answer that was extrapolated (the rebuild does not
     cover the step) is traced whole, as its `estimate_cmd` is, and stepped down if it then does not fit."""
     best = _searched(ev, v, spec, batch, limit, whole_first=v.modes.adapters)
@@ -505,13 +505,18 @@ def _searched(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limit: float
     n = len(divisors)
     if whole_first and trial(n):
         return tried[n]
-    if whole_first and n > 2:  # micro-batch 1, which the search asks next, side by side with the next below the batch
+    if whole_first and n > 1:
+        # the whole batch does not fit: bisect below it (micro-batch 1 is asked only when 2 does not fit);
+        # the first two bisection steps (the middle, and the middle above it should that fit) side by side
         from dataclasses import replace
 
         from .scaled import idle_cpus
 
-        asks = [divisors[0]] + divisors[n - 2:0:-1]
-        ev.prefetch([(m, v.config, replace(v.modes, grad_accum=batch // m), v.split) for m in asks[:idle_cpus()]])
+        ahead = sorted({n // 2, (n // 2 + n) // 2} - {n, 0})
+        ev.prefetch([(divisors[k - 1], v.config, replace(v.modes, grad_accum=batch // divisors[k - 1]), v.split)
+                     for k in ahead[:idle_cpus()]])
+        found = search(trial, n, limit=n, smallest_fail=n)
+        return tried[found.largest_ok or 1]
     if not trial(1) or n == 1:
         return tried[1]
     if trial(n):
