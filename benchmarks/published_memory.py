@@ -213,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", metavar="REGEX", help="only rows whose id matches")
     ap.add_argument("--table", action="store_true", help="only rewrite the README table from stored results")
     ap.add_argument("--failed", action="store_true", help="recompute rows whose last run failed")
+    ap.add_argument("--timeout", type=float, default=TIMEOUT_S, metavar="S",
+                    help=f"seconds one row may take (default {TIMEOUT_S}; a deep model's long generation on a busy "
+                    "machine takes more)")
     args = ap.parse_args(argv)
     rows = corpus.load_rows()
     results = load_results()
@@ -227,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.table:
         todo = []
     for n, row in enumerate(todo, 1):
-        rec = run_row(row)
+        rec = run_row(row, args.timeout)
         results = store(rec)
         shown = rec.get("error") or (f"{rec['err_pct']:+.1f} %" if "err_pct" in rec
                                      else f"predicted OOM: {rec.get('predicted_oom')}")

@@ -76,7 +76,7 @@ def test_resume_keeps_rows_with_the_same_arguments_and_workload(tmp_path, monkey
                       "metric": r["metric"], "source": r["source"]["name"], "error": "stored"} for r in rows}
     (tmp_path / "r.json").write_text(json.dumps(done))
     ran = []
-    monkeypatch.setattr(pm, "run_row", lambda row: ran.append(row["id"]) or done[row["id"]])
+    monkeypatch.setattr(pm, "run_row", lambda row, timeout_s=None: ran.append(row["id"]) or done[row["id"]])
     pm.main([])
     assert ran == []                        # everything already computed with these arguments and workloads
     moved = rows[0]["id"]
