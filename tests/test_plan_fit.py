@@ -166,9 +166,10 @@ def test_gpus_whose_attention_kernels_agree_share_traces():
 
 
 def test_options_whose_parameters_and_gradients_exceed_the_card_are_not_traced(tmp_path):
-    """A full fine-tune holds every parameter and its gradient at the end of backward: where that floor is
-    over the card, the option is reported as not fitting, with the floor, and not traced. The floor is
-    under the traced peak of each such step (so "does not fit" is true), and the other options are traced."""
+    """A full fine-tune holds every parameter, its gradient and its optimizer state at the end of backward:
+    where that floor is over the card, the option is reported as not fitting, with the floor, and not
+    traced. The floor is under the traced peak of each such step (so "does not fit" is true), and the other
+    options are traced."""
     from dataclasses import replace as with_
 
     from gpuwise.plan.catalog import lookup
@@ -176,8 +177,8 @@ def test_options_whose_parameters_and_gradients_exceed_the_card_are_not_traced(t
 
     source = _deep_tiny(tmp_path)
     ev = Evaluator(source, "ada")
-    full = 8 * ev.parameter_count()  # fp32 weights and gradients
-    spec = with_(lookup("rtx4090"), memory_bytes=int(full / 0.95))  # under the fp32 floor, over bf16-pure's
+    full = 8 * ev.parameter_count()  # fp32 weights and gradients (AdamW: twice that)
+    spec = with_(lookup("rtx4090"), memory_bytes=int(full / 0.95))  # under AdamW's floor, over bf16-pure's
     result = fit(source, spec, 1, 2, seq_len=16, evaluator=Evaluator(source, "ada"))
     floored = [o for o in result.options if o.floor_only]
     assert floored and all(not o.fits and o.samples_per_s == 0 and o.notes[0].startswith("not traced") and

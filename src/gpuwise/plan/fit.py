@@ -398,25 +398,35 @@ def _with_commands(option: FitOption, v: Variant, named: list[str] | None, gpu_a
     return option
 
 
+# optimizer state per parameter in units of the weight's bytes (torch's Adam / AdamW: exp_avg and exp_avg_sq,
+# zeros_like the parameter), or in bytes (8-bit AdamW: two uint8 states; 32-bit ones for small tensors)
+STATE_PER_WEIGHT = {"adam": 2, "adamw": 2, "momentum": 1, "adagrad": 1, "rmsprop": 1}
+STATE_BYTES = {"adamw8bit": 2}
+
+
 def state_floor(ev: Evaluator, v: Variant) -> int | None:
     """Bytes one rank holds at the end of every backward, whatever the micro-batch, for a full fine-tune
-    that shards nothing (one GPU or DDP) of a model config: every parameter and its gradient, in the
-    step's weight dtype (fp32 master weights; bf16 under bf16-pure). The optimizer steps after backward
-    and offload moves only its state, so a trace never holds less (tests/test_plan_fit.py). None where
-    this is not a floor (adapters, frozen parts, sharding, a pipeline stage) or the workload is not a
-    model config."""
+    that shards nothing (one GPU or DDP) of a model config: every parameter, its gradient and the
+    optimizer's state of it, in the step's weight dtype (fp32 master weights; bf16 under bf16-pure); no
+    state for an optimizer not in the tables above (the workload's own, Adafactor) or offloaded. The
+    optimizer steps after backward, so a trace never holds less (tests/test_plan_fit.py). None where this
+    is not a floor (adapters, frozen parts, sharding, a pipeline stage) or the workload is not a model config."""
     if v.modes.adapters or v.modes.freeze or v.split.strategy not in ("single", "ddp"):
         return None
     count = ev.parameter_count()
     if count is None:
         return None
-    return 2 * count * (2 if v.config.precision == "bf16-pure" else 4)
+    weight = 2 if v.config.precision == "bf16-pure" else 4
+    state = 0
+    if not v.modes.offload_optimizer and v.config.optimizer is not None:
+        state = STATE_PER_WEIGHT.get(v.config.optimizer, 0) * weight + STATE_BYTES.get(v.config.optimizer, 0)
+    return count * (2 * weight + state)
 
 
 def _floored(v: Variant, batch: int, floor: int, limit: float) -> FitOption:
-    """A variant whose parameters and gradients alone exceed the card: does not fit, not traced; its
+    """A variant whose parameters, gradients and optimizer state alone exceed the card: does not fit, not traced; its
     memory is that floor (its `estimate_cmd` gives the exact number) and its speed is not predicted."""
-    note = (f"not traced: its parameters and gradients alone take {floor / GB:.1f} GB, over the "
+    note = (f"not traced: its parameters, gradients and optimizer state alone take {floor / GB:.1f} GB, over the "
             f"{limit / GB:.1f} GB usable, at any micro-batch (memory shown: that floor; estimate_cmd gives the exact number)")
     notes = [note] + [NOTES[k] for k in v.keys if k in NOTES]
     if batch > 1:
@@ -467,8 +477,8 @@ def _best_micro_batch(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limi
     whole batch, then the divisor the two predict (memory is about linear in the batch), then
     bisection. A variant that trains adapters (LoRA, QLoRA: its trained state is a sliver of the model, the
     batch's activations decide) asks the whole batch first: when that fits, micro-batch 1 does too (the
-    same premise as above) and is not traced; the answer is the same in either order, only the traces
-    run differ. The answer is traced and fits, and the next larger divisor is traced and does not (the
+    same premise as above) and is not traced; when it does not, the divisors below it are bisected from
+    the middle (micro-batch 1 last); the answer is the same in either order, only the traces run differ. The answer is traced and fits, and the next larger divisor is traced and does not (the
     rule estimate's largest batch keeps). A fitting answer that was extrapolated (the rebuild does not
     cover the step) is traced whole, as its `estimate_cmd` is, and stepped down if it then does not fit."""
     best = _searched(ev, v, spec, batch, limit, whole_first=v.modes.adapters)
@@ -505,13 +515,18 @@ def _searched(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limit: float
     n = len(divisors)
     if whole_first and trial(n):
         return tried[n]
-    if whole_first and n > 2:  # micro-batch 1, which the search asks next, side by side with the next below the batch
+    if whole_first and n > 1:
+        # the whole batch does not fit: bisect below it (micro-batch 1 is asked only when 2 does not fit);
+        # the first two bisection steps (the middle, and the middle above it should that fit) side by side
         from dataclasses import replace
 
         from .scaled import idle_cpus
 
-        asks = [divisors[0]] + divisors[n - 2:0:-1]
-        ev.prefetch([(m, v.config, replace(v.modes, grad_accum=batch // m), v.split) for m in asks[:idle_cpus()]])
+        ahead = sorted({n // 2, (n // 2 + n) // 2} - {n, 0})
+        ev.prefetch([(divisors[k - 1], v.config, replace(v.modes, grad_accum=batch // divisors[k - 1]), v.split)
+                     for k in ahead[:idle_cpus()]])
+        found = search(trial, n, limit=n, smallest_fail=n)
+        return tried[found.largest_ok or 1]
     if not trial(1) or n == 1:
         return tried[1]
     if trial(n):
