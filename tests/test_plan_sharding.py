@@ -17,6 +17,18 @@ from gpuwise.workload import Workload
 WIDTH, HIDDEN, BLOCKS, BATCH = 256, 1024, 4, 64
 BLOCK_BYTES = (WIDTH * HIDDEN + HIDDEN + HIDDEN * WIDTH + WIDTH) * 4
 
+# the end of each worker script: `worker(rank, world, port, q)` on 2 spawned gloo ranks, their peaks as JSON
+RUN_TWO_RANKS = textwrap.dedent("""
+    if __name__ == "__main__":
+        s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+        ctx = mp.get_context("spawn"); q = ctx.Queue()
+        procs = [ctx.Process(target=worker, args=(r, 2, port, q)) for r in range(2)]
+        for p in procs: p.start()
+        peaks = dict(q.get(timeout=240) for _ in procs)
+        for p in procs: p.join()
+        print(json.dumps([peaks[0], peaks[1]]))
+""")
+
 WORKER = textwrap.dedent(f"""
     import json, os, socket, sys
     import torch, torch.distributed as dist
@@ -51,15 +63,7 @@ WORKER = textwrap.dedent(f"""
         q.put((rank, _peak_from_profile(prof, True).peak_bytes))
         dist.destroy_process_group()
 
-    if __name__ == "__main__":
-        s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
-        ctx = mp.get_context("spawn"); q = ctx.Queue()
-        procs = [ctx.Process(target=worker, args=(r, 2, port, q)) for r in range(2)]
-        for p in procs: p.start()
-        peaks = dict(q.get(timeout=240) for _ in procs)
-        for p in procs: p.join()
-        print(json.dumps([peaks[0], peaks[1]]))
-""")
+""") + RUN_TWO_RANKS
 
 
 def _model():
@@ -229,15 +233,7 @@ FSDP1_WORKER = textwrap.dedent("""
         q.put((rank, _peak_from_profile(prof, True).peak_bytes))
         dist.destroy_process_group()
 
-    if __name__ == "__main__":
-        s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
-        ctx = mp.get_context("spawn"); q = ctx.Queue()
-        procs = [ctx.Process(target=worker, args=(r, 2, port, q)) for r in range(2)]
-        for p in procs: p.start()
-        peaks = dict(q.get(timeout=240) for _ in procs)
-        for p in procs: p.join()
-        print(json.dumps([peaks[0], peaks[1]]))
-""")
+""") + RUN_TWO_RANKS
 
 
 def test_fsdp1_accumulating_root_flat_gradient_matches_real_fsdp1(tmp_path, capsys):
