@@ -32,7 +32,7 @@ from .estimate import gpu_capability, resolve_gpu
 from .flops import roofline, traffic_bytes
 from .inputs import resolve_inputs
 from .memory.sharding import DEFAULT_NODE_SIZE, Split, comm_bytes_per_step
-from .scaled import Evaluator, Point
+from .scaled import Evaluator, Point, idle_cpus
 from .speed.cost import TrainingCost, training_cost
 from .speed.model import predict
 from .tracing.modes import TrainingModes
@@ -519,8 +519,6 @@ def _searched(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limit: float
         # the whole batch does not fit: bisect below it (micro-batch 1 is asked only when 2 does not fit);
         # the first two bisection steps (the middle, and the middle above it should that fit) side by side
         from dataclasses import replace
-
-        from .scaled import idle_cpus
 
         ahead = sorted({n // 2, (n // 2 + n) // 2} - {n, 0})
         ev.prefetch([(divisors[k - 1], v.config, replace(v.modes, grad_accum=batch // divisors[k - 1]), v.split)

@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..hf import num_layers_of
+from ..hf import TASKS, num_layers_of
 from ..step import StepConfig
 from ..workload import load_workload
 from .memory.cuda import cuda_memory
@@ -29,6 +29,7 @@ from .memory.events import CATEGORIES, MemoryTrace, live_peak
 from .memory.sharding import Split, block_param_bytes, fsdp_units_of, rank_trace, trainable_bytes
 from .tracer import NotRebuilt, trace_workload
 from .tracing.modes import TrainingModes, offload_optimizer_state
+from .tracing.repeat import blocks_alike
 
 
 @dataclass
@@ -136,8 +137,6 @@ class Evaluator:
             import torch
             import transformers
 
-            from ..hf import TASKS
-
             with torch.device("meta"):
                 model = getattr(transformers, TASKS[self.wl.task]).from_config(self.wl.hf_config)
             self._param_count = sum(p.numel() for p in model.parameters())
@@ -201,8 +200,6 @@ class Evaluator:
         if n < 2 or "fork" not in multiprocessing.get_all_start_methods():
             return
         if self.layers is not None:  # what every trace of a model config asks first, shared by the forks
-            from .tracing.repeat import blocks_alike  # deferred: imports torch
-
             blocks_alike(self.wl.hf_config, self.wl.task, self.layers)
         global _FORKED
         _FORKED = self
