@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import shlex
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..bracket import search
@@ -456,10 +456,7 @@ def _unsized(v: Variant, batch: int, lacking: list[str]) -> FitOption:
 
 def _option(ev: Evaluator, v: Variant, spec: GpuSpec, micro: int, accum: int, limit: float,
             whole: bool = False) -> FitOption:
-    from dataclasses import replace
-
-    modes = replace(v.modes, grad_accum=accum)
-    point = ev.evaluate(micro, v.config, modes, v.split, whole=whole)
+    point = ev.evaluate(*_ask(v, micro, accum), whole=whole)
     point.micro_batch = micro  # type: ignore[attr-defined]
     samples = micro * accum
     t = _step_time_s(point, v, spec, samples, v.split.nproc, ev.layers or 1)
@@ -493,12 +490,15 @@ def _best_micro_batch(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limi
     return best
 
 
-def _first_trial(v: Variant, batch: int) -> tuple[int, StepConfig, TrainingModes, Split]:
-    """What `_searched` traces first for `v` (the micro-batch, step, modes and split `evaluate` gets)."""
-    from dataclasses import replace
+def _ask(v: Variant, micro: int, accum: int) -> tuple[int, StepConfig, TrainingModes, Split]:
+    """What `evaluate` (and `prefetch`) gets for `v` at `micro` x `accum`: micro-batch, step, modes, split."""
+    return micro, v.config, replace(v.modes, grad_accum=accum), v.split
 
+
+def _first_trial(v: Variant, batch: int) -> tuple[int, StepConfig, TrainingModes, Split]:
+    """What `_searched` traces first for `v`."""
     micro = batch if v.modes.adapters else 1
-    return micro, v.config, replace(v.modes, grad_accum=batch // micro), v.split
+    return _ask(v, micro, batch // micro)
 
 
 def _searched(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limit: float,
@@ -518,11 +518,8 @@ def _searched(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limit: float
     if whole_first and n > 1:
         # the whole batch does not fit: bisect below it (micro-batch 1 is asked only when 2 does not fit);
         # the first two bisection steps (the middle, and the middle above it should that fit) side by side
-        from dataclasses import replace
-
         ahead = sorted({n // 2, (n // 2 + n) // 2} - {n, 0})
-        ev.prefetch([(divisors[k - 1], v.config, replace(v.modes, grad_accum=batch // divisors[k - 1]), v.split)
-                     for k in ahead[:idle_cpus()]])
+        ev.prefetch([_ask(v, divisors[k - 1], batch // divisors[k - 1]) for k in ahead[:idle_cpus()]])
         found = search(trial, n, limit=n, smallest_fail=n)
         return tried[found.largest_ok or 1]
     if not trial(1) or n == 1:
