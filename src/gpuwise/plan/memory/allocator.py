@@ -65,37 +65,48 @@ class _Block:
         self.next: _Block | None = None
         self.requested = 0
 
-    def key(self) -> tuple[int, int, int]:
-        return (self.stream, self.size, self.addr)
-
     def is_split(self) -> bool:
         return self.prev is not None or self.next is not None
 
 
+ADDR_BITS = 64  # a free block's order key is size << ADDR_BITS | address: virtual addresses stay below 2**64
+
+
 class _Pool:
-    """Free cached blocks ordered by (stream, size, address): `BlockComparatorSize`."""
+    """Free cached blocks ordered by (stream, size, address): `BlockComparatorSize`.
+
+    One sorted list per stream (a request only looks at its own stream's blocks), of one int per block,
+    size << ADDR_BITS | address, which sorts as (size, address) does and bisects faster than a tuple."""
+
+    __slots__ = ("small", "keys", "blocks")
 
     def __init__(self, small: bool):
         self.small = small
-        self.keys: list[tuple[int, int, int]] = []
-        self.blocks: dict[tuple[int, int, int], _Block] = {}
+        self.keys: dict[int, list[int]] = {}   # stream -> sorted keys of its free blocks
+        self.blocks: dict[int, _Block] = {}    # key -> block (addresses are unique, so keys are)
 
     def insert(self, b: _Block) -> None:
-        k = b.key()
-        bisect.insort(self.keys, k)
+        k = b.size << ADDR_BITS | b.addr
+        keys = self.keys.get(b.stream)
+        if keys is None:
+            keys = self.keys[b.stream] = []
+        bisect.insort(keys, k)
         self.blocks[k] = b
 
     def remove(self, b: _Block) -> None:
-        k = b.key()
-        i = bisect.bisect_left(self.keys, k)
-        del self.keys[i]
+        k = b.size << ADDR_BITS | b.addr
+        keys = self.keys[b.stream]
+        del keys[bisect.bisect_left(keys, k)]
         del self.blocks[k]
 
     def best_fit(self, stream: int, size: int) -> _Block | None:
-        i = bisect.bisect_left(self.keys, (stream, size, -1))
-        if i == len(self.keys) or self.keys[i][0] != stream:
+        keys = self.keys.get(stream)
+        if not keys:
             return None
-        return self.blocks[self.keys[i]]
+        i = bisect.bisect_left(keys, size << ADDR_BITS)
+        if i == len(keys):
+            return None
+        return self.blocks[keys[i]]
 
 
 @dataclass(frozen=True)
@@ -136,7 +147,7 @@ class CachingAllocator:
         self.segments = 0
         self.retries = 0
         self._next_addr = 1 << 40  # virtual addresses: segments laid out one after the other
-        self._heads: list[_Block] = []  # first block of every live segment
+        self._heads: dict[int, _Block] = {}  # segment address -> its first block, for every live segment
 
     # -- malloc -------------------------------------------------------------------------------------
     def malloc(self, nbytes: int, stream: int = 0) -> _Block | None:
@@ -173,7 +184,7 @@ class CachingAllocator:
         self._next_addr += seg
         self.reserved_bytes += seg
         self.segments += 1
-        self._heads.append(block)
+        self._heads[block.addr] = block
         return block
 
     def _should_split(self, block: _Block, size: int) -> bool:
@@ -212,8 +223,8 @@ class CachingAllocator:
                 block.prev = other.prev
                 if block.prev is not None:
                     block.prev.next = block
-                else:
-                    self._replace_head(other, block)
+                else:  # block is now its segment's first block
+                    self._heads[block.addr] = block
             else:                    # [block other]
                 block.next = other.next
                 if block.next is not None:
@@ -221,22 +232,13 @@ class CachingAllocator:
             block.size += other.size
         pool.insert(block)
 
-    def _replace_head(self, old: _Block, new: _Block) -> None:
-        for i, h in enumerate(self._heads):
-            if h is old:
-                self._heads[i] = new
-                return
-
     def _release_cached_blocks(self) -> None:
         """`release_cached_blocks`: cudaFree every cached segment that is not split (one free block)."""
-        keep = []
-        for head in self._heads:
+        for addr, head in list(self._heads.items()):
             if not head.allocated and not head.is_split():
                 (self.small if head.small else self.large).remove(head)
                 self.reserved_bytes -= head.size
-            else:
-                keep.append(head)
-        self._heads = keep
+                del self._heads[addr]
 
 
 def repeat_steady(trace: MemoryTrace, times: int) -> MemoryTrace:
@@ -249,6 +251,15 @@ def repeat_steady(trace: MemoryTrace, times: int) -> MemoryTrace:
     """
     if times <= 1 or trace.steady_start >= len(trace.events):
         return trace
+    events = list(trace.events)
+    for ev, b in _repetitions(trace, times):
+        # the event with its block renumbered (a constructor call: dataclasses.replace cost ~40% of a replay)
+        events.append(MemEvent(ev.action, b, ev.nbytes, ev.category, ev.phase, ev.module, ev.op, ev.stream))
+    return MemoryTrace(events, trace.steady_start, trace.device_type, trace.method, list(trace.notes))
+
+
+def _repetitions(trace: MemoryTrace, times: int) -> list[tuple[MemEvent, int]]:
+    """The events `repeat_steady` appends, each as (the steady event it repeats, its renumbered block)."""
     steady = trace.events[trace.steady_start:]
     allocated = {ev.block for ev in steady if ev.action == "alloc"}
     freed = {ev.block for ev in steady if ev.action == "free"}
@@ -263,26 +274,28 @@ def repeat_steady(trace: MemoryTrace, times: int) -> MemoryTrace:
         if candidates:
             partner[ev.block] = candidates.pop(0)
     offset = max(ev.block for ev in trace.events) + 1
-    events = list(trace.events)
+    out: list[tuple[MemEvent, int]] = []
     for r in range(1, times):
         for ev in steady:
             b = ev.block
             if b in allocated:
-                b += offset * r
+                out.append((ev, b + offset * r))
             elif b in partner:  # free what the previous repetition left for this one
-                b = partner[b] + offset * (r - 1)
-            else:
-                continue
-            # the event with its block renumbered (a constructor call: dataclasses.replace cost ~40% of a replay)
-            events.append(MemEvent(ev.action, b, ev.nbytes, ev.category, ev.phase, ev.module, ev.op, ev.stream))
-    return MemoryTrace(events, trace.steady_start, trace.device_type, trace.method, list(trace.notes))
+                out.append((ev, partner[b] + offset * (r - 1)))
+    return out
 
 
 def replay(trace: MemoryTrace, capacity_bytes: int | None = None, max_split_size_bytes: int | None = None,
            keep_timeline: bool = False, steady_repeats: int = 1) -> AllocatorResult:
     """Replay every event of `trace` through the allocator model; peaks are over `events[steady_start:]`
     (with `steady_repeats` > 1, over that many steady steps in a row)."""
-    trace = repeat_steady(trace, steady_repeats)
+    # the repetitions as (event, block) pairs: no MemEvent built per repeated event
+    events: list[MemEvent] = trace.events
+    blocks: list[int] = [ev.block for ev in events]
+    if steady_repeats > 1 and trace.steady_start < len(events):
+        reps = _repetitions(trace, steady_repeats)
+        events = events + [ev for ev, _ in reps]
+        blocks += [b for _, b in reps]
     alloc = CachingAllocator(capacity_bytes, max_split_size_bytes)
     live: dict[int, _Block] = {}
     peak_alloc = peak_res = peak_req = max_res = max_alloc = 0
@@ -293,7 +306,7 @@ def replay(trace: MemoryTrace, capacity_bytes: int | None = None, max_split_size
     oom_bytes = 0
     steady_start = trace.steady_start
     # the hot loop of fit and estimate (hundreds of thousands of events): plain comparisons, not max()
-    for i, ev in enumerate(trace.events):
+    for i, (ev, b) in enumerate(zip(events, blocks)):
         if ev.action == "alloc":
             if ev.nbytes <= 0:
                 continue  # malloc(0) hands out nullptr without touching the pools
@@ -301,9 +314,9 @@ def replay(trace: MemoryTrace, capacity_bytes: int | None = None, max_split_size
             if block is None:
                 oom_at, oom_bytes = i, ev.nbytes
                 break
-            live[ev.block] = block
+            live[b] = block
         else:
-            block = live.pop(ev.block, None)
+            block = live.pop(b, None)
             if block is None:
                 continue
             alloc.free(block)
@@ -324,7 +337,7 @@ def replay(trace: MemoryTrace, capacity_bytes: int | None = None, max_split_size
                 frag_at_peak_res = 1.0 - allocated / reserved
         if keep_timeline:
             timeline.append((i, allocated, reserved))
-    if oom_at is None and trace.steady_start >= len(trace.events):
+    if oom_at is None and steady_start >= len(events):
         peak_alloc, peak_res = alloc.allocated_bytes, alloc.reserved_bytes
     return AllocatorResult(
         peak_allocated_bytes=peak_alloc, peak_reserved_bytes=peak_res, peak_requested_bytes=peak_req,
