@@ -147,6 +147,12 @@ WORKSPACE_RULES: list[tuple[str, Callable[[str, dict | None], int], tuple[str, .
 ]
 
 
+def replay_inputs(arch: str, env: dict | None = None) -> tuple[int, ...]:
+    """What of `arch` goes into the allocator replay: the sizes of the workspaces `add_workspaces` inserts.
+    Architectures with equal values replay a trace alike; only the bytes outside the allocator differ."""
+    return tuple(size_fn(arch, env) for _, size_fn, _ in WORKSPACE_RULES)
+
+
 def add_workspaces(trace: MemoryTrace, arch: str = DEFAULT_ARCH, env: dict | None = None,
                    loading: str | None = None) -> tuple[MemoryTrace, Overheads]:
     """A copy of `trace` with the persistent library workspaces allocated where the first matmul of each
