@@ -165,6 +165,42 @@ def test_gpus_whose_attention_kernels_agree_share_traces():
     assert len({kernel_class(c) for c in ((7, 0), (7, 5), (8, 0), (8, 9), (9, 0))}) == 3  # V100 = T4, L4 apart
 
 
+def test_a_trace_is_shared_by_gpus_that_run_its_attention_calls_alike(tmp_path):
+    """An L4 (sm89) is another attention class than an A100 (sm80) only for flash backward with head dims
+    over 192: for a model with smaller heads the A100's trace is the L4's, not traced again, and gives the
+    bytes a trace of its own gives; the same architecture's workspaces replay once. A V100 (sm70, no flash,
+    no bf16 in memory-efficient attention) runs other kernels: traced again."""
+    import torch
+
+    from gpuwise.plan.tracing.sdpa import SdpaCall, TensorMeta, same_kernels
+
+    def call(head_dim):
+        q = TensorMeta((2, 4, 16, head_dim), torch.bfloat16, True)
+        return SdpaCall(q, q, q, False, False, None)
+
+    assert same_kernels([call(128)], (8, 0), (8, 9)) and same_kernels([call(128)], (9, 0), (12, 0))
+    assert not same_kernels([call(256)], (8, 0), (8, 9))  # flash backward there takes head dim <= 192
+    assert not same_kernels([call(128)], (8, 0), (7, 0))
+    assert same_kernels([], (8, 0), (7, 0))  # no attention call: any GPU's trace is the same
+
+    source = _deep_tiny(tmp_path)
+    config, modes = StepConfig("adamw", "bf16", False), TrainingModes()
+    ev = Evaluator(source, "ampere", (8, 0))
+    first = ev.evaluate(2, config, modes, Split())
+    assert ev.traces_run == 2
+    for arch, capability in (("ada", (8, 9)), ("ampere", (8, 6))):
+        ev.arch, ev.capability = arch, capability
+        shared = ev.evaluate(2, config, modes, Split())
+        assert ev.traces_run == 2
+        own = Evaluator(source, arch, capability).evaluate(2, config, modes, Split())
+        assert shared.device_used_bytes == own.device_used_bytes
+        assert shared.peak_allocated_bytes == own.peak_allocated_bytes == first.peak_allocated_bytes
+    ev.arch, ev.capability = "volta", (7, 0)
+    assert ev.evaluate(2, config, modes, Split()).device_used_bytes == \
+        Evaluator(source, "volta", (7, 0)).evaluate(2, config, modes, Split()).device_used_bytes
+    assert ev.traces_run == 4
+
+
 def test_options_whose_parameters_and_gradients_exceed_the_card_are_not_traced(tmp_path):
     """A full fine-tune holds every parameter, its gradient and its optimizer state at the end of backward:
     where that floor is over the card, the option is reported as not fitting, with the floor, and not

@@ -26,6 +26,7 @@ from ..step import StepConfig
 from ..workload import load_workload
 from .memory.cuda import cuda_memory
 from .memory.events import CATEGORIES, MemoryTrace, live_peak
+from .memory.overheads import context_bytes, module_loading, replay_inputs
 from .memory.sharding import Split, block_param_bytes, fsdp_units_of, rank_trace, trainable_bytes
 from .tracer import NotRebuilt, trace_workload
 from .tracing.modes import TrainingModes, offload_optimizer_state
@@ -119,7 +120,7 @@ class Evaluator:
             self.layers = None  # nothing to gain
         self._traces: dict[tuple, MemoryTrace | NotRebuilt] = {}
         self._fsdp_units: tuple | None = None
-        self._points: dict[tuple, tuple[MemoryTrace, Point]] = {}
+        self._points: dict[tuple, tuple[MemoryTrace, Point, str]] = {}  # ... -> (trace, point, replayed for arch)
         self.traces_run = 0
         self._param_count: int | None = None
 
@@ -156,13 +157,32 @@ class Evaluator:
         from .tracing.sdpa import AttentionTarget, using_target  # deferred: imports torch
 
         layers, micro_batch, _, traced, repeat, _ = key
-        with using_target(AttentionTarget(self.capability or (9, 0))):
-            return trace_workload(self.wl, micro_batch, config, "cuda", repeat, modes=traced, layers=layers,
-                                  whole=False)
+        capability = self.capability or (9, 0)
+        with using_target(AttentionTarget(capability)) as target:
+            trace = trace_workload(self.wl, micro_batch, config, "cuda", repeat, modes=traced, layers=layers,
+                                   whole=False)
+        trace.attention = (capability, tuple(target.calls))  # what `_shared` re-decides for another GPU
+        return trace
+
+    def _shared(self, key: tuple) -> None:
+        """Where `key` (this GPU's attention class) has no trace yet but another class's trace of the same
+        step exists whose every attention call runs the same kernel on this GPU (`same_kernels`: e.g. a
+        head dim flash takes everywhere), that trace is this class's too, without tracing."""
+        from .tracing.sdpa import same_kernels  # deferred: imports torch
+
+        if key in self._traces or self.capability is None:
+            return
+        for other, trace in list(self._traces.items()):
+            if other[:-1] == key[:-1] and isinstance(trace, MemoryTrace) and hasattr(trace, "attention"):
+                capability, calls = trace.attention
+                if same_kernels(calls, capability, self.capability):
+                    self._traces[key] = trace
+                    return
 
     def trace(self, layers: int | None, micro_batch: int, config: StepConfig, modes: TrainingModes) -> MemoryTrace:
         """The step traced with `layers` blocks (None: as the workload is), without the rebuild."""
         key = self._key(layers, micro_batch, config, modes, False)
+        self._shared(key)
         if key not in self._traces:
             self._traces[key] = self._run(key, config)
             self.traces_run += 1
@@ -173,6 +193,7 @@ class Evaluator:
         """The step as `estimate` traces it (a deep model config rebuilt from 3- and 4-block traces; a
         model config of `layers` blocks: a pipeline stage), or `NotRebuilt` with the small traces."""
         key = self._key(layers, micro_batch, config, modes, True)
+        self._shared(key)
         if key not in self._traces:
             try:
                 self._traces[key] = self._run(key, config)
@@ -195,6 +216,7 @@ class Evaluator:
             layers = self._layers(split)
             stage = layers if layers != self.layers else None
             key = self._key(stage, micro_batch, config, modes, True)
+            self._shared(key)
             if key not in self._traces:
                 todo.setdefault(key, (stage, micro_batch, config, modes))
         n = min(workers or idle_cpus(), len(todo))
@@ -227,14 +249,18 @@ class Evaluator:
     # -- numbers ----------------------------------------------------------------------------------
     def _point(self, trace: MemoryTrace, modes: TrainingModes, split: Split, block_param_bytes: int,
                param_bytes: int | None = None) -> Point:
-        """One rank's numbers from `trace`: replayed once per trace, modes, split and GPU architecture (`--gpu
-        all` asks again for every GPU of an architecture, and a search for a micro-batch already tried); a
-        copy each time (`evaluate` adjusts it)."""
-        key = (id(trace), modes, split, block_param_bytes, param_bytes, self.arch)
+        """One rank's numbers from `trace`: replayed once per trace, modes, split and the workspaces the GPU
+        architecture puts into the replay (`--gpu all` asks again for every GPU, and a search for a micro-batch
+        already tried; architectures with the same workspaces differ only in the CUDA context outside the
+        allocator); a copy each time (`evaluate` adjusts it)."""
+        key = (id(trace), modes, split, block_param_bytes, param_bytes, replay_inputs(self.arch))
         if key not in self._points:  # the trace is kept with its point: its id names no other trace
-            self._points[key] = (trace, self._replayed(trace, modes, split, block_param_bytes, param_bytes))
-        done = self._points[key][1]
-        return replace(done, by_category=dict(done.by_category), notes=list(done.notes), phases=dict(done.phases))
+            self._points[key] = (trace, self._replayed(trace, modes, split, block_param_bytes, param_bytes), self.arch)
+        _, done, arch = self._points[key]
+        # replayed for an architecture with the same workspaces: only the CUDA context differs
+        used = done.device_used_bytes - context_bytes(arch, module_loading()) + context_bytes(self.arch, module_loading())
+        return replace(done, device_used_bytes=used, by_category=dict(done.by_category), notes=list(done.notes),
+                       phases=dict(done.phases))
 
     def _replayed(self, trace: MemoryTrace, modes: TrainingModes, split: Split, block_param_bytes: int,
                   param_bytes: int | None) -> Point:

@@ -65,37 +65,48 @@ class _Block:
         self.next: _Block | None = None
         self.requested = 0
 
-    def key(self) -> tuple[int, int, int]:
-        return (self.stream, self.size, self.addr)
-
     def is_split(self) -> bool:
         return self.prev is not None or self.next is not None
 
 
+ADDR_BITS = 64  # a free block's order key is size << ADDR_BITS | address: virtual addresses stay below 2**64
+
+
 class _Pool:
-    """Free cached blocks ordered by (stream, size, address): `BlockComparatorSize`."""
+    """Free cached blocks ordered by (stream, size, address): `BlockComparatorSize`.
+
+    One sorted list per stream (a request only looks at its own stream's blocks), of one int per block,
+    size << ADDR_BITS | address, which sorts as (size, address) does and bisects faster than a tuple."""
+
+    __slots__ = ("small", "keys", "blocks")
 
     def __init__(self, small: bool):
         self.small = small
-        self.keys: list[tuple[int, int, int]] = []
-        self.blocks: dict[tuple[int, int, int], _Block] = {}
+        self.keys: dict[int, list[int]] = {}   # stream -> sorted keys of its free blocks
+        self.blocks: dict[int, _Block] = {}    # key -> block (addresses are unique, so keys are)
 
     def insert(self, b: _Block) -> None:
-        k = b.key()
-        bisect.insort(self.keys, k)
+        k = b.size << ADDR_BITS | b.addr
+        keys = self.keys.get(b.stream)
+        if keys is None:
+            keys = self.keys[b.stream] = []
+        bisect.insort(keys, k)
         self.blocks[k] = b
 
     def remove(self, b: _Block) -> None:
-        k = b.key()
-        i = bisect.bisect_left(self.keys, k)
-        del self.keys[i]
+        k = b.size << ADDR_BITS | b.addr
+        keys = self.keys[b.stream]
+        del keys[bisect.bisect_left(keys, k)]
         del self.blocks[k]
 
     def best_fit(self, stream: int, size: int) -> _Block | None:
-        i = bisect.bisect_left(self.keys, (stream, size, -1))
-        if i == len(self.keys) or self.keys[i][0] != stream:
+        keys = self.keys.get(stream)
+        if not keys:
             return None
-        return self.blocks[self.keys[i]]
+        i = bisect.bisect_left(keys, size << ADDR_BITS)
+        if i == len(keys):
+            return None
+        return self.blocks[keys[i]]
 
 
 @dataclass(frozen=True)
@@ -136,7 +147,7 @@ class CachingAllocator:
         self.segments = 0
         self.retries = 0
         self._next_addr = 1 << 40  # virtual addresses: segments laid out one after the other
-        self._heads: list[_Block] = []  # first block of every live segment
+        self._heads: dict[int, _Block] = {}  # segment address -> its first block, for every live segment
 
     # -- malloc -------------------------------------------------------------------------------------
     def malloc(self, nbytes: int, stream: int = 0) -> _Block | None:
@@ -173,7 +184,7 @@ class CachingAllocator:
         self._next_addr += seg
         self.reserved_bytes += seg
         self.segments += 1
-        self._heads.append(block)
+        self._heads[block.addr] = block
         return block
 
     def _should_split(self, block: _Block, size: int) -> bool:
@@ -212,8 +223,8 @@ class CachingAllocator:
                 block.prev = other.prev
                 if block.prev is not None:
                     block.prev.next = block
-                else:
-                    self._replace_head(other, block)
+                else:  # block is now its segment's first block
+                    self._heads[block.addr] = block
             else:                    # [block other]
                 block.next = other.next
                 if block.next is not None:
@@ -221,22 +232,13 @@ class CachingAllocator:
             block.size += other.size
         pool.insert(block)
 
-    def _replace_head(self, old: _Block, new: _Block) -> None:
-        for i, h in enumerate(self._heads):
-            if h is old:
-                self._heads[i] = new
-                return
-
     def _release_cached_blocks(self) -> None:
         """`release_cached_blocks`: cudaFree every cached segment that is not split (one free block)."""
-        keep = []
-        for head in self._heads:
+        for addr, head in list(self._heads.items()):
             if not head.allocated and not head.is_split():
                 (self.small if head.small else self.large).remove(head)
                 self.reserved_bytes -= head.size
-            else:
-                keep.append(head)
-        self._heads = keep
+                del self._heads[addr]
 
 
 def repeat_steady(trace: MemoryTrace, times: int) -> MemoryTrace:
@@ -249,6 +251,19 @@ def repeat_steady(trace: MemoryTrace, times: int) -> MemoryTrace:
     """
     if times <= 1 or trace.steady_start >= len(trace.events):
         return trace
+    events = list(trace.events)
+    step, first_blocks, offset = _repetition(trace)
+    for r in range(1, times):
+        for ev, b in zip(step, first_blocks):
+            # the event with its block renumbered (a constructor call: dataclasses.replace cost ~40% of a replay)
+            events.append(MemEvent(ev.action, b + offset * (r - 1), ev.nbytes, ev.category, ev.phase, ev.module,
+                                   ev.op, ev.stream))
+    return MemoryTrace(events, trace.steady_start, trace.device_type, trace.method, list(trace.notes))
+
+
+def _repetition(trace: MemoryTrace) -> tuple[list[MemEvent], list[int], int]:
+    """How `repeat_steady` repeats the steady step: the steady events that repeat, their blocks in
+    repetition 1, and the offset: repetition r's blocks are repetition 1's + offset * (r - 1)."""
     steady = trace.events[trace.steady_start:]
     allocated = {ev.block for ev in steady if ev.action == "alloc"}
     freed = {ev.block for ev in steady if ev.action == "free"}
@@ -263,72 +278,143 @@ def repeat_steady(trace: MemoryTrace, times: int) -> MemoryTrace:
         if candidates:
             partner[ev.block] = candidates.pop(0)
     offset = max(ev.block for ev in trace.events) + 1
-    events = list(trace.events)
-    for r in range(1, times):
-        for ev in steady:
-            b = ev.block
-            if b in allocated:
-                b += offset * r
-            elif b in partner:  # free what the previous repetition left for this one
-                b = partner[b] + offset * (r - 1)
+    step: list[MemEvent] = []
+    blocks: list[int] = []
+    for ev in steady:
+        if ev.block in allocated:
+            step.append(ev)
+            blocks.append(ev.block + offset)
+        elif ev.block in partner:  # free what the previous repetition left for this one
+            step.append(ev)
+            blocks.append(partner[ev.block])
+    return step, blocks, offset
+
+
+class _Replay:
+    """A replay in progress: the allocator, the block behind each live trace block, the statistics."""
+
+    def __init__(self, capacity_bytes: int | None, max_split_size_bytes: int | None, steady_start: int,
+                 keep_timeline: bool):
+        self.alloc = CachingAllocator(capacity_bytes, max_split_size_bytes)
+        self.live: dict[int, _Block] = {}
+        self.steady_start = steady_start
+        self.keep_timeline = keep_timeline
+        self.peak_alloc = self.peak_res = self.peak_req = self.max_res = self.max_alloc = 0
+        self.frag_at_peak_res = 0.0
+        self.phase_peaks: dict[str, int] = {}
+        self.timeline: list[tuple[int, int, int]] = []
+        self.oom_at: int | None = None
+        self.oom_bytes = 0
+
+    def run(self, events: list[MemEvent], blocks: list[int], first: int) -> bool:
+        """Replay `events` (event index `first` onwards), each on its block in `blocks`; False on OOM."""
+        alloc, live, steady_start, keep_timeline = self.alloc, self.live, self.steady_start, self.keep_timeline
+        malloc, free = alloc.malloc, alloc.free
+        peak_alloc, peak_res, peak_req = self.peak_alloc, self.peak_res, self.peak_req
+        max_res, max_alloc, frag_at_peak_res = self.max_res, self.max_alloc, self.frag_at_peak_res
+        phase_peaks, timeline = self.phase_peaks, self.timeline
+        ok = True
+        # the hot loop of fit and estimate (hundreds of thousands of events): plain comparisons, not max()
+        for i, ev, b in zip(range(first, first + len(events)), events, blocks):
+            if ev.action == "alloc":
+                if ev.nbytes <= 0:
+                    continue  # malloc(0) hands out nullptr without touching the pools
+                block = malloc(ev.nbytes, ev.stream)
+                if block is None:
+                    self.oom_at, self.oom_bytes = i, ev.nbytes
+                    ok = False
+                    break
+                live[b] = block
             else:
-                continue
-            # the event with its block renumbered (a constructor call: dataclasses.replace cost ~40% of a replay)
-            events.append(MemEvent(ev.action, b, ev.nbytes, ev.category, ev.phase, ev.module, ev.op, ev.stream))
-    return MemoryTrace(events, trace.steady_start, trace.device_type, trace.method, list(trace.notes))
+                block = live.pop(b, None)
+                if block is None:
+                    continue
+                free(block)
+            allocated, reserved = alloc.allocated_bytes, alloc.reserved_bytes
+            if reserved > max_res:
+                max_res = reserved
+            if allocated > max_alloc:
+                max_alloc = allocated
+            if i >= steady_start:
+                if allocated > peak_alloc:
+                    peak_alloc = allocated
+                if allocated > phase_peaks.get(ev.phase, -1):
+                    phase_peaks[ev.phase] = allocated
+                if alloc.requested_bytes > peak_req:
+                    peak_req = alloc.requested_bytes
+                if reserved > peak_res:
+                    peak_res = reserved
+                    frag_at_peak_res = 1.0 - allocated / reserved
+            if keep_timeline:
+                timeline.append((i, allocated, reserved))
+        self.peak_alloc, self.peak_res, self.peak_req = peak_alloc, peak_res, peak_req
+        self.max_res, self.max_alloc, self.frag_at_peak_res = max_res, max_alloc, frag_at_peak_res
+        return ok
+
+    def state(self, blocks: list[int]) -> tuple:
+        """All that the replay of a step on `blocks` depends on: every segment's blocks (the free pools
+        hold exactly the free ones), the totals, the next segment's address, and the block behind each
+        of `blocks` (None: not live)."""
+        alloc, live = self.alloc, self.live
+        segments = []
+        for addr in sorted(alloc._heads):
+            b: _Block | None = alloc._heads[addr]
+            seg = []
+            while b is not None:
+                seg.append((b.addr, b.size, b.stream, b.small, b.allocated, b.requested))
+                b = b.next
+            segments.append(tuple(seg))
+        named = [None if (x := live.get(b)) is None else x.addr for b in blocks]
+        return (alloc._next_addr, alloc.reserved_bytes, alloc.allocated_bytes, alloc.requested_bytes,
+                segments, named)
 
 
 def replay(trace: MemoryTrace, capacity_bytes: int | None = None, max_split_size_bytes: int | None = None,
            keep_timeline: bool = False, steady_repeats: int = 1) -> AllocatorResult:
     """Replay every event of `trace` through the allocator model; peaks are over `events[steady_start:]`
-    (with `steady_repeats` > 1, over that many steady steps in a row)."""
-    trace = repeat_steady(trace, steady_repeats)
-    alloc = CachingAllocator(capacity_bytes, max_split_size_bytes)
-    live: dict[int, _Block] = {}
-    peak_alloc = peak_res = peak_req = max_res = max_alloc = 0
-    frag_at_peak_res = 0.0
-    phase_peaks: dict[str, int] = {}
-    timeline: list[tuple[int, int, int]] = []
-    oom_at: int | None = None
-    oom_bytes = 0
-    steady_start = trace.steady_start
-    # the hot loop of fit and estimate (hundreds of thousands of events): plain comparisons, not max()
-    for i, ev in enumerate(trace.events):
-        if ev.action == "alloc":
-            if ev.nbytes <= 0:
-                continue  # malloc(0) hands out nullptr without touching the pools
-            block = alloc.malloc(ev.nbytes, ev.stream)
-            if block is None:
-                oom_at, oom_bytes = i, ev.nbytes
+    (with `steady_repeats` > 1, over that many steady steps in a row, as `repeat_steady` makes them).
+
+    Exact shortcut: once a repeated step starts from the same state as the step before it (`_Replay.state`:
+    the same segments, blocks and addresses, and its blocks naming the same live blocks), it replays
+    exactly as that step did, and so does every later one: the peaks, segments and retries stay as they
+    are, and the timeline repeats that step's. Block ids must be >= 0 for that (so that repetition r's
+    blocks, r * offset onwards, name nothing earlier); else every step is replayed."""
+    events, steady_start = trace.events, trace.steady_start
+    rp = _Replay(capacity_bytes, max_split_size_bytes, steady_start, keep_timeline)
+    ok = rp.run(events[:steady_start], [ev.block for ev in events[:steady_start]], 0)
+    if ok and steady_repeats > 1 and steady_start < len(events):
+        steady = events[steady_start:]
+        step, first_blocks, offset = _repetition(trace)
+        exact = min(ev.block for ev in events) >= 0
+        # the first repetition replays the steady step itself when every steady event repeats
+        before = rp.state([ev.block for ev in steady]) if exact and len(step) == len(steady) else None
+        t0 = len(rp.timeline)
+        ok = rp.run(steady, [ev.block for ev in steady], steady_start)
+        start = len(events)
+        for r in range(1, steady_repeats):
+            if not ok:
                 break
-            live[ev.block] = block
-        else:
-            block = live.pop(ev.block, None)
-            if block is None:
-                continue
-            alloc.free(block)
-        allocated, reserved = alloc.allocated_bytes, alloc.reserved_bytes
-        if reserved > max_res:
-            max_res = reserved
-        if allocated > max_alloc:
-            max_alloc = allocated
-        if i >= steady_start:
-            if allocated > peak_alloc:
-                peak_alloc = allocated
-            if allocated > phase_peaks.get(ev.phase, -1):
-                phase_peaks[ev.phase] = allocated
-            if alloc.requested_bytes > peak_req:
-                peak_req = alloc.requested_bytes
-            if reserved > peak_res:
-                peak_res = reserved
-                frag_at_peak_res = 1.0 - allocated / reserved
-        if keep_timeline:
-            timeline.append((i, allocated, reserved))
-    if oom_at is None and trace.steady_start >= len(trace.events):
+            blocks = first_blocks if r == 1 else [b + offset * (r - 1) for b in first_blocks]
+            now = rp.state(blocks) if exact else None
+            if now is not None and now == before:  # steps r.. replay exactly as step r - 1 did
+                last = rp.timeline[t0:]
+                for k in range(r, steady_repeats):
+                    shift = (k - r + 1) * len(step)
+                    rp.timeline.extend((i + shift, a, res) for i, a, res in last)
+                break
+            before, t0 = now, len(rp.timeline)
+            ok = rp.run(step, blocks, start)
+            start += len(step)
+    elif ok:
+        rp.run(events[steady_start:], [ev.block for ev in events[steady_start:]], steady_start)
+    alloc = rp.alloc
+    peak_alloc, peak_res = rp.peak_alloc, rp.peak_res
+    if rp.oom_at is None and steady_start >= len(events):
         peak_alloc, peak_res = alloc.allocated_bytes, alloc.reserved_bytes
     return AllocatorResult(
-        peak_allocated_bytes=peak_alloc, peak_reserved_bytes=peak_res, peak_requested_bytes=peak_req,
-        max_reserved_bytes=max_res, max_allocated_bytes=max_alloc, segments=alloc.segments,
-        retries=alloc.retries, oom=oom_at is not None, oom_event_index=oom_at, oom_request_bytes=oom_bytes,
-        fragmentation=round(frag_at_peak_res, 6), phase_peak_allocated_bytes=phase_peaks, timeline=timeline,
+        peak_allocated_bytes=peak_alloc, peak_reserved_bytes=peak_res, peak_requested_bytes=rp.peak_req,
+        max_reserved_bytes=rp.max_res, max_allocated_bytes=rp.max_alloc, segments=alloc.segments,
+        retries=alloc.retries, oom=rp.oom_at is not None, oom_event_index=rp.oom_at,
+        oom_request_bytes=rp.oom_bytes, fragmentation=round(rp.frag_at_peak_res, 6),
+        phase_peak_allocated_bytes=rp.phase_peaks, timeline=rp.timeline,
     )

@@ -35,12 +35,42 @@ class AttentionTarget:
     attn: str | None = None             # --attn: eager / sdpa / flash / triton (None: the model's own default)
     decisions: dict[tuple[str, str], int] = field(default_factory=dict)  # (kernel, why) -> calls
     implementation: str | None = None   # the traced model's config._attn_implementation (transformers)
+    calls: dict[SdpaCall, int] = field(default_factory=dict)  # what the rules read of each call -> calls
 
     @property
     def force(self) -> str | None:
         """"flash": the flash kernel forced (torch.nn.attention.sdpa_kernel(FLASH_ATTENTION)), as --attn flash;
         --attn triton runs a FlashAttention kernel written in Triton: the same tensors as flash, its own speed."""
         return "flash" if self.attn in ("flash", "triton") else None
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    """What the backend rules read of one tensor."""
+
+    shape: tuple[int, ...]
+    dtype: object
+    requires_grad: bool
+
+    @classmethod
+    def of(cls, t) -> TensorMeta:
+        return cls(tuple(t.shape), t.dtype, bool(t.requires_grad))
+
+    def dim(self) -> int:
+        return len(self.shape)
+
+
+@dataclass(frozen=True)
+class SdpaCall:
+    """One scaled_dot_product_attention call as the backend rules see it: kept with a trace, so that
+    `same_kernels` can tell whether a GPU of another compute capability would run the same kernels."""
+
+    q: TensorMeta
+    k: TensorMeta
+    v: TensorMeta
+    masked: bool
+    enable_gqa: bool
+    force: str | None
 
 
 _TARGET: contextvars.ContextVar[AttentionTarget | None] = contextvars.ContextVar("gpuwise_attention", default=None)
@@ -164,6 +194,15 @@ def choose_backend(q, k, v, attn_mask=None, dropout_p: float = 0.0, enable_gqa: 
     return "math", "; ".join(passed)
 
 
+def same_kernels(calls, capability: tuple[int, int], other: tuple[int, int]) -> bool:
+    """Whether every call of `calls` (an AttentionTarget's) runs the same kernel on both compute
+    capabilities: then a trace made for one is the other's too (attention is the only thing a trace
+    takes from the GPU's capability)."""
+    return all(choose_backend(c.q, c.k, c.v, True if c.masked else None, 0.0, c.enable_gqa, capability, c.force)[0]
+               == choose_backend(c.q, c.k, c.v, True if c.masked else None, 0.0, c.enable_gqa, other, c.force)[0]
+               for c in calls)
+
+
 def _sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     import torch
 
@@ -175,6 +214,9 @@ def _sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, e
     target = current_target()
     backend, why = choose_backend(q, k, v, attn_mask, dropout_p, enable_gqa, target.capability, target.force)
     target.decisions[(backend, why)] = target.decisions.get((backend, why), 0) + 1
+    call = SdpaCall(TensorMeta.of(q), TensorMeta.of(k), TensorMeta.of(v), attn_mask is not None, bool(enable_gqa),
+                    target.force)
+    target.calls[call] = target.calls.get(call, 0) + 1
     if backend == "flash":
         return torch.ops.aten._scaled_dot_product_flash_attention(
             q, k, v, dropout_p, is_causal, False, scale=scale)[0]
