@@ -134,3 +134,66 @@ def test_repeated_steady_steps_pair_what_one_step_leaves_for_the_next():
     one, three = replay(t), replay(t, steady_repeats=3)
     assert three.peak_allocated_bytes == one.peak_allocated_bytes
     assert three.peak_reserved_bytes == one.peak_reserved_bytes
+
+
+def _random_training(seed: int, first_id: int = 0) -> MemoryTrace:
+    """Setup (kept blocks), a warm-up step and the steady step: the same step twice (sizes, order and
+    streams drawn once), each freeing what the step before left (its loss) and leaving its own; some seeds
+    also free a setup block in the steady step (a free with no partner in the repetitions)."""
+    import random
+
+    rng = random.Random(seed)
+    sizes = [rng.choice([100, 4096, 300 * 1024, MIB + 512, 3 * MIB, 11 * MIB, 30 * MIB]) + rng.randrange(0, 2048)
+             for _ in range(24)]
+    streams = [rng.choice([0, 0, 0, 1]) for _ in sizes]
+    order = list(range(len(sizes)))
+    rng.shuffle(order)
+    free_after = {i: order[: rng.randrange(0, len(order))] for i in range(len(sizes))}
+    next_id = first_id
+    events = []
+
+    def alloc(nbytes, category="activations", stream=0, phase="forward"):
+        nonlocal next_id
+        events.append(MemEvent("alloc", next_id, nbytes, category, phase, stream=stream))
+        next_id += 1
+        return events[-1]
+
+    kept = [alloc(rng.choice([2 * MIB, 40 * MIB, 700]), "parameters", phase="setup") for _ in range(5)]
+    loss = None
+    steady_start = 0
+    for step in range(2):
+        if step == 1:
+            steady_start = len(events)
+        live: dict[int, MemEvent] = {}
+        for i, (n, s) in enumerate(zip(sizes, streams)):
+            live[i] = alloc(n, stream=s, phase="forward" if i < 12 else "backward")
+            for j in free_after[i]:
+                if j in live:
+                    ev = live.pop(j)
+                    events.append(MemEvent("free", ev.block, ev.nbytes, ev.category, "backward", stream=ev.stream))
+            if i == 15 and loss is not None:
+                events.append(MemEvent("free", loss.block, loss.nbytes, loss.category, "backward"))
+        for ev in live.values():
+            events.append(MemEvent("free", ev.block, ev.nbytes, ev.category, "optimizer", stream=ev.stream))
+        if step == 1 and seed % 3 == 0:
+            events.append(MemEvent("free", kept[0].block, kept[0].nbytes, "parameters", "optimizer"))
+        loss = alloc(4096, "temporary", phase="optimizer")
+    return MemoryTrace(events, steady_start, "cuda")
+
+
+def test_repeated_steps_replay_as_the_repeated_trace_does():
+    # replay's shortcut (a step that starts from the step before's state replays as it did) is exact:
+    # every field, the timeline included, equals the replay of repeat_steady's trace event by event
+    import dataclasses
+
+    from gpuwise.plan.memory.allocator import repeat_steady
+
+    for seed in range(12):
+        t = _random_training(seed, first_id=-3 if seed == 5 else 0)  # seed 5: negative ids, no shortcut
+        whole = replay(repeat_steady(t, 4)).max_reserved_bytes
+        for kwargs in ({}, {"capacity_bytes": whole - 20 * MIB}, {"capacity_bytes": whole * 3 // 4},
+                       {"max_split_size_bytes": 21 * MIB}):
+            for times in (2, 4):
+                fast = replay(t, steady_repeats=times, keep_timeline=True, **kwargs)
+                full = replay(repeat_steady(t, times), keep_timeline=True, **kwargs)
+                assert dataclasses.asdict(fast) == dataclasses.asdict(full), (seed, kwargs, times)

@@ -252,14 +252,18 @@ def repeat_steady(trace: MemoryTrace, times: int) -> MemoryTrace:
     if times <= 1 or trace.steady_start >= len(trace.events):
         return trace
     events = list(trace.events)
-    for ev, b in _repetitions(trace, times):
-        # the event with its block renumbered (a constructor call: dataclasses.replace cost ~40% of a replay)
-        events.append(MemEvent(ev.action, b, ev.nbytes, ev.category, ev.phase, ev.module, ev.op, ev.stream))
+    step, first_blocks, offset = _repetition(trace)
+    for r in range(1, times):
+        for ev, b in zip(step, first_blocks):
+            # the event with its block renumbered (a constructor call: dataclasses.replace cost ~40% of a replay)
+            events.append(MemEvent(ev.action, b + offset * (r - 1), ev.nbytes, ev.category, ev.phase, ev.module,
+                                   ev.op, ev.stream))
     return MemoryTrace(events, trace.steady_start, trace.device_type, trace.method, list(trace.notes))
 
 
-def _repetitions(trace: MemoryTrace, times: int) -> list[tuple[MemEvent, int]]:
-    """The events `repeat_steady` appends, each as (the steady event it repeats, its renumbered block)."""
+def _repetition(trace: MemoryTrace) -> tuple[list[MemEvent], list[int], int]:
+    """How `repeat_steady` repeats the steady step: the steady events that repeat, their blocks in
+    repetition 1, and the offset: repetition r's blocks are repetition 1's + offset * (r - 1)."""
     steady = trace.events[trace.steady_start:]
     allocated = {ev.block for ev in steady if ev.action == "alloc"}
     freed = {ev.block for ev in steady if ev.action == "free"}
@@ -274,74 +278,143 @@ def _repetitions(trace: MemoryTrace, times: int) -> list[tuple[MemEvent, int]]:
         if candidates:
             partner[ev.block] = candidates.pop(0)
     offset = max(ev.block for ev in trace.events) + 1
-    out: list[tuple[MemEvent, int]] = []
-    for r in range(1, times):
-        for ev in steady:
-            b = ev.block
-            if b in allocated:
-                out.append((ev, b + offset * r))
-            elif b in partner:  # free what the previous repetition left for this one
-                out.append((ev, partner[b] + offset * (r - 1)))
-    return out
+    step: list[MemEvent] = []
+    blocks: list[int] = []
+    for ev in steady:
+        if ev.block in allocated:
+            step.append(ev)
+            blocks.append(ev.block + offset)
+        elif ev.block in partner:  # free what the previous repetition left for this one
+            step.append(ev)
+            blocks.append(partner[ev.block])
+    return step, blocks, offset
+
+
+class _Replay:
+    """A replay in progress: the allocator, the block behind each live trace block, the statistics."""
+
+    def __init__(self, capacity_bytes: int | None, max_split_size_bytes: int | None, steady_start: int,
+                 keep_timeline: bool):
+        self.alloc = CachingAllocator(capacity_bytes, max_split_size_bytes)
+        self.live: dict[int, _Block] = {}
+        self.steady_start = steady_start
+        self.keep_timeline = keep_timeline
+        self.peak_alloc = self.peak_res = self.peak_req = self.max_res = self.max_alloc = 0
+        self.frag_at_peak_res = 0.0
+        self.phase_peaks: dict[str, int] = {}
+        self.timeline: list[tuple[int, int, int]] = []
+        self.oom_at: int | None = None
+        self.oom_bytes = 0
+
+    def run(self, events: list[MemEvent], blocks: list[int], first: int) -> bool:
+        """Replay `events` (event index `first` onwards), each on its block in `blocks`; False on OOM."""
+        alloc, live, steady_start, keep_timeline = self.alloc, self.live, self.steady_start, self.keep_timeline
+        malloc, free = alloc.malloc, alloc.free
+        peak_alloc, peak_res, peak_req = self.peak_alloc, self.peak_res, self.peak_req
+        max_res, max_alloc, frag_at_peak_res = self.max_res, self.max_alloc, self.frag_at_peak_res
+        phase_peaks, timeline = self.phase_peaks, self.timeline
+        ok = True
+        # the hot loop of fit and estimate (hundreds of thousands of events): plain comparisons, not max()
+        for i, ev, b in zip(range(first, first + len(events)), events, blocks):
+            if ev.action == "alloc":
+                if ev.nbytes <= 0:
+                    continue  # malloc(0) hands out nullptr without touching the pools
+                block = malloc(ev.nbytes, ev.stream)
+                if block is None:
+                    self.oom_at, self.oom_bytes = i, ev.nbytes
+                    ok = False
+                    break
+                live[b] = block
+            else:
+                block = live.pop(b, None)
+                if block is None:
+                    continue
+                free(block)
+            allocated, reserved = alloc.allocated_bytes, alloc.reserved_bytes
+            if reserved > max_res:
+                max_res = reserved
+            if allocated > max_alloc:
+                max_alloc = allocated
+            if i >= steady_start:
+                if allocated > peak_alloc:
+                    peak_alloc = allocated
+                if allocated > phase_peaks.get(ev.phase, -1):
+                    phase_peaks[ev.phase] = allocated
+                if alloc.requested_bytes > peak_req:
+                    peak_req = alloc.requested_bytes
+                if reserved > peak_res:
+                    peak_res = reserved
+                    frag_at_peak_res = 1.0 - allocated / reserved
+            if keep_timeline:
+                timeline.append((i, allocated, reserved))
+        self.peak_alloc, self.peak_res, self.peak_req = peak_alloc, peak_res, peak_req
+        self.max_res, self.max_alloc, self.frag_at_peak_res = max_res, max_alloc, frag_at_peak_res
+        return ok
+
+    def state(self, blocks: list[int]) -> tuple:
+        """All that the replay of a step on `blocks` depends on: every segment's blocks (the free pools
+        hold exactly the free ones), the totals, the next segment's address, and the block behind each
+        of `blocks` (None: not live)."""
+        alloc, live = self.alloc, self.live
+        segments = []
+        for addr in sorted(alloc._heads):
+            b: _Block | None = alloc._heads[addr]
+            seg = []
+            while b is not None:
+                seg.append((b.addr, b.size, b.stream, b.small, b.allocated, b.requested))
+                b = b.next
+            segments.append(tuple(seg))
+        named = [None if (x := live.get(b)) is None else x.addr for b in blocks]
+        return (alloc._next_addr, alloc.reserved_bytes, alloc.allocated_bytes, alloc.requested_bytes,
+                segments, named)
 
 
 def replay(trace: MemoryTrace, capacity_bytes: int | None = None, max_split_size_bytes: int | None = None,
            keep_timeline: bool = False, steady_repeats: int = 1) -> AllocatorResult:
     """Replay every event of `trace` through the allocator model; peaks are over `events[steady_start:]`
-    (with `steady_repeats` > 1, over that many steady steps in a row)."""
-    # the repetitions as (event, block) pairs: no MemEvent built per repeated event
-    events: list[MemEvent] = trace.events
-    blocks: list[int] = [ev.block for ev in events]
-    if steady_repeats > 1 and trace.steady_start < len(events):
-        reps = _repetitions(trace, steady_repeats)
-        events = events + [ev for ev, _ in reps]
-        blocks += [b for _, b in reps]
-    alloc = CachingAllocator(capacity_bytes, max_split_size_bytes)
-    live: dict[int, _Block] = {}
-    peak_alloc = peak_res = peak_req = max_res = max_alloc = 0
-    frag_at_peak_res = 0.0
-    phase_peaks: dict[str, int] = {}
-    timeline: list[tuple[int, int, int]] = []
-    oom_at: int | None = None
-    oom_bytes = 0
-    steady_start = trace.steady_start
-    # the hot loop of fit and estimate (hundreds of thousands of events): plain comparisons, not max()
-    for i, (ev, b) in enumerate(zip(events, blocks)):
-        if ev.action == "alloc":
-            if ev.nbytes <= 0:
-                continue  # malloc(0) hands out nullptr without touching the pools
-            block = alloc.malloc(ev.nbytes, ev.stream)
-            if block is None:
-                oom_at, oom_bytes = i, ev.nbytes
+    (with `steady_repeats` > 1, over that many steady steps in a row, as `repeat_steady` makes them).
+
+    Exact shortcut: once a repeated step starts from the same state as the step before it (`_Replay.state`:
+    the same segments, blocks and addresses, and its blocks naming the same live blocks), it replays
+    exactly as that step did, and so does every later one: the peaks, segments and retries stay as they
+    are, and the timeline repeats that step's. Block ids must be >= 0 for that (so that repetition r's
+    blocks, r * offset onwards, name nothing earlier); else every step is replayed."""
+    events, steady_start = trace.events, trace.steady_start
+    rp = _Replay(capacity_bytes, max_split_size_bytes, steady_start, keep_timeline)
+    ok = rp.run(events[:steady_start], [ev.block for ev in events[:steady_start]], 0)
+    if ok and steady_repeats > 1 and steady_start < len(events):
+        steady = events[steady_start:]
+        step, first_blocks, offset = _repetition(trace)
+        exact = min(ev.block for ev in events) >= 0
+        # the first repetition replays the steady step itself when every steady event repeats
+        before = rp.state([ev.block for ev in steady]) if exact and len(step) == len(steady) else None
+        t0 = len(rp.timeline)
+        ok = rp.run(steady, [ev.block for ev in steady], steady_start)
+        start = len(events)
+        for r in range(1, steady_repeats):
+            if not ok:
                 break
-            live[b] = block
-        else:
-            block = live.pop(b, None)
-            if block is None:
-                continue
-            alloc.free(block)
-        allocated, reserved = alloc.allocated_bytes, alloc.reserved_bytes
-        if reserved > max_res:
-            max_res = reserved
-        if allocated > max_alloc:
-            max_alloc = allocated
-        if i >= steady_start:
-            if allocated > peak_alloc:
-                peak_alloc = allocated
-            if allocated > phase_peaks.get(ev.phase, -1):
-                phase_peaks[ev.phase] = allocated
-            if alloc.requested_bytes > peak_req:
-                peak_req = alloc.requested_bytes
-            if reserved > peak_res:
-                peak_res = reserved
-                frag_at_peak_res = 1.0 - allocated / reserved
-        if keep_timeline:
-            timeline.append((i, allocated, reserved))
-    if oom_at is None and steady_start >= len(events):
+            blocks = first_blocks if r == 1 else [b + offset * (r - 1) for b in first_blocks]
+            now = rp.state(blocks) if exact else None
+            if now is not None and now == before:  # steps r.. replay exactly as step r - 1 did
+                last = rp.timeline[t0:]
+                for k in range(r, steady_repeats):
+                    shift = (k - r + 1) * len(step)
+                    rp.timeline.extend((i + shift, a, res) for i, a, res in last)
+                break
+            before, t0 = now, len(rp.timeline)
+            ok = rp.run(step, blocks, start)
+            start += len(step)
+    elif ok:
+        rp.run(events[steady_start:], [ev.block for ev in events[steady_start:]], steady_start)
+    alloc = rp.alloc
+    peak_alloc, peak_res = rp.peak_alloc, rp.peak_res
+    if rp.oom_at is None and steady_start >= len(events):
         peak_alloc, peak_res = alloc.allocated_bytes, alloc.reserved_bytes
     return AllocatorResult(
-        peak_allocated_bytes=peak_alloc, peak_reserved_bytes=peak_res, peak_requested_bytes=peak_req,
-        max_reserved_bytes=max_res, max_allocated_bytes=max_alloc, segments=alloc.segments,
-        retries=alloc.retries, oom=oom_at is not None, oom_event_index=oom_at, oom_request_bytes=oom_bytes,
-        fragmentation=round(frag_at_peak_res, 6), phase_peak_allocated_bytes=phase_peaks, timeline=timeline,
+        peak_allocated_bytes=peak_alloc, peak_reserved_bytes=peak_res, peak_requested_bytes=rp.peak_req,
+        max_reserved_bytes=rp.max_res, max_allocated_bytes=rp.max_alloc, segments=alloc.segments,
+        retries=alloc.retries, oom=rp.oom_at is not None, oom_event_index=rp.oom_at,
+        oom_request_bytes=rp.oom_bytes, fragmentation=round(rp.frag_at_peak_res, 6),
+        phase_peak_allocated_bytes=rp.phase_peaks, timeline=rp.timeline,
     )

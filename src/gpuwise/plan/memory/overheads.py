@@ -15,6 +15,7 @@ share are measured (H100_TRUTH below).
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Callable
@@ -112,6 +113,7 @@ def cublaslt_workspace_bytes(arch: str, env: dict[str, str] | None = None) -> in
     return int(value) * KIB if value and value.isdigit() else 0
 
 
+@functools.lru_cache(maxsize=4096)  # a trace has a few dozen distinct ops over its ~10^5 events
 def op_matches(op: str, names: tuple[str, ...]) -> bool:
     base = op.split("kernel workspace:")[-1].strip().split("::")[-1].split(".")
     # "aten.addmm.default" -> ["aten", "addmm", "default"]; "aten::mm" -> ["mm"]
@@ -178,7 +180,7 @@ def add_workspaces(trace: MemoryTrace, arch: str = DEFAULT_ARCH, env: dict | Non
         events.insert(pos, ev)
         if pos <= steady:
             steady += 1
-    has_conv = any(op_matches(ev.op, CONV_OPS) for ev in trace.events)
+    has_conv = any(op_matches(op, CONV_OPS) for op in {ev.op for ev in trace.events})
     overheads = Overheads(
         context_bytes=context_bytes(arch, module_loading(loading, env)),
         cudnn_bytes=CUDNN_CONTEXT_BYTES if has_conv else 0,
