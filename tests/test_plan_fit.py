@@ -256,3 +256,15 @@ def test_traces_run_side_by_side_give_the_same_answers(tmp_path, monkeypatch):
     for m, c, modes, _ in asks:
         assert canonical(forked.rebuilt(None, m, c, modes)) == canonical(here.rebuilt(None, m, c, modes))
     assert forked.traces_run == here.traces_run
+
+
+def test_a_trace_sent_back_from_a_fork_is_the_same_trace(tmp_path):
+    """Forked traces come back pickled (MemoryTrace pickles its events column by column): every event and
+    attribute survives, the rebuild's extras (attention calls, op costs) included."""
+    import pickle
+
+    ev = Evaluator(_deep_tiny(tmp_path), "ampere", (8, 0))
+    trace = ev.rebuilt(None, 2, StepConfig("adamw", "bf16", False), TrainingModes(lora_rank=4))
+    back = pickle.loads(pickle.dumps(trace))
+    assert back == trace and back.events == trace.events and len(back.events) > 1000
+    assert back.attention == trace.attention and back.op_costs == trace.op_costs

@@ -165,3 +165,19 @@ def test_a_first_forward_that_leaves_state_behind_gets_a_traced_warm_up(monkeypa
     monkeypatch.setattr("gpuwise.plan.tracing.trace.warm_up_step_from_steady", spy)
     copied = _run(wl, 2, StepConfig(), "cuda", fake=True, warmup="copy")
     assert refused and canonical(copied) == canonical(_run(wl, 2, StepConfig(), "cuda", fake=True, warmup="step"))
+
+
+def test_a_grad_scaler_step_is_traced_with_its_warm_up_once(monkeypatch):
+    """fp16 trains with a GradScaler, whose first step is not its steady one: the CUDA target traces the
+    warm-up step at once instead of tracing a step to copy and then refusing the copy (one trace, not two)."""
+    from gpuwise.plan.tracing import trace as tracer
+    from gpuwise.workload import load_workload
+
+    wl = load_workload(hf_workload("tests/data/configs/tiny-llama.json", 16))
+    ran = []
+    real = tracer._trace_once
+    monkeypatch.setattr(tracer, "_trace_once", lambda *a, **k: ran.append(a[5]) or real(*a, **k))
+    config = StepConfig("adamw", "fp16", False)
+    copied = _run(wl, 2, config, "cuda", fake=True, warmup="copy")
+    assert ran == ["step"]
+    assert canonical(copied) == canonical(_run(wl, 2, config, "cuda", fake=True, warmup="step"))

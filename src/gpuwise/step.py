@@ -281,6 +281,11 @@ class StepConfig:
             self.optimizer = optimizer_name(self.optimizer)
 
 
+def uses_grad_scaler(config: StepConfig) -> bool:
+    """Whether the step trains with a GradScaler (fp16 autocast's dynamic loss scaling): TrainStep makes one."""
+    return config.precision == "fp16"
+
+
 class TrainStep:
     """A model, optimizer and scaler on a device, and `step(batch)` running one training step."""
     def __init__(self, workload, config: StepConfig, device="cpu", model=None):
@@ -304,7 +309,7 @@ class TrainStep:
             self.optimizer = make_optimizer(config.optimizer or "adamw", params, config.optimizer_impl)
         self.autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.precision)
         self.scaler = None
-        if config.precision == "fp16":
+        if uses_grad_scaler(config):
             self.scaler = torch.amp.GradScaler(dtype, enabled=dtype in ("cuda", "cpu"))
         self.float_dtype = torch.bfloat16 if config.precision == "bf16-pure" else None
         self._last_loss = None  # config.keep_last_loss: the last step's loss, graph attached

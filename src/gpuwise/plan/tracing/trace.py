@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import GpuwiseError
-from ...step import StepConfig, TrainStep, tensors_in, warm_optimizer
+from ...step import StepConfig, TrainStep, tensors_in, uses_grad_scaler, warm_optimizer
 from ...workload import load_workload
 from ..memory.events import MemEvent, MemoryTrace, check_target
 from ..memory.warmup import DeferredWarmUp, NotCopyable, warm_up_step_from_steady
@@ -363,6 +363,8 @@ def _run(workload, batch_size: int, config: StepConfig, target: str, fake: bool,
     """`_trace_once`; a warm-up step that cannot be copied from the steady one (plan/memory/warmup.py) is traced."""
     if (config.zero_grad == "zeros" or config.keep_last_loss) and warmup in ("copy", "optimizer"):
         warmup = "step"  # the first step leaves every gradient (or its loss's graph) allocated: trace it whole
+    if uses_grad_scaler(config) and warmup == "copy":
+        warmup = "step"  # a GradScaler's first step is not its steady one (warmup.NotCopyable): not tried
     if warmup == "copy":
         try:
             return _trace_once(workload, batch_size, config, target, fake, "copy", layers)
