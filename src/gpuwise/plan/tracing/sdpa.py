@@ -255,13 +255,15 @@ def _math(*args, **kwargs):
 
 
 @contextlib.contextmanager
-def sdpa_as_gpu_runs_it():
+def sdpa_as_gpu_runs_it(catch_builtin: bool = True):
     """Inside: scaled_dot_product_attention runs the kernel a GPU would choose.
 
     Two hooks: `torch.nn.functional.scaled_dot_product_attention` itself is replaced (what transformers
     and most models call, looked up at call time), because torch-function modes are not active in
     the autograd engine, where activation checkpointing recomputes the forward; and a torch-function
-    mode catches callers that imported the builtin before the trace began."""
+    mode catches callers that imported the builtin before the trace began. That mode makes every torch
+    call a Python round trip: `catch_builtin=False` leaves it to the caller, which enters
+    `builtin_sdpa_caught()` only where the model runs (plan/tracing/trace.py: the step's forward)."""
     import torch.nn.functional as F
 
     original = F.scaled_dot_product_attention
@@ -272,10 +274,16 @@ def sdpa_as_gpu_runs_it():
 
     F.scaled_dot_product_attention = gpu_sdpa
     try:
-        with _SdpaMode(), unpacked_sequences():
+        with _SdpaMode() if catch_builtin else contextlib.nullcontext(), unpacked_sequences():
             yield
     finally:
         F.scaled_dot_product_attention = original
+
+
+def builtin_sdpa_caught():
+    """Inside: calls of the builtin `torch._C._nn.scaled_dot_product_attention` run the kernel a GPU would
+    choose (the torch-function mode of `sdpa_as_gpu_runs_it`, for a caller that turned it off there)."""
+    return _SdpaMode()
 
 
 @contextlib.contextmanager

@@ -38,6 +38,7 @@ from .sdpa import (
     active_target,
     attention_note,
     attention_target,
+    builtin_sdpa_caught,
     padding_read_from_batch,
     sdpa_as_gpu_runs_it,
     set_attn_implementation,
@@ -80,11 +81,12 @@ def _dispatch_mode_base():
 
 def _prim_device():
     import torch
+    from torch._subclasses.fake_tensor import FakeTensor
 
-    return torch.ops.prim.device.default
+    return torch.ops.prim.device.default, FakeTensor
 
 
-_PRIM_DEVICE = _prim_device()
+_PRIM_DEVICE, _FakeTensor = _prim_device()
 
 
 class _TraceMode(_dispatch_mode_base()):
@@ -189,7 +191,9 @@ class _TraceMode(_dispatch_mode_base()):
         elif self.phase == "backward":
             self.phase = "optimizer"
         if func is _PRIM_DEVICE:  # `.device` of a fake tensor (most ops of a trace): no kernel, no storage
-            out = func(*args, **kwargs)
+            # FakeTensor's own `device` property answers as FakeTensorMode's prim.device handler does
+            # (the fake device; meta inside a kernel), without the dispatch down to FakeTensorMode
+            out = args[0].device if type(args[0]) is _FakeTensor else func(*args, **kwargs)
             if self.phase == "backward":
                 self.sums.pending = None  # as `sums.candidate` does for every op
             if self.count_flops:
@@ -373,6 +377,22 @@ def _run(workload, batch_size: int, config: StepConfig, target: str, fake: bool,
     return _trace_once(workload, batch_size, config, target, fake, warmup, layers)
 
 
+class _SdpaCaughtInForward:
+    """The step's workload, whose forward and loss (`compute_loss`) run with builtin SDPA calls caught
+    (sdpa.builtin_sdpa_caught): only there does attention run, so the torch-function mode that takes every
+    torch call through Python is left out of the model's construction, the optimizer and zero_grad."""
+
+    def __init__(self, workload):
+        self._workload = workload
+
+    def __getattr__(self, name):
+        return getattr(self._workload, name)
+
+    def compute_loss(self, model, batch):
+        with builtin_sdpa_caught():
+            return self._workload.compute_loss(model, batch)
+
+
 def _real_batch(mode: _TraceMode, workload, batch_size: int):
     """The batch built for real (not traced): read where the real run reads values (sdpa.padding_read_from_batch)."""
     with mode.paused():
@@ -397,7 +417,7 @@ def _trace_once(workload, batch_size: int, config: StepConfig, target: str, fake
     with fake_mode, tracker, mode, contextlib.ExitStack() as stack:
         attn = active_target() or stack.enter_context(attention_target())  # the estimate's GPU, else sm80
         if cuda_like:
-            stack.enter_context(sdpa_as_gpu_runs_it())
+            stack.enter_context(sdpa_as_gpu_runs_it(catch_builtin=False))  # caught in the forward only
             stack.enter_context(foreach_by_default())
             stack.enter_context(dropout_as_cuda_runs_it())
             if config.precision in ("fp16", "bf16"):
@@ -414,6 +434,8 @@ def _trace_once(workload, batch_size: int, config: StepConfig, target: str, fake
         if layers is not None:
             mode.layers = LayerTags.follow(mode, model, layers)
         step = fake_train_step(workload, config, model) if fake else TrainStep(workload, config, "cpu", model)
+        if cuda_like:
+            step.workload = _SdpaCaughtInForward(step.workload)
         batch = step.to_device(workload.build_batch(batch_size))
         _label(mode, list(step.model.parameters()), "parameters", create=True)
         _label(mode, list(step.model.buffers()), "buffers", create=True)
