@@ -99,15 +99,6 @@ class _Pool:
         del keys[bisect.bisect_left(keys, k)]
         del self.blocks[k]
 
-    def best_fit(self, stream: int, size: int) -> _Block | None:
-        keys = self.keys.get(stream)
-        if not keys:
-            return None
-        i = bisect.bisect_left(keys, size << ADDR_BITS)
-        if i == len(keys):
-            return None
-        return self.blocks[keys[i]]
-
 
 @dataclass(frozen=True)
 class AllocatorResult:
@@ -151,10 +142,24 @@ class CachingAllocator:
 
     # -- malloc -------------------------------------------------------------------------------------
     def malloc(self, nbytes: int, stream: int = 0) -> _Block | None:
-        """A block for `nbytes`, or None when out of memory."""
+        """A block for `nbytes`, or None when out of memory. The hot path of a replay: `get_free_block`
+        and `alloc_found_block` are written out here rather than called."""
         size = round_size(nbytes)
         pool = self.small if size <= K_SMALL_SIZE else self.large
-        block = self._get_free_block(pool, stream, size)
+        max_split = self.max_split
+        # get_free_block: the best fit among this stream's free blocks, within max_split_size's limits
+        block = None
+        keys = pool.keys.get(stream)
+        if keys:
+            i = bisect.bisect_left(keys, size << ADDR_BITS)
+            if i < len(keys):
+                block = pool.blocks[keys[i]]
+                if size < max_split and block.size >= max_split:
+                    block = None  # "Do not return an oversized block for a large request"
+                elif size >= max_split and block.size >= size + K_LARGE_BUFFER:
+                    block = None  # "Allow oversized block size to be rounded up but within a limit"
+                else:
+                    del pool.blocks[keys.pop(i)]
         if block is None:
             block = self._alloc_segment(pool, stream, size)
             if block is None:  # release_cached_blocks() and retry, as `malloc` does after a failed cudaMalloc
@@ -163,17 +168,21 @@ class CachingAllocator:
                 block = self._alloc_segment(pool, stream, size)
                 if block is None:
                     return None
-        return self._alloc_found_block(pool, block, size, nbytes)
-
-    def _get_free_block(self, pool: _Pool, stream: int, size: int) -> _Block | None:
-        block = pool.best_fit(stream, size)
-        if block is None:
-            return None
-        if size < self.max_split and block.size >= self.max_split:
-            return None  # "Do not return an oversized block for a large request"
-        if size >= self.max_split and block.size >= size + K_LARGE_BUFFER:
-            return None  # "Allow oversized block size to be rounded up but within a limit"
-        pool.remove(block)
+        # alloc_found_block: the request takes the front; should_split: the rest stays cached when it is
+        # >= 512 bytes (small pool) or > 1 MiB (large pool, a request below max_split_size)
+        remaining = block.size - size
+        if (remaining >= K_MIN_BLOCK_SIZE) if block.small else (size < max_split and remaining > K_SMALL_SIZE):
+            rest = _Block(block.addr + size, remaining, block.stream, block.small)
+            rest.prev, rest.next = block, block.next
+            if block.next is not None:
+                block.next.prev = rest
+            block.next = rest
+            block.size = size
+            pool.insert(rest)
+        block.allocated = True
+        block.requested = nbytes
+        self.allocated_bytes += block.size
+        self.requested_bytes += nbytes
         return block
 
     def _alloc_segment(self, pool: _Pool, stream: int, size: int) -> _Block | None:
@@ -187,27 +196,6 @@ class CachingAllocator:
         self._heads[block.addr] = block
         return block
 
-    def _should_split(self, block: _Block, size: int) -> bool:
-        remaining = block.size - size
-        if block.small:
-            return remaining >= K_MIN_BLOCK_SIZE
-        return size < self.max_split and remaining > K_SMALL_SIZE
-
-    def _alloc_found_block(self, pool: _Pool, block: _Block, size: int, nbytes: int) -> _Block:
-        if self._should_split(block, size):
-            rest = _Block(block.addr + size, block.size - size, block.stream, block.small)
-            rest.prev, rest.next = block, block.next
-            if block.next is not None:
-                block.next.prev = rest
-            block.next = rest
-            block.size = size
-            pool.insert(rest)
-        block.allocated = True
-        block.requested = nbytes
-        self.allocated_bytes += block.size
-        self.requested_bytes += nbytes
-        return block
-
     # -- free ---------------------------------------------------------------------------------------
     def free(self, block: _Block) -> None:
         block.allocated = False
@@ -217,7 +205,10 @@ class CachingAllocator:
         for other in (block.prev, block.next):
             if other is None or other.allocated:
                 continue
-            pool.remove(other)
+            k = other.size << ADDR_BITS | other.addr  # pool.remove(other), written out
+            keys = pool.keys[other.stream]
+            del keys[bisect.bisect_left(keys, k)]
+            del pool.blocks[k]
             if other is block.prev:  # [other block]
                 block.addr = other.addr
                 block.prev = other.prev
