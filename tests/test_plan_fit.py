@@ -124,10 +124,16 @@ def _deep_tiny(tmp_path, layers: int = 6) -> str:
 
 def test_fit_options_are_what_their_estimate_cmd_gives(tmp_path, capsys):
     """fit rebuilds a deep config as estimate does (3- and 4-block traces): the top options' bytes are the
-    bytes their `estimate_cmd` prints, to the byte."""
+    bytes their `estimate_cmd` prints, to the byte. It says which option it is sizing."""
     import shlex
 
-    result = fit(_deep_tiny(tmp_path), "rtx4090", 1, 2, seq_len=16, precision="bf16")
+    stages: list[str] = []
+    result = fit(_deep_tiny(tmp_path), "rtx4090", 1, 2, seq_len=16, precision="bf16", progress=stages.append)
+    # `progress` (the CLI prints it on stderr after 2 s): loading, then each traced option as its sizing starts
+    assert stages[0] == "loading the workload and its libraries"
+    assert all(s.startswith("NVIDIA GeForce RTX 4090: ") for s in stages[1:])
+    assert {s.split(", ", 1)[1] for s in stages if ": option " in s} == \
+        {o.name.split(" + accumulation")[0] for o in result.options if not o.floor_only and o.sized}
     top = [o for o in result.options if o.fits and o.estimate_cmd][:3]
     assert len(top) == 3
     for o in top:
@@ -268,3 +274,4 @@ def test_a_trace_sent_back_from_a_fork_is_the_same_trace(tmp_path):
     back = pickle.loads(pickle.dumps(trace))
     assert back == trace and back.events == trace.events and len(back.events) > 1000
     assert back.attention == trace.attention and back.op_costs == trace.op_costs
+

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import shlex
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -331,12 +332,14 @@ def _divisors(n: int) -> list[int]:
 def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, *, precision: str = "fp32",
         optimizer: str | None = None, checkpointing: bool = False, seq_len: int | None = None,
         task: str | None = None, margin_pct: float = DEFAULT_MARGIN_PCT, evaluator: Evaluator | None = None,
-        source: str | None = None) -> FitResult:
+        source: str | None = None, progress: Callable[[str], None] | None = None) -> FitResult:
     """Rank the ways to run `workload` at `batch_size` samples per optimizer step (per rank) on `nproc`
     x `gpu`: options that fit first, fastest first. Each option carries `estimate_cmd`, the `gpuwise
     estimate` command of its step (`source`: the workload as the command line names it, when `workload`
-    is already loaded)."""
+    is already loaded). `progress` is told each option as its sizing starts."""
     started = time.perf_counter()
+    if progress is not None:
+        progress("loading the workload and its libraries")
     if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
         raise GpuwiseError(f"-n must be a positive integer, got {nproc!r}")
     spec = resolve_gpu(gpu) if not isinstance(gpu, GpuSpec) else gpu
@@ -352,9 +355,11 @@ def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, 
     options = []
     candidates = variants(spec, nproc, precision, optimizer, checkpointing, adapters)
     floors = {v.name: f for v in candidates if (f := state_floor(ev, v)) is not None and f > limit}
+    if progress is not None:
+        progress(f"{spec.name}: the options' first traces")
     ev.prefetch([_first_trial(v, batch_size) for v in candidates
                  if not missing(_untraceable_without(v)) and v.name not in floors])
-    for v in candidates:
+    for i, v in enumerate(candidates, 1):
         lacking = missing(_untraceable_without(v))
         if lacking:  # listed, not sized: the trace needs the library itself
             options.append(_unsized(v, batch_size, lacking))
@@ -365,6 +370,8 @@ def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, 
             options.append(_with_commands(option, v, named, gpu_arg, margin_pct))
             continue
         needs = missing(_needed(v))
+        if progress is not None:
+            progress(f"{spec.name}: option {i}/{len(candidates)}, {v.name}")
         try:
             option = _best_micro_batch(ev, v, spec, batch_size, limit)
         except GpuwiseError as exc:
@@ -551,10 +558,16 @@ def attach_costs(results: list[FitResult], tokens: float | None = None, samples:
         r.cost = training_cost(spec.id, best.changes.get("nproc") or r.nproc, best.samples_per_s, total, rent, buy)
 
 
-def fit_all_gpus(workload: Any, nproc: int = 1, batch_size: int = 8, **kw) -> list[FitResult]:
+def fit_all_gpus(workload: Any, nproc: int = 1, batch_size: int = 8, progress: Callable[[str], None] | None = None,
+                 **kw) -> list[FitResult]:
     """`--gpu all`: every listed catalog GPU (x nproc); the traces are shared, only the replay differs."""
     wl, batch_size = resolve_inputs(workload, batch_size, seq_len=kw.pop("seq_len", None), task=kw.pop("task", None))
     ev = Evaluator(wl, "hopper")
     source = workload if isinstance(workload, str) else None
-    return [fit(wl, spec, nproc, batch_size, evaluator=ev, source=source, **kw) for spec in CATALOG.values()
-            if spec.listed]
+    specs = [spec for spec in CATALOG.values() if spec.listed]
+
+    def told(i: int) -> Callable[[str], None] | None:
+        return None if progress is None else lambda stage: progress(f"GPU {i}/{len(specs)}, {stage}")
+
+    return [fit(wl, spec, nproc, batch_size, evaluator=ev, source=source, progress=told(i), **kw)
+            for i, spec in enumerate(specs, 1)]

@@ -31,6 +31,7 @@ from .memory.sharding import Split, block_param_bytes, fsdp_units_of, rank_trace
 from .tracer import NotRebuilt, trace_workload
 from .tracing.modes import TrainingModes, offload_optimizer_state
 from .tracing.repeat import blocks_alike
+from .tracing.setup import before_forks
 
 
 @dataclass
@@ -226,7 +227,8 @@ class Evaluator:
         global _FORKED
         _FORKED = self
         try:
-            with multiprocessing.get_context("fork").Pool(n, maxtasksperchild=1) as pool:  # each a fresh fork
+            with (before_forks([r[3] for r in todo.values()], [r[2] for r in todo.values()]),  # once, not per fork
+                  multiprocessing.get_context("fork").Pool(n, maxtasksperchild=1) as pool):  # each a fresh fork
                 done = pool.map(_traced_in_worker, [(key, r[2]) for key, r in todo.items()], chunksize=1)
         finally:
             _FORKED = None

@@ -11,11 +11,37 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 
-from ...step import StepConfig, TrainStep, enable_checkpointing
+from ... import optional_libs
+from ...step import StepConfig, TrainStep, enable_checkpointing, warm_optimizer
 from .fallback import is_fake_limit
 
 WARMUPS = ("optimizer", "step", "copy")  # "copy": plan/memory/warmup.py
+
+
+@contextlib.contextmanager
+def before_forks(modes, configs):
+    """Inside: this process is ready to be forked for traces with these training modes and step configs, so
+    that no fork does on its own, in its first trace, what all of them would: the libraries those traces
+    import (peft, and under it bitsandbytes, whose import takes ~0.8 s: its torch.compile'd kernels import
+    inductor; imported as a trace imports them, outside any fake mode and untraced) and the optimizers'
+    once-per-process state (`warm_optimizer`) are made here, once; and the objects alive now are frozen out
+    of the garbage collector's view (`gc.freeze`), so that a full collection in a fork neither walks nor
+    copies (copy-on-write) the parent's heap. Nothing a trace records changes: tests/test_plan_fit.py."""
+    if any(m.adapters for m in modes) and optional_libs.available("peft"):
+        import peft  # noqa: F401
+    if any(m.qlora for m in modes) and optional_libs.available("bitsandbytes"):
+        import bitsandbytes  # noqa: F401
+    for config in configs:
+        if config.optimizer is not None:
+            warm_optimizer(config.optimizer)
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def build_model_for_trace(workload, fake_mode, mode):

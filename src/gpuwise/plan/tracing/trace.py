@@ -78,6 +78,15 @@ def _dispatch_mode_base():
     return TorchDispatchMode
 
 
+def _prim_device():
+    import torch
+
+    return torch.ops.prim.device.default
+
+
+_PRIM_DEVICE = _prim_device()
+
+
 class _TraceMode(_dispatch_mode_base()):
     """A dispatch mode on top of FakeTensorMode: sees every aten op and the storages it creates."""
 
@@ -179,6 +188,13 @@ class _TraceMode(_dispatch_mode_base()):
             self.phase = "backward"
         elif self.phase == "backward":
             self.phase = "optimizer"
+        if func is _PRIM_DEVICE:  # `.device` of a fake tensor (most ops of a trace): no kernel, no storage
+            out = func(*args, **kwargs)
+            if self.phase == "backward":
+                self.sums.pending = None  # as `sums.candidate` does for every op
+            if self.count_flops:
+                self.costs.record("prim.device", self.phase, args, kwargs, out, 0, func)
+            return out
         if func is torch.ops.aten._local_scalar_dense.default and self.item_default is not None:
             try:  # constants (e.g. an optimizer's step count) still have values under fake tensors
                 return func(*args, **kwargs)
