@@ -73,12 +73,29 @@ def test_7b_on_24gb_full_finetune_does_not_fit_qlora_does():
     assert result.traces <= 40
 
 
-def test_cli_all_gpus_json_and_plot(tmp_path, capsys):
+def test_cli_all_gpus_json_and_plot(tmp_path, capsys, monkeypatch):
+    import gpuwise.commands.fit as command
+
+    stages: list[str] = []
+
+    class Heard(list):  # the stages the CLI's StageProgress would print (after 2 s) on stderr
+        def __init__(self, prefix):
+            super().__init__()
+
+        def __enter__(self):
+            return stages.append
+
+        def __exit__(self, *exc):
+            return None
+
+    monkeypatch.setattr(command, "StageProgress", Heard)
     png = tmp_path / "fit.png"
     assert main(["fit", TINY, "--gpu", "all", "-b", "4", "--seq-len", "16", "--json", "--plot", str(png)]) == 0
     d = json.loads(capsys.readouterr().out)
     validate("fit", d)
     assert len(d["gpus"]) >= 10 and all(set(g) == {"workload", "gpu", "nproc", "options"} for g in d["gpus"])
+    n = len(d["gpus"])  # one stage per GPU, in order, whatever the options
+    assert list(dict.fromkeys(stages)) == [f"GPU {i}/{n}, {g['gpu']}" for i, g in enumerate(d["gpus"], 1)]
     assert png.stat().st_size > 10_000
     t4 = next(g for g in d["gpus"] if g["gpu"] == "Tesla T4")
     assert all("bf16" not in o["name"] for o in t4["options"])  # no bf16 tensor cores on a T4: fp16 offered
@@ -124,10 +141,16 @@ def _deep_tiny(tmp_path, layers: int = 6) -> str:
 
 def test_fit_options_are_what_their_estimate_cmd_gives(tmp_path, capsys):
     """fit rebuilds a deep config as estimate does (3- and 4-block traces): the top options' bytes are the
-    bytes their `estimate_cmd` prints, to the byte."""
+    bytes their `estimate_cmd` prints, to the byte. It says which option it is sizing."""
     import shlex
 
-    result = fit(_deep_tiny(tmp_path), "rtx4090", 1, 2, seq_len=16, precision="bf16")
+    stages: list[str] = []
+    result = fit(_deep_tiny(tmp_path), "rtx4090", 1, 2, seq_len=16, precision="bf16", progress=stages.append)
+    # `progress` (the CLI prints it on stderr after 2 s): loading, then each traced option as its sizing starts
+    assert stages[0] == "loading the workload and its libraries"
+    assert all(s.startswith("NVIDIA GeForce RTX 4090: ") for s in stages[1:])
+    assert {s.split(", ", 1)[1] for s in stages if ": option " in s} == \
+        {o.name.split(" + accumulation")[0] for o in result.options if not o.floor_only and o.sized}
     top = [o for o in result.options if o.fits and o.estimate_cmd][:3]
     assert len(top) == 3
     for o in top:
@@ -268,3 +291,32 @@ def test_a_trace_sent_back_from_a_fork_is_the_same_trace(tmp_path):
     back = pickle.loads(pickle.dumps(trace))
     assert back == trace and back.events == trace.events and len(back.events) > 1000
     assert back.attention == trace.attention and back.op_costs == trace.op_costs
+
+
+
+
+def test_asking_the_whole_batch_first_changes_the_traces_not_the_answer():
+    """A full fine-tune whose state takes at most half the card is searched whole batch first, like adapters:
+    the same option (the largest fitting micro-batch, the next larger one traced and not fitting) as micro-batch
+    1 first; when the whole batch fits, one micro-batch is traced instead of two."""
+    from dataclasses import replace as with_
+
+    from gpuwise.plan.catalog import lookup
+    from gpuwise.plan.fit import _best_micro_batch, _whole_first, state_floor, variants
+
+    v = next(v for v in variants(lookup("rtx4090"), 1, "bf16", None, False) if v.name == "bf16")
+    probe = Evaluator(TINY, "ada", (8, 9))
+    used = {m: probe.evaluate(m, v.config, with_(v.modes, grad_accum=8 // m), v.split).device_used_bytes
+            for m in (1, 2, 4, 8)}
+    for fits_up_to, limit in ((8, used[8]), (2, (used[2] + used[4]) // 2)):
+        spec = with_(lookup("rtx4090"), memory_bytes=int(limit / 0.95))
+        assert _whole_first(v, state_floor(probe, v), limit) == (state_floor(probe, v) <= limit / 2)
+        answers = []
+        for whole in (False, True):
+            ev = Evaluator(TINY, "ada", (8, 9))
+            answers.append((_best_micro_batch(ev, v, spec, 8, limit, whole_first=whole), ev.traces_run))
+        (first_one, traced_one), (first_whole, traced_whole) = answers
+        assert first_one.micro_batch_size == first_whole.micro_batch_size == fits_up_to
+        assert first_one.device_used_bytes == first_whole.device_used_bytes == used[fits_up_to]
+        if fits_up_to == 8:
+            assert (traced_one, traced_whole) == (2, 1)

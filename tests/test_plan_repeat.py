@@ -181,3 +181,25 @@ def test_a_grad_scaler_step_is_traced_with_its_warm_up_once(monkeypatch):
     copied = _run(wl, 2, config, "cuda", fake=True, warmup="copy")
     assert ran == ["step"]
     assert canonical(copied) == canonical(_run(wl, 2, config, "cuda", fake=True, warmup="step"))
+
+
+def test_the_libraries_a_trace_runs_are_quiet_and_the_users_code_is_not(caplog):
+    """A trace runs transformers / peft / bitsandbytes on a stand-in CPU step: their deprecation warnings and
+    notices (peft reading a deprecated transformers attribute, bitsandbytes' CPU kernels missing) say nothing
+    about the user's job and are not shown; a warning from the user's own module still is."""
+    import logging
+    import warnings
+
+    from gpuwise.plan.tracer import quiet_libraries
+
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")  # every warning shown, as a test runner or python -W always does
+        with quiet_libraries():
+            warnings.warn_explicit("deprecated", FutureWarning, "peft_model.py", 1, module="peft.peft_model")
+            warnings.warn_explicit("deprecated", DeprecationWarning, "x.py", 1, module="transformers.modeling_utils")
+            warnings.warn_explicit("mine", FutureWarning, "train.py", 1, module="train")
+            logging.getLogger("bitsandbytes.backends.cpu.ops").warning("Failed to load CPU gemm_4bit_forward")
+            logging.getLogger("user").warning("the user's notice")
+    assert [str(w.message) for w in shown] == ["mine"]
+    assert [r.getMessage() for r in caplog.records] == ["the user's notice"]
+    assert logging.getLogger("bitsandbytes").level == logging.NOTSET  # restored

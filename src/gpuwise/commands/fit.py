@@ -8,6 +8,7 @@ from ..plan.fit import attach_costs, fit, fit_all_gpus
 from ..plan.speed.cost import parse_prices
 from ..report import console
 from ..report.fit import gpus_table, plot_fit, render_fit
+from ..report.progress import StageProgress
 from .common import add_gpu_argument, add_workload_arguments, positive_int
 
 HELP = "will it fit on GPU X (or N of them), and how to make it fit: ranked options (no GPU needed)"
@@ -52,11 +53,11 @@ def run(args) -> int:
                            "`gpuwise estimate --checkpointing selective` gives its memory")
     kw = dict(precision=args.precision, optimizer=args.optimizer, checkpointing=args.checkpointing == "full",
               seq_len=args.seq_len, task=args.task, margin_pct=margin)
-    with console.err.status("tracing the options with fake tensors…"):
+    with console.err.status("tracing the options with fake tensors…"), StageProgress("fit") as progress:
         if args.gpu.strip().lower() == "all":
-            results = fit_all_gpus(args.workload, args.nproc, args.batch_size, **kw)
+            results = fit_all_gpus(args.workload, args.nproc, args.batch_size, progress=progress, **kw)
         else:
-            results = [fit(args.workload, args.gpu, args.nproc, args.batch_size, **kw)]
+            results = [fit(args.workload, args.gpu, args.nproc, args.batch_size, progress=progress, **kw)]
     if args.tokens is not None or args.samples is not None:
         attach_costs(results, args.tokens, args.samples, parse_prices(args.price), parse_prices(args.buy))
     if args.plot:

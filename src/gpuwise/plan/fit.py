@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import shlex
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -331,12 +332,14 @@ def _divisors(n: int) -> list[int]:
 def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, *, precision: str = "fp32",
         optimizer: str | None = None, checkpointing: bool = False, seq_len: int | None = None,
         task: str | None = None, margin_pct: float = DEFAULT_MARGIN_PCT, evaluator: Evaluator | None = None,
-        source: str | None = None) -> FitResult:
+        source: str | None = None, progress: Callable[[str], None] | None = None) -> FitResult:
     """Rank the ways to run `workload` at `batch_size` samples per optimizer step (per rank) on `nproc`
     x `gpu`: options that fit first, fastest first. Each option carries `estimate_cmd`, the `gpuwise
     estimate` command of its step (`source`: the workload as the command line names it, when `workload`
-    is already loaded)."""
+    is already loaded). `progress` is told each option as its sizing starts."""
     started = time.perf_counter()
+    if progress is not None:
+        progress("loading the workload and its libraries")
     if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
         raise GpuwiseError(f"-n must be a positive integer, got {nproc!r}")
     spec = resolve_gpu(gpu) if not isinstance(gpu, GpuSpec) else gpu
@@ -351,10 +354,14 @@ def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, 
     gpu_arg = gpu if isinstance(gpu, str) else spec.id
     options = []
     candidates = variants(spec, nproc, precision, optimizer, checkpointing, adapters)
-    floors = {v.name: f for v in candidates if (f := state_floor(ev, v)) is not None and f > limit}
-    ev.prefetch([_first_trial(v, batch_size) for v in candidates
+    floor_of = {v.name: state_floor(ev, v) for v in candidates}
+    floors = {name: f for name, f in floor_of.items() if f is not None and f > limit}
+    whole = {v.name: _whole_first(v, floor_of[v.name], limit) for v in candidates}
+    if progress is not None:
+        progress(f"{spec.name}: the options' first traces")
+    ev.prefetch([_first_trial(v, batch_size, whole[v.name]) for v in candidates
                  if not missing(_untraceable_without(v)) and v.name not in floors])
-    for v in candidates:
+    for i, v in enumerate(candidates, 1):
         lacking = missing(_untraceable_without(v))
         if lacking:  # listed, not sized: the trace needs the library itself
             options.append(_unsized(v, batch_size, lacking))
@@ -365,8 +372,10 @@ def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, 
             options.append(_with_commands(option, v, named, gpu_arg, margin_pct))
             continue
         needs = missing(_needed(v))
+        if progress is not None:
+            progress(f"{spec.name}: option {i}/{len(candidates)}, {v.name}")
         try:
-            option = _best_micro_batch(ev, v, spec, batch_size, limit)
+            option = _best_micro_batch(ev, v, spec, batch_size, limit, whole[v.name])
         except GpuwiseError as exc:
             if needs:
                 options.append(_unsized(v, batch_size, needs))  # a stand-in does not cover this model
@@ -467,18 +476,27 @@ def _option(ev: Evaluator, v: Variant, spec: GpuSpec, micro: int, accum: int, li
                      micro, accum, t, extrapolated=point.extrapolated)
 
 
-def _best_micro_batch(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limit: float) -> FitOption:
+def _whole_first(v: Variant, floor: int | None, limit: float) -> bool:
+    """Whether the search asks the whole batch first: for adapters (LoRA, QLoRA: the trained state is a sliver
+    of the model, the batch's activations decide) and for a full fine-tune whose parameters, gradients and
+    optimizer state (`state_floor`) take at most half the card (the activations are likely to fit beside
+    them). Only the traces run depend on it, not the answer."""
+    return v.modes.adapters or (floor is not None and floor <= limit / 2)
+
+
+def _best_micro_batch(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limit: float,
+                      whole_first: bool = False) -> FitOption:
     """The largest micro-batch (a divisor of `batch`, the rest accumulated) that fits, by the one
     largest-batch loop (bracket.search) over the divisors in ascending order: micro-batch 1 first (when
     even that does not fit, nothing larger does: one trace for the variants that cannot fit), then the
     whole batch, then the divisor the two predict (memory is about linear in the batch), then
-    bisection. A variant that trains adapters (LoRA, QLoRA: its trained state is a sliver of the model, the
-    batch's activations decide) asks the whole batch first: when that fits, micro-batch 1 does too (the
+    bisection. With `whole_first` (`_whole_first`: adapters, or a full fine-tune whose state takes at most half
+    the card) the whole batch is asked first: when that fits, micro-batch 1 does too (the
     same premise as above) and is not traced; when it does not, the divisors below it are bisected from
     the middle (micro-batch 1 last); the answer is the same in either order, only the traces run differ. The answer is traced and fits, and the next larger divisor is traced and does not (the
     rule estimate's largest batch keeps). A fitting answer that was extrapolated (the rebuild does not
     cover the step) is traced whole, as its `estimate_cmd` is, and stepped down if it then does not fit."""
-    best = _searched(ev, v, spec, batch, limit, whole_first=v.modes.adapters)
+    best = _searched(ev, v, spec, batch, limit, whole_first=whole_first)
     if not best.fits or not best.extrapolated:
         return best
     # the answer of a step the rebuild does not cover: traced whole, as its estimate_cmd traces it (the
@@ -495,9 +513,9 @@ def _ask(v: Variant, micro: int, accum: int) -> tuple[int, StepConfig, TrainingM
     return micro, v.config, replace(v.modes, grad_accum=accum), v.split
 
 
-def _first_trial(v: Variant, batch: int) -> tuple[int, StepConfig, TrainingModes, Split]:
+def _first_trial(v: Variant, batch: int, whole_first: bool) -> tuple[int, StepConfig, TrainingModes, Split]:
     """What `_searched` traces first for `v`."""
-    micro = batch if v.modes.adapters else 1
+    micro = batch if whole_first else 1
     return _ask(v, micro, batch // micro)
 
 
@@ -551,10 +569,16 @@ def attach_costs(results: list[FitResult], tokens: float | None = None, samples:
         r.cost = training_cost(spec.id, best.changes.get("nproc") or r.nproc, best.samples_per_s, total, rent, buy)
 
 
-def fit_all_gpus(workload: Any, nproc: int = 1, batch_size: int = 8, **kw) -> list[FitResult]:
+def fit_all_gpus(workload: Any, nproc: int = 1, batch_size: int = 8, progress: Callable[[str], None] | None = None,
+                 **kw) -> list[FitResult]:
     """`--gpu all`: every listed catalog GPU (x nproc); the traces are shared, only the replay differs."""
     wl, batch_size = resolve_inputs(workload, batch_size, seq_len=kw.pop("seq_len", None), task=kw.pop("task", None))
     ev = Evaluator(wl, "hopper")
     source = workload if isinstance(workload, str) else None
-    return [fit(wl, spec, nproc, batch_size, evaluator=ev, source=source, **kw) for spec in CATALOG.values()
-            if spec.listed]
+    specs = [spec for spec in CATALOG.values() if spec.listed]
+
+    def told(i: int, spec: GpuSpec) -> Callable[[str], None] | None:  # one stage per GPU, not per option
+        return None if progress is None else lambda _stage: progress(f"GPU {i}/{len(specs)}, {spec.name}")
+
+    return [fit(wl, spec, nproc, batch_size, evaluator=ev, source=source, progress=told(i, spec), **kw)
+            for i, spec in enumerate(specs, 1)]

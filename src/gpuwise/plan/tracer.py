@@ -16,6 +16,9 @@ search ask here; nothing else in plan/ imports the tracer's insides. What it doe
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import warnings
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -55,12 +58,37 @@ def trace_workload(workload: Workload | str, batch_size: int, config: StepConfig
 
         def shaped(small: Workload) -> Workload:  # the small models of the repeated blocks get the same modes
             return apply_modes(small, traced_modes, config.precision)
-    trace = _traced(wl, batch_size, config, target, repeat, progress, shaped, whole)
+    with quiet_libraries():
+        trace = _traced(wl, batch_size, config, target, repeat, progress, shaped, whole)
     if not offload:
         return trace
     off = offload_optimizer_state(trace)
     off.op_costs = trace.op_costs
     return off
+
+
+# what the libraries a trace runs say about the stand-in CPU step, not about the user's job: deprecations inside
+# them (peft reading transformers' is_gradient_checkpointing), bitsandbytes' CPU kernels not found, transformers
+# turning the cache off under checkpointing; once per trace, and per forked trace again
+LIBRARIES = ("transformers", "peft", "bitsandbytes", "accelerate", "torch")
+
+
+@contextlib.contextmanager
+def quiet_libraries():
+    """Inside: the libraries' deprecation warnings and their loggers' notices below ERROR are not shown (the
+    user's own code still warns as it runs)."""
+    loggers = [logging.getLogger(name) for name in LIBRARIES]
+    levels = [lg.level for lg in loggers]
+    with warnings.catch_warnings():
+        for category in (FutureWarning, DeprecationWarning):
+            warnings.filterwarnings("ignore", category=category, module=rf"({'|'.join(LIBRARIES)})(\.|$)")
+        for lg in loggers:
+            lg.setLevel(logging.ERROR)
+        try:
+            yield
+        finally:
+            for lg, level in zip(loggers, levels):
+                lg.setLevel(level)
 
 
 def _traced(wl: Workload, batch_size: int, config: StepConfig, target: str, repeat: bool,
