@@ -13,7 +13,7 @@ from gpuwise.cli import build_parser, main
 from gpuwise.errors import GpuwiseError
 from gpuwise.hf import hf_workload, num_layers_of
 from gpuwise.plan import estimate as estimate_api
-from gpuwise.plan.fit import Variant, train_args
+from gpuwise.plan.fit_options import Variant, train_args
 from gpuwise.plan.memory.events import live_peak
 from gpuwise.plan.memory.sharding import Split, block_param_bytes, fsdp_units_of, make_split, rank_trace
 from gpuwise.plan.tracer import trace_workload

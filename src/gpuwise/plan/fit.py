@@ -25,14 +25,26 @@ from typing import Any
 
 from ..bracket import search
 from ..errors import GpuwiseError
-from ..optional_libs import install_hint, missing, sized_without_notes
+from ..optional_libs import install_hint, missing
 from ..step import StepConfig
 from .catalog import CATALOG, GpuSpec, lookup
 from .curve import DEFAULT_MARGIN_PCT
 from .estimate import gpu_capability, resolve_gpu
+from .fit_options import (
+    NOTES,
+    Variant,
+    changes_of,
+    estimate_args,
+    needed,
+    notes_of,
+    source_args,
+    train_args,
+    untraceable_without,
+    variants,
+)
 from .flops import roofline, traffic_bytes
 from .inputs import resolve_inputs
-from .memory.sharding import DEFAULT_NODE_SIZE, Split, comm_bytes_per_step
+from .memory.sharding import Split, comm_bytes_per_step
 from .scaled import Evaluator, Point, idle_cpus
 from .speed.cost import TrainingCost, training_cost
 from .speed.model import predict
@@ -47,58 +59,6 @@ LINK_BYTES_PER_S = {"h100-sxm": 450 * GB, "h200": 450 * GB, "a100-40gb": 300 * G
 PCIE_BYTES_PER_S = 0.8 * 32 * GB            # PCIe Gen4 x16, ~80% of 32 GB/s: host <-> GPU (offload)
 HOST_MEMORY_BYTES_PER_S = 50 * GB           # assumption: a server's sustained DRAM bandwidth for CPU Adam
 CPU_ADAM_BYTES_PER_PARAM = 28               # fp32 p, g, m, v read (16) + p, m, v written (12)
-
-NOTES = {
-    "fp32": "fp32 weights and math",
-    "bf16": "bf16 autocast: fp32 master weights and optimizer; matmuls in bf16 (8-bit mantissa), usually loss-neutral",
-    "fp16": "fp16 autocast + GradScaler: dynamic loss scaling, steps with inf/NaN gradients are skipped",
-    "bf16-pure": "weights and optimizer state in bf16: updates under 2^-8 of a weight are lost "
-                 "(keep fp32 master weights or use stochastic rounding for long runs)",
-    "checkpointing": "same math; one extra forward of each block in backward (~1/3 more FLOPs)",
-    "adamw8bit": "8-bit blockwise Adam states (Dettmers et al. 2022): matched 32-bit Adam in their benchmarks",
-    "adafactor": "Adafactor: factored second moment, no momentum: a different optimizer (retune the learning rate)",
-    "lora": "LoRA: only rank-r adapters train (not a full fine-tune); quality depends on rank and task",
-    "qlora": "QLoRA: frozen base in NF4 (quantization error in the base; matched 16-bit LoRA in the QLoRA paper)",
-    "offload": "same math; the optimizer step runs on the CPU (PCIe and host-memory bound)",
-    "accum": "same effective batch in {k} micro-batches of {m}",
-    "accum-bn": "same effective batch in {k} micro-batches of {m} (BatchNorm statistics see {m} samples)",
-    "ddp": "same math as one GPU with the batch x N",
-    "sharded": "same math as DDP; state sharded (communication grows, see samples/s)",
-    "pipeline": "same math with micro-batches; pipeline bubble (N-1)/(m+N-1) of the time idle",
-}
-
-CODE = {
-    "bf16": "with torch.autocast('cuda', dtype=torch.bfloat16): loss = ...",
-    "fp16": "scaler = torch.amp.GradScaler(); with torch.autocast('cuda', dtype=torch.float16): ...; "
-            "scaler.scale(loss).backward(); scaler.step(opt); scaler.update()",
-    "bf16-pure": "model.to(torch.bfloat16)",
-    "checkpointing": "model.gradient_checkpointing_enable()  # or torch.utils.checkpoint per block",
-    "adamw8bit": "opt = bitsandbytes.optim.AdamW8bit(model.parameters(), lr=...)",
-    "adafactor": "opt = transformers.optimization.Adafactor(params, lr=..., relative_step=False, scale_parameter=False)",
-    "lora": "model = peft.get_peft_model(model, LoraConfig(r={r}, lora_alpha={a}, target_modules='all-linear'))",
-    "qlora": "from_pretrained(..., quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="
-             "'nf4', bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=torch.bfloat16)) + LoRA",
-    "offload": "DeepSpeed zero_optimization.offload_optimizer.device='cpu' (or FSDP2 CPUOffloadPolicy)",
-    "accum": "loss / {k} .backward() for {k} micro-batches of {m}, then opt.step(); opt.zero_grad()",
-    "ddp": "torchrun --nproc-per-node {n} ...; model = DistributedDataParallel(model)",
-    "zero1": "DeepSpeed zero_optimization.stage=1",
-    "zero2": "DeepSpeed zero_optimization.stage=2 (or FSDP2 fully_shard(reshard_after_forward=False))",
-    "fsdp": "for block in model.model.layers: fully_shard(block); fully_shard(model)  # FSDP2",
-    "fsdp-grad-op": "fully_shard(block, reshard_after_forward=False) per block; fully_shard(model)",
-    "hsdp": "fully_shard(..., mesh=init_device_mesh('cuda', (nodes, {s}), mesh_dim_names=('rep', 'shard')))",
-    "pipeline": "torch.distributed.pipelining: split the layers into {n} stages (schedule 1F1B)",
-}
-
-
-@dataclass(frozen=True)
-class Variant:
-    """A candidate: changes to the step, before the micro-batch is chosen."""
-
-    name: str
-    config: StepConfig
-    modes: TrainingModes
-    split: Split
-    keys: tuple[str, ...]   # NOTES / CODE entries that describe it
 
 
 @dataclass
@@ -157,82 +117,6 @@ class FitResult:
         return [o for o in self.options if o.fits]
 
 
-def _mixed(spec: GpuSpec) -> str:
-    return "bf16" if spec.flops.get("bf16") else "fp16"
-
-
-def variants(spec: GpuSpec, nproc: int, precision: str, optimizer: str | None, checkpointing: bool,
-             adapters: bool = True) -> list[Variant]:
-    """The candidates, as given first. `adapters`: the model has linear layers for LoRA / QLoRA."""
-    mixed = _mixed(spec)
-    one = Split()
-    opt = optimizer or "adamw"
-    out = [Variant("as given", StepConfig(optimizer, precision, checkpointing), TrainingModes(), one, ())]
-
-    def add(name, prec, ckpt, opt_name, modes=TrainingModes(), split=one, keys=()):
-        v = Variant(name, StepConfig(opt_name, prec, ckpt), modes, split, tuple(keys))
-        if all((v.config, v.modes, v.split) != (o.config, o.modes, o.split) for o in out):
-            out.append(v)
-
-    add(mixed, mixed, checkpointing, opt, keys=(mixed,))
-    add(f"{mixed} + checkpointing", mixed, True, opt, keys=(mixed, "checkpointing"))
-    add(f"{mixed} + checkpointing + 8-bit AdamW", mixed, True, "adamw8bit", keys=(mixed, "checkpointing", "adamw8bit"))
-    add(f"{mixed} + checkpointing + Adafactor", mixed, True, "adafactor", keys=(mixed, "checkpointing", "adafactor"))
-    add(f"{mixed} + checkpointing + optimizer offload", mixed, True, opt, TrainingModes(offload_optimizer=True),
-        keys=(mixed, "checkpointing", "offload"))
-    if spec.flops.get("bf16"):
-        add("pure bf16 + checkpointing + 8-bit AdamW", "bf16-pure", True, "adamw8bit",
-            keys=("bf16-pure", "checkpointing", "adamw8bit"))
-    if adapters:
-        add(f"LoRA r16 ({mixed})", mixed, False, opt, TrainingModes(lora_rank=16), keys=(mixed, "lora"))
-        add(f"LoRA r16 ({mixed}) + checkpointing", mixed, True, opt, TrainingModes(lora_rank=16),
-            keys=(mixed, "lora", "checkpointing"))
-        add(f"QLoRA r16 ({mixed}) + checkpointing", mixed, True, opt, TrainingModes(lora_rank=16, qlora=True),
-            keys=(mixed, "qlora", "checkpointing"))
-    if nproc > 1:
-        strategies = ["ddp", "zero1", "zero2", "fsdp", "fsdp-grad-op", "pipeline"]
-        if nproc > DEFAULT_NODE_SIZE:
-            strategies.append("hsdp")
-        for s in strategies:
-            split = Split(s, nproc)
-            for ckpt in (False, True):
-                label = f"{s} x{nproc} ({mixed}{' + checkpointing' if ckpt else ''})"
-                add(label, mixed, ckpt, opt, split=split, keys=(mixed, s) + (("checkpointing",) if ckpt else ()))
-        if adapters:
-            add(f"ddp x{nproc} + LoRA r16 ({mixed})", mixed, False, opt, TrainingModes(lora_rank=16),
-                Split("ddp", nproc), keys=(mixed, "lora", "ddp"))
-    return out
-
-
-def _changes(v: Variant, micro: int, accum: int, nproc: int) -> dict[str, Any]:
-    c: dict[str, Any] = {"precision": v.config.precision, "checkpointing": v.config.checkpointing,
-                         "optimizer": v.config.optimizer or "workload/adamw", "micro_batch_size": micro,
-                         "grad_accum": accum, "nproc": v.split.nproc, "strategy": v.split.strategy}
-    if v.modes.lora_rank:
-        c["lora_rank"] = v.modes.lora_rank
-    if v.modes.qlora:
-        c["qlora"] = True
-    if v.modes.offload_optimizer:
-        c["offload_optimizer"] = True
-    keys = [k for k in v.keys if k in CODE]
-    if accum > 1:
-        keys.append("accum")
-    r = v.modes.lora_rank or 16
-    c["code"] = [CODE[k].format(k=accum, m=micro, n=v.split.nproc, r=r, a=2 * r, s=v.split.shards) for k in keys]
-    return c
-
-
-def _notes(v: Variant, micro: int, accum: int, point: Point) -> list[str]:
-    notes = [NOTES[k] for k in v.keys if k in NOTES and k != "accum"]
-    notes += sized_without_notes(v.config.optimizer, v.modes.adapters)
-    if v.split.strategy in ("zero1", "zero2", "fsdp", "fsdp-grad-op", "hsdp"):
-        notes.append(NOTES["sharded"])
-    if accum > 1:
-        notes.append(NOTES["accum-bn" if point.batch_norm else "accum"].format(k=accum, m=micro))
-    notes += [n for n in point.notes if n.startswith(("numbers from", "pipeline", "DDP", "fsdp", "zero", "hsdp"))]
-    return list(dict.fromkeys(notes))
-
-
 def _step_time_s(point: Point, v: Variant, spec: GpuSpec, samples: int, nproc: int, blocks: int = 1) -> float:
     """One rank's step: the speed model over the traced ops (plan/speed/model.py) where the trace recorded
     them, else the roofline bound plus the split's communication; pipeline bubble and offload added."""
@@ -265,66 +149,6 @@ def point_micro(point: Point, samples: int) -> int:
     return getattr(point, "micro_batch", samples)
 
 
-def _step_flags(v: Variant, micro: int, accum: int) -> list[str]:
-    """The flags of one option's step, as `estimate` and `train` both take them: micro-batch, precision,
-    optimizer, checkpointing, LoRA / QLoRA, optimizer offload (train_args declines those), accumulation."""
-    args = ["-b", str(micro), "--precision", v.config.precision]
-    if v.config.optimizer:
-        args += ["--optimizer", v.config.optimizer]
-    if v.config.checkpointing:
-        args.append("--checkpointing")
-    if v.modes.qlora:
-        args.append("--qlora")
-    elif v.modes.lora_rank:
-        args += ["--lora", str(v.modes.lora_rank)]
-    if v.modes.offload_optimizer:
-        args.append("--offload-optimizer")
-    if accum > 1:
-        args += ["--grad-accum", str(accum)]
-    return args
-
-
-def estimate_args(source: str, gpu: str, v: Variant, micro: int, accum: int, margin_pct: float) -> list[str] | None:
-    """The `gpuwise estimate` arguments of one option (None for pipeline: estimate does not split layers)."""
-    if v.split.strategy == "pipeline":
-        return None
-    args = ["gpuwise", "estimate", source, *_step_flags(v, micro, accum)]
-    if v.split.nproc > 1:
-        args += ["-n", str(v.split.nproc), "--strategy", v.split.strategy]
-    args += ["--gpu", gpu]
-    if margin_pct != DEFAULT_MARGIN_PCT:
-        args += ["--margin", f"{margin_pct:g}"]
-    return args + ["--no-max-batch"]
-
-
-TRAINABLE_STRATEGIES = ("single", "ddp", "fsdp", "fsdp-grad-op", "hsdp")  # scaleout/fsdp.py runs these
-
-
-def train_args(source: list[str], v: Variant, micro: int, accum: int) -> list[str] | None:
-    """The `gpuwise train` arguments that run one option (None where train does not: ZeRO-1/2 without FSDP,
-    pipeline, optimizer offload). `source` as `_source_args` gives it (estimate's --task is not train's)."""
-    if v.split.strategy not in TRAINABLE_STRATEGIES or v.modes.offload_optimizer:
-        return None
-    named = list(source)
-    if "--task" in named:
-        i = named.index("--task")
-        del named[i:i + 2]
-    args = ["gpuwise", "train", *named, *_step_flags(v, micro, accum)]
-    nproc = max(v.split.nproc, 1)
-    args += ["-n", str(nproc)]
-    if v.split.strategy not in ("single", "ddp"):
-        args += ["--strategy", v.split.strategy]
-    return args
-
-
-def _source_args(workload: Any, wl: Any) -> list[str] | None:
-    """The workload as estimate's command line names it: a model config with its sequence length and
-    head; a workload file or examples:NAME as given; None for a model object."""
-    if getattr(wl, "hf_config", None) is not None:
-        return [str(wl.source), "--seq-len", str(wl.seq_len), "--task", str(wl.task)]
-    return [workload] if isinstance(workload, str) else None
-
-
 def _divisors(n: int) -> list[int]:
     return sorted({d for d in range(1, n + 1) if n % d == 0}, reverse=True)
 
@@ -350,7 +174,7 @@ def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, 
     ev.arch, ev.capability = spec.arch, gpu_capability(spec)  # estimate's replay and attention kernels
     limit = spec.memory_bytes * (1 - margin_pct / 100)
     adapters = getattr(ev.wl, "hf_config", None) is not None
-    named = _source_args(source if source is not None else workload, ev.wl)
+    named = source_args(source if source is not None else workload, ev.wl)
     gpu_arg = gpu if isinstance(gpu, str) else spec.id
     options = []
     candidates = variants(spec, nproc, precision, optimizer, checkpointing, adapters)
@@ -360,18 +184,18 @@ def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, 
     if progress is not None:
         progress(f"{spec.name}: the options' first traces")
     ev.prefetch([_first_trial(v, batch_size, whole[v.name]) for v in candidates
-                 if not missing(_untraceable_without(v)) and v.name not in floors])
+                 if not missing(untraceable_without(v)) and v.name not in floors])
     for i, v in enumerate(candidates, 1):
-        lacking = missing(_untraceable_without(v))
+        lacking = missing(untraceable_without(v))
         if lacking:  # listed, not sized: the trace needs the library itself
             options.append(_unsized(v, batch_size, lacking))
             continue
         if v.name in floors:  # cannot fit at any micro-batch: no trace
             option = _floored(v, batch_size, floors[v.name], limit)
-            option.needs = missing(_needed(v))
+            option.needs = missing(needed(v))
             options.append(_with_commands(option, v, named, gpu_arg, margin_pct))
             continue
-        needs = missing(_needed(v))
+        needs = missing(needed(v))
         if progress is not None:
             progress(f"{spec.name}: option {i}/{len(candidates)}, {v.name}")
         try:
@@ -440,26 +264,14 @@ def _floored(v: Variant, batch: int, floor: int, limit: float) -> FitOption:
     notes = [note] + [NOTES[k] for k in v.keys if k in NOTES]
     if batch > 1:
         notes.append(NOTES["accum"].format(k=batch, m=1))
-    return FitOption(v.name if batch == 1 else f"{v.name} + accumulation {batch}x1", _changes(v, 1, batch, v.split.nproc),
+    return FitOption(v.name if batch == 1 else f"{v.name} + accumulation {batch}x1", changes_of(v, 1, batch, v.split.nproc),
                      False, floor, 0.0, batch * v.split.data_parallel, notes, 1, batch, floor_only=True)
 
 
-def _needed(v: Variant) -> list[str]:
-    """The optional packages running `v` takes."""
-    out = ["bitsandbytes"] if v.config.optimizer == "adamw8bit" or v.modes.qlora else []
-    return out + (["peft"] if v.modes.adapters else [])
-
-
-def _untraceable_without(v: Variant) -> list[str]:
-    """The packages a trace of `v` cannot stand in for: QLoRA's (peft over bitsandbytes' 4-bit layers).
-    8-bit AdamW's state and LoRA's adapters on nn.Linear are sized without them (optional_libs.py)."""
-    return ["peft", "bitsandbytes"] if v.modes.qlora else []
-
-
 def _unsized(v: Variant, batch: int, lacking: list[str]) -> FitOption:
-    needs = missing(_needed(v))
+    needs = missing(needed(v))
     note = f"not sized: tracing it needs {' and '.join(lacking)} ({install_hint(needs)})"
-    return FitOption(v.name, _changes(v, batch, 1, v.split.nproc), False, 0, 0.0, batch * v.split.data_parallel,
+    return FitOption(v.name, changes_of(v, batch, 1, v.split.nproc), False, 0, 0.0, batch * v.split.data_parallel,
                      [note] + [NOTES[k] for k in v.keys if k in NOTES], batch, 1, needs=needs, sized=False)
 
 
@@ -471,8 +283,8 @@ def _option(ev: Evaluator, v: Variant, spec: GpuSpec, micro: int, accum: int, li
     t = _step_time_s(point, v, spec, samples, v.split.nproc, ev.layers or 1)
     sps = samples * v.split.data_parallel / t if t > 0 else 0.0
     name = v.name if accum == 1 else f"{v.name} + accumulation {accum}x{micro}"
-    return FitOption(name, _changes(v, micro, accum, v.split.nproc), point.device_used_bytes <= limit,
-                     point.device_used_bytes, sps, samples * v.split.data_parallel, _notes(v, micro, accum, point),
+    return FitOption(name, changes_of(v, micro, accum, v.split.nproc), point.device_used_bytes <= limit,
+                     point.device_used_bytes, sps, samples * v.split.data_parallel, notes_of(v, micro, accum, point),
                      micro, accum, t, extrapolated=point.extrapolated)
 
 
