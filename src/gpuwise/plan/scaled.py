@@ -25,7 +25,7 @@ from ..hf import TASKS, num_layers_of
 from ..step import StepConfig
 from ..workload import load_workload
 from .memory.cuda import cuda_memory
-from .memory.events import CATEGORIES, MemoryTrace, live_peak
+from .memory.events import CATEGORIES, MemoryTrace, Peak, live_peak
 from .memory.overheads import context_bytes, module_loading, replay_inputs
 from .memory.sharding import Split, block_param_bytes, fsdp_units_of, rank_trace, trainable_bytes
 from .tracer import NotRebuilt, trace_workload
@@ -79,26 +79,38 @@ class Point:
 def phase_peaks(trace: MemoryTrace, round_to: int = 512) -> tuple[dict[str, tuple[int, dict[str, int]]], int]:
     """Per phase of the steady step: the highest live bytes (sizes rounded as the allocator does) and
     the categories live then; and the most activation bytes live at once."""
-    live: dict[int, tuple[int, str]] = {}
+    live: dict[int, tuple[int, int]] = {}  # block -> (size, category's index)
     total = 0
-    by_cat = dict.fromkeys(CATEGORIES, 0)
-    peaks: dict[str, tuple[int, dict[str, int]]] = {}
+    names = list(CATEGORIES)  # the categories in order of first appearance after CATEGORIES: by_cat's keys
+    index = {c: i for i, c in enumerate(names)}
+    by_cat = [0] * len(names)
+    best: dict[str, int] = {}
+    peaks: dict[str, tuple[int, list[int]]] = {}  # phase -> (peak, by_cat then)
     acts = 0
+    activations = index["activations"]
+    steady = trace.steady_start
     for i, e in enumerate(trace.events):
         size = -(-e.nbytes // round_to) * round_to
         if e.action == "alloc":
-            live[e.block] = (size, e.category)
+            c = index.get(e.category)
+            if c is None:
+                c = index[e.category] = len(names)
+                names.append(e.category)
+                by_cat.append(0)
+            live[e.block] = (size, c)
             total += size
-            by_cat[e.category] = by_cat.get(e.category, 0) + size
+            by_cat[c] += size
         elif e.block in live:
-            size, cat = live.pop(e.block)
+            size, c = live.pop(e.block)
             total -= size
-            by_cat[cat] -= size
-        if i >= trace.steady_start:
-            if total > peaks.get(e.phase, (-1, {}))[0]:
-                peaks[e.phase] = (total, dict(by_cat))
-            acts = max(acts, by_cat.get("activations", 0))
-    return peaks, acts
+            by_cat[c] -= size
+        if i >= steady:
+            if total > best.get(e.phase, -1):
+                best[e.phase] = total
+                peaks[e.phase] = (total, by_cat[:])
+            if by_cat[activations] > acts:
+                acts = by_cat[activations]
+    return {phase: (peak, dict(zip(names, cats))) for phase, (peak, cats) in peaks.items()}, acts
 
 
 class Evaluator:
@@ -121,6 +133,7 @@ class Evaluator:
         self._traces: dict[tuple, MemoryTrace | NotRebuilt] = {}
         self._fsdp_units: tuple | None = None
         self._points: dict[tuple, tuple[MemoryTrace, Point, str]] = {}  # ... -> (trace, point, replayed for arch)
+        self._peaks: dict[int, tuple[MemoryTrace, Peak]] = {}  # id(trace) -> (trace, its live_peak)
         self.traces_run = 0
         self._param_count: int | None = None
 
@@ -262,6 +275,16 @@ class Evaluator:
         return replace(done, device_used_bytes=used, by_category=dict(done.by_category), notes=list(done.notes),
                        phases=dict(done.phases))
 
+    def _live_peak(self, trace: MemoryTrace) -> Peak:
+        """`live_peak(trace)`, once per trace (`evaluate` asks for every option and GPU; kept with its trace:
+        its id names no other trace). Read only."""
+        if id(trace) not in self._peaks:
+            self._peaks[id(trace)] = (trace, live_peak(trace))
+        return self._peaks[id(trace)][1]
+
+    def _param_bytes(self, trace: MemoryTrace) -> int:
+        return self._live_peak(trace).by_category.get("parameters", 0)
+
     def _replayed(self, trace: MemoryTrace, modes: TrainingModes, split: Split, block_param_bytes: int,
                   param_bytes: int | None) -> Point:
         costs = trace.op_costs
@@ -271,7 +294,7 @@ class Evaluator:
         ranked = rank_trace(trace, split, block_param_bytes, self.units(split), param_bytes,
                             accumulating=modes.grad_accum > 1)
         cuda = cuda_memory(ranked, self.arch)
-        peak = live_peak(ranked)
+        peak = self._live_peak(trace) if ranked is trace else live_peak(ranked)
         phases, acts = phase_peaks(ranked)
         top = max((b for b, _ in phases.values()), default=0)
         # the replay's allocated peak can differ from the rounded live peak by the workspaces: keep both consistent
@@ -292,7 +315,7 @@ class Evaluator:
         if isinstance(got, NotRebuilt):
             point = self._extrapolated(got, micro_batch, config, modes, split, layers)
         else:  # estimate's numbers: its trace, its FSDP unit
-            point = self._point(got, modes, split, block_param_bytes(got, layers))
+            point = self._point(got, modes, split, block_param_bytes(got, layers, self._live_peak(got)))
         if layers is not None and split.strategy == "pipeline" and split.nproc > 1:
             extra = (split.nproc - 1) * point.activations_bytes
             point.device_used_bytes += extra
@@ -315,7 +338,7 @@ class Evaluator:
         else:
             a, b = 1, 2
             ta, tb = (self.trace(n, micro_batch, config, modes) for n in (a, b))
-        block = max((_param_bytes(tb) - _param_bytes(ta)) // (b - a), 0)
+        block = max((self._param_bytes(tb) - self._param_bytes(ta)) // (b - a), 0)
         # the whole model's parameter bytes: one block is `units.block` of them
         units = self.units(split)
         whole = int(block / units.block) if units is not None and units.block else None
@@ -351,7 +374,3 @@ def _traced_in_worker(item: tuple[tuple, StepConfig]) -> tuple[tuple, MemoryTrac
 
 def _was_rebuilt(trace: MemoryTrace) -> bool:
     return any(n.startswith("repeated blocks: traced with") for n in trace.notes)
-
-
-def _param_bytes(trace: MemoryTrace) -> int:
-    return live_peak(trace).by_category.get("parameters", 0)

@@ -103,31 +103,33 @@ class Peak:
 
 def live_peak(trace: MemoryTrace, round_to: int = 1) -> Peak:
     """Replay the events and find the steady-state peak of live bytes (each size rounded up to `round_to`)."""
-    live: dict[int, MemEvent] = {}
+    events, steady = trace.events, trace.steady_start
+    live: set[int] = set()
     total = 0
-    best_total, best_i = -1, trace.steady_start
-    for i, ev in enumerate(trace.events):
-        size = -(-ev.nbytes // round_to) * round_to
+    best_total, best_i = -1, steady
+    # one pass; peaks are looked for from the steady step on (a free counts its own size, as the allocator's)
+    for i, ev in enumerate(events):
+        size = ev.nbytes if round_to == 1 else -(-ev.nbytes // round_to) * round_to
         if ev.action == "alloc":
-            live[ev.block] = ev
+            live.add(ev.block)
             total += size
         elif ev.block in live:
-            del live[ev.block]
+            live.discard(ev.block)
             total -= size
-        if i >= trace.steady_start and total > best_total:
+        if total > best_total and i >= steady:
             best_total, best_i = total, i
     # second pass to the peak, for the breakdown of what was live there
-    live.clear()
-    for ev in trace.events[: best_i + 1]:
+    alive: dict[int, MemEvent] = {}
+    for ev in events[: best_i + 1]:
         if ev.action == "alloc":
-            live[ev.block] = ev
+            alive[ev.block] = ev
         else:
-            live.pop(ev.block, None)
+            alive.pop(ev.block, None)
     by_cat: Counter[str] = Counter({c: 0 for c in CATEGORIES})
     by_mod: Counter[str] = Counter()
-    for ev in live.values():
+    for ev in alive.values():
         size = -(-ev.nbytes // round_to) * round_to
         by_cat[ev.category] += size
         by_mod[ev.module.split(".")[0] if ev.module else "(outside modules)"] += size
-    at = trace.events[best_i] if trace.events else MemEvent("alloc", 0, 0, "temporary", "setup")
+    at = events[best_i] if events else MemEvent("alloc", 0, 0, "temporary", "setup")
     return Peak(max(best_total, 0), best_i, at.phase, at.op, at.module, dict(by_cat), dict(by_mod.most_common()))

@@ -20,6 +20,7 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from operator import attrgetter
 
 from .events import MemEvent, MemoryTrace
 
@@ -159,7 +160,7 @@ def add_workspaces(trace: MemoryTrace, arch: str = DEFAULT_ARCH, env: dict | Non
     thread runs (never freed: torch caches them until the process ends), and the overheads for nvidia-smi.
     `loading`: CUDA module loading, "lazy" / "eager" (default: CUDA_MODULE_LOADING, else lazy)."""
     events = list(trace.events)
-    next_block = max((ev.block for ev in events), default=0) + 1
+    next_block = max(map(attrgetter("block"), events), default=0) + 1
     inserts: list[tuple[int, MemEvent]] = []
     added: list[tuple[str, int]] = []
     for name, size_fn, phases in WORKSPACE_RULES:
@@ -180,7 +181,7 @@ def add_workspaces(trace: MemoryTrace, arch: str = DEFAULT_ARCH, env: dict | Non
         events.insert(pos, ev)
         if pos <= steady:
             steady += 1
-    has_conv = any(op_matches(op, CONV_OPS) for op in {ev.op for ev in trace.events})
+    has_conv = any(op_matches(op, CONV_OPS) for op in set(map(attrgetter("op"), trace.events)))
     overheads = Overheads(
         context_bytes=context_bytes(arch, module_loading(loading, env)),
         cudnn_bytes=CUDNN_CONTEXT_BYTES if has_conv else 0,

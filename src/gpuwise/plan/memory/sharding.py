@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from ...errors import GpuwiseError
-from .events import MemEvent, MemoryTrace, live_peak
+from .events import MemEvent, MemoryTrace, Peak, live_peak
 
 STRATEGIES = ("single", "ddp", "zero1", "zero2", "fsdp", "fsdp-grad-op", "hsdp", "pipeline")
 DEFAULT_NODE_SIZE = 8
@@ -123,10 +123,11 @@ def trainable_bytes(trace: MemoryTrace) -> int:
     return sum(e.nbytes for e in trace.events[trace.steady_start:] if e.action == "alloc" and e.category == "gradients")
 
 
-def block_param_bytes(trace: MemoryTrace, layers: int | None = None) -> int:
+def block_param_bytes(trace: MemoryTrace, layers: int | None = None, peak: Peak | None = None) -> int:
     """The FSDP unit: a model config's parameters at the peak over its `layers` blocks; a model that is
-    not a config: an eighth of them (the largest module's, guessed)."""
-    params = live_peak(trace).by_category.get("parameters", 0)
+    not a config: an eighth of them (the largest module's, guessed). `peak`: `live_peak(trace)` when the
+    caller has it."""
+    params = (peak or live_peak(trace)).by_category.get("parameters", 0)
     return max(params // (layers or 8), 0)
 
 
@@ -179,7 +180,14 @@ def rank_trace(trace: MemoryTrace, split: Split, block_param_bytes: int = 0,
     gathered root and blocks exactly; without it every block is `block_param_bytes`. `param_bytes`: the
     whole model's parameter bytes when the trace has fewer layers (fit's 1- and 2-layer traces).
     `accumulating`: micro-steps without gradient sync (--grad-accum > 1)."""
+    if _whole(split):  # one GPU's step as traced: no pass over the events for the gradients
+        return trace
     return shard_trace(trace, split, block_param_bytes, trainable_bytes(trace), units, param_bytes, accumulating)
+
+
+def _whole(split: Split) -> bool:
+    """Whether a rank's events under `split` are the traced step's (one GPU; a pipeline stage's trace)."""
+    return split.strategy in ("single", "pipeline") or split.nproc == 1
 
 
 def fsdp_gathered_bytes(param_bytes: int, units: FsdpUnits, n: int,
@@ -332,7 +340,7 @@ def shard_trace(trace: MemoryTrace, split: Split, block_param_bytes: int = 0,
                 param_bytes: int | None = None, accumulating: bool = False) -> MemoryTrace:
     """One rank's events under `split` (data-parallel strategies; pipeline is handled by layer count)."""
     s = split.strategy
-    if s in ("single", "pipeline") or split.nproc == 1:
+    if _whole(split):
         return trace
     events = list(trace.events)
     steady = trace.steady_start
