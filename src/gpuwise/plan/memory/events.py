@@ -36,6 +36,28 @@ class MemEvent:
     stream: int = 0
 
 
+def events_from_rows(rows) -> list[MemEvent]:
+    """MemEvents from rows of their fields in order (action, block, nbytes, category, phase, module, op,
+    stream): the same objects as `MemEvent(*row)`, about twice as fast (the slots are set directly rather
+    than through the frozen dataclass's `object.__setattr__` calls) for the ~10^5 events of a deep model."""
+    new = object.__new__
+    a, b, n, c, p, m, o, s = (MemEvent.__dict__[f].__set__ for f in MemEvent.__slots__)
+    out = []
+    append = out.append
+    for action, block, nbytes, category, phase, module, op, stream in rows:
+        e = new(MemEvent)
+        a(e, action)
+        b(e, block)
+        n(e, nbytes)
+        c(e, category)
+        p(e, phase)
+        m(e, module)
+        o(e, op)
+        s(e, stream)
+        append(e)
+    return out
+
+
 @dataclass
 class MemoryTrace:
     """Events from building the model on the device through warm-up step(s) to the steady-state step.
@@ -62,7 +84,7 @@ class MemoryTrace:
         return state
 
     def __setstate__(self, state: dict) -> None:
-        state["events"] = list(map(MemEvent, *state["events"])) if state["events"] else []
+        state["events"] = events_from_rows(zip(*state["events"])) if state["events"] else []
         self.__dict__.update(state)
 
 

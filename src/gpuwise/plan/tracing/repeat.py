@@ -27,7 +27,7 @@ import functools
 
 from ...hf import TASKS, hf_workload, num_layers_of
 from ...step import StepConfig
-from ..memory.events import MemEvent, MemoryTrace
+from ..memory.events import MemEvent, MemoryTrace, events_from_rows
 
 TRACED = 3        # blocks in the trace the events are rebuilt from: first, middle, last
 CHECKED = 4       # blocks in the trace the rebuild is checked against
@@ -56,6 +56,14 @@ def _moved(module: str, prefix: str, shift: int) -> str:
 
 def rebuild(trace: MemoryTrace, layers: int) -> MemoryTrace:
     """The events of the same step with `layers` blocks, from `trace` (traced with 3, events tagged)."""
+    rows, steady = _rebuilt_rows(trace, layers)
+    return MemoryTrace(events_from_rows(rows), steady, trace.device_type, trace.method, list(trace.notes),
+                       trace.flops_per_step)
+
+
+def _rebuilt_rows(trace: MemoryTrace, layers: int) -> tuple[list[tuple], int]:
+    """`rebuild`'s events as rows of MemEvent's fields in order (no objects yet: the 4-block check compares
+    them as they are), and where the steady step starts."""
     info = trace.layers
     if info is None or info.count != TRACED:
         raise NotRepeating("the trace has no block tags")
@@ -65,8 +73,10 @@ def rebuild(trace: MemoryTrace, layers: int) -> MemoryTrace:
     last = TRACED - 1
 
     # a storage of block i is known by what it is and the how-manieth such it is in its block: the same
-    # storage of another block has the same role (the 4-block check proves the pairing)
-    role: dict[int, tuple] = {}
+    # storage of another block has the same role (the 4-block check proves the pairing). Roles are numbered
+    # (equal roles, equal numbers) so that a storage's key in the rebuild is one int: block * roles + role
+    role: dict[int, int] = {}
+    numbered: dict[tuple, int] = {}
     seen: dict[tuple, int] = {}
     for e in events:
         if e.action == "alloc":
@@ -74,13 +84,17 @@ def rebuild(trace: MemoryTrace, layers: int) -> MemoryTrace:
             if i is not None:
                 what = (e.nbytes, e.category, e.phase, e.op, _moved(e.module, prefix, -i))
                 seen[(i, what)] = seen.get((i, what), -1) + 1
-                role[e.block] = (what, seen[(i, what)])
+                role[e.block] = numbered.setdefault((what, seen[(i, what)]), len(numbered))
+    for e in events:  # storages freed but not allocated in the trace: a role each
+        if e.block not in role and block_layer.get(e.block) is not None:
+            role[e.block] = numbered.setdefault(("not allocated", e.block), len(numbered))
+    roles = len(numbered)
 
     chunks = _chunks(events, tags)
-    out: list[MemEvent] = []
-    ids: dict[tuple, int] = {}
+    out: list[tuple] = []
+    ids: dict = {}   # a storage's key (an int inside the blocks, ("outside", block) outside) -> its new block
     freed: set[int] = set()
-    names: dict[tuple[str, int], str] = {}  # (module, shift) -> the module moved by the shift
+    names: dict[int, dict[str, str]] = {}  # shift -> module -> the module moved by the shift
     steady = None
     for c, (t, start, end) in enumerate(chunks):
         if t is None or t == 0:
@@ -94,42 +108,52 @@ def rebuild(trace: MemoryTrace, layers: int) -> MemoryTrace:
             if up == down:
                 raise NotRepeating(f"events of the middle block at {start} are not in a run over the blocks")
             targets = list(range(1, layers - 1)) if up else list(range(layers - 2, 0, -1))
+        # what does not depend on the target, once per event of the chunk:
+        # (alloc?, owner or None, block it refers to when not a neighbour's (fixed) or None, role,
+        #  fixed shift of its module or None, the event's fields)
+        plan = []
+        for e in events[start:end]:
+            owner = block_layer.get(e.block)
+            if owner is None:
+                plan.append((e.action == "alloc", None, None, ("outside", e.block), None, e))
+                continue
+            # a neighbour keeps its distance; the first or last block seen from the other end (a storage
+            # kept from the last block's backward to the first's, e.g. accumulated adapters' gradients)
+            # stays the first or last
+            near = t is not None and abs(owner - t) <= 1
+            fixed = None if near else 0 if owner == 0 else layers - 1 if owner == last else -1
+            # freed by its last reference: named by where it was made
+            moved = fixed - owner if fixed is not None and e.action == "free" and not e.op else None
+            plan.append((e.action == "alloc", owner, fixed, role[e.block], moved, e))
         for target in targets:
             shift = 0 if t is None else target - t
             if steady is None and start <= trace.steady_start < end:
                 steady = len(out) + trace.steady_start - start
-            for e in events[start:end]:
-                owner = block_layer.get(e.block)
-                moved = shift
-                if owner is None:
-                    key: tuple = ("outside", e.block)
-                else:
-                    # a neighbour keeps its distance; the first or last block seen from the other end (a
-                    # storage kept from the last block's backward to the first's, e.g. accumulated adapters'
-                    # gradients) stays the first or last
-                    near = t is not None and abs(owner - t) <= 1
-                    at = owner + shift if near else 0 if owner == 0 else layers - 1 if owner == last else -1
+            here = names.setdefault(shift, {})
+            for alloc, owner, fixed, key, moved, e in plan:
+                if owner is not None:
+                    at = owner + shift if fixed is None else fixed
                     if not 0 <= at < layers:
                         raise NotRepeating(f"an event refers to block {at} of {layers}")
-                    key = (at, role.get(e.block, ("not allocated", e.block)))
-                    if e.action == "free" and not e.op:  # freed by its last reference: named by where it was made
-                        moved = at - owner
-                if e.action == "alloc":
+                    key = at * roles + key
+                if alloc:
                     if key in ids:
                         raise NotRepeating("a storage would be allocated twice")
-                    ids[key] = len(ids)
-                elif key not in ids or ids[key] in freed:
-                    raise NotRepeating(f"a free does not match one allocation (event {start}+, block {t})")
+                    block = ids[key] = len(ids)
                 else:
-                    freed.add(ids[key])
-                where = (e.module, moved)
-                module = names.get(where)
-                if module is None:  # remembered: the rebuild names the same modules L times over
-                    module = names[where] = _moved(e.module, prefix, moved)
-                out.append(MemEvent(e.action, ids[key], e.nbytes, e.category, e.phase, module, e.op, e.stream))
+                    block = ids.get(key)
+                    if block is None or block in freed:
+                        raise NotRepeating(f"a free does not match one allocation (event {start}+, block {t})")
+                    freed.add(block)
+                # remembered: the rebuild names the same modules L times over
+                moved_names = here if moved is None else names.setdefault(moved, {})
+                module = moved_names.get(e.module)
+                if module is None:
+                    module = moved_names[e.module] = _moved(e.module, prefix, shift if moved is None else moved)
+                out.append((e.action, block, e.nbytes, e.category, e.phase, module, e.op, e.stream))
     if steady is None:
         steady = len(out)
-    return MemoryTrace(out, steady, trace.device_type, trace.method, list(trace.notes), trace.flops_per_step)
+    return out, steady
 
 
 def _chunks(events: list[MemEvent], tags: list[int | None]) -> list[tuple[int | None, int, int]]:
@@ -180,6 +204,12 @@ def canonical(trace: MemoryTrace) -> tuple[int, list[tuple]]:
     ids: dict[int, int] = {}
     return trace.steady_start, [(e.action, ids.setdefault(e.block, len(ids)), e.nbytes, e.category, e.phase,
                                  e.module, e.op, e.stream) for e in trace.events]
+
+
+def _canonical_rows(rows: list[tuple], steady: int) -> tuple[int, list[tuple]]:
+    """`canonical` of the trace `_rebuilt_rows` gives, without making its events."""
+    ids: dict[int, int] = {}
+    return steady, [(r[0], ids.setdefault(r[1], len(ids)), *r[2:]) for r in rows]
 
 
 # -- is every block alike? -----------------------------------------------------------------------------
@@ -281,7 +311,8 @@ def repeated_trace(wl, batch_size: int, config: StepConfig, target: str,
             traces.clear()
             return None, f"the {n}-block trace failed ({type(exc).__name__})"
     try:
-        if canonical(rebuild(traces[TRACED], CHECKED)) != canonical(traces[CHECKED]):
+        rows, steady = _rebuilt_rows(traces[TRACED], CHECKED)
+        if _canonical_rows(rows, steady) != canonical(traces[CHECKED]):
             return None, f"the {CHECKED}-block trace differs from its rebuild from {TRACED} blocks"
         if progress is not None:
             progress(f"rebuilding {layers} blocks")
