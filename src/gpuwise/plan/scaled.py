@@ -28,7 +28,7 @@ from .memory.cuda import cuda_memory
 from .memory.events import CATEGORIES, MemoryTrace, Peak, live_peak
 from .memory.overheads import context_bytes, module_loading, replay_inputs
 from .memory.sharding import Split, block_param_bytes, fsdp_units_of, rank_trace, trainable_bytes
-from .tracer import NotRebuilt, trace_workload
+from .tracer import NotRebuilt, quiet_libraries, trace_workload
 from .tracing.modes import TrainingModes, offload_optimizer_state
 from .tracing.repeat import blocks_alike
 from .tracing.setup import before_forks
@@ -240,7 +240,8 @@ class Evaluator:
         global _FORKED
         _FORKED = self
         try:
-            with (before_forks([r[3] for r in todo.values()], [r[2] for r in todo.values()]),  # once, not per fork
+            with (quiet_libraries(),  # the libraries before_forks imports are as quiet as in a trace
+                  before_forks([r[3] for r in todo.values()], [r[2] for r in todo.values()]),  # once, not per fork
                   multiprocessing.get_context("fork").Pool(n, maxtasksperchild=1) as pool):  # each a fresh fork
                 done = pool.map(_traced_in_worker, [(key, r[2]) for key, r in todo.items()], chunksize=1)
         finally:
