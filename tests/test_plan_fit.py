@@ -142,10 +142,14 @@ def _deep_tiny(tmp_path, layers: int = 6) -> str:
 def test_fit_options_are_what_their_estimate_cmd_gives(tmp_path, capsys):
     """fit rebuilds a deep config as estimate does (3- and 4-block traces): the top options' bytes are the
     bytes their `estimate_cmd` prints, to the byte. It says which option it is sizing."""
+    import gc
     import shlex
 
     stages: list[str] = []
-    result = fit(_deep_tiny(tmp_path), "rtx4090", 1, 2, seq_len=16, precision="bf16", progress=stages.append)
+    collecting: set[bool] = set()
+    result = fit(_deep_tiny(tmp_path), "rtx4090", 1, 2, seq_len=16, precision="bf16",
+                 progress=lambda stage: stages.append(stage) or collecting.add(gc.isenabled()))
+    assert collecting == {False} and gc.isenabled()  # the cyclic collector paused while fit runs, then back
     # `progress` (the CLI prints it on stderr after 2 s): loading, then each traced option as its sizing starts
     assert stages[0] == "loading the workload and its libraries"
     assert all(s.startswith("NVIDIA GeForce RTX 4090: ") for s in stages[1:])
