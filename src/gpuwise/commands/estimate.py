@@ -17,6 +17,7 @@ from ..report.progress import StageProgress
 from ..units import fmt_bytes
 from .common import add_gpu_argument, add_workload_arguments, positive_int, refuse_gpu_all
 
+QUICK_EXIT = True  # nothing is left running or open when run() returns (cli.run exits at once)
 HELP = "predict a training step's GPU memory, FLOPs and largest batch (no GPU needed)"
 EXAMPLES = """\
   gpuwise estimate examples:gpt-mini --batch-size 16

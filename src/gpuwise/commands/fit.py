@@ -11,6 +11,7 @@ from ..report.fit import gpus_table, plot_fit, render_fit
 from ..report.progress import StageProgress
 from .common import add_gpu_argument, add_workload_arguments, positive_int
 
+QUICK_EXIT = True  # nothing is left running or open when run() returns (cli.run exits at once)
 HELP = "will it fit on GPU X (or N of them), and how to make it fit: ranked options (no GPU needed)"
 EXAMPLES = """\
   gpuwise fit examples/configs/llama-2-7b.json --gpu rtx4090 -b 8 --seq-len 1024
