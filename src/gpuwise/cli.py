@@ -101,8 +101,11 @@ def run() -> None:
     status = main()
     if _QUICK_EXIT:
         logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):  # a reader that closed the pipe (`| head`), a closed stream
+                pass
         os._exit(status)
     sys.exit(status)
 
