@@ -27,7 +27,7 @@ import functools
 
 from ...hf import TASKS, hf_workload, num_layers_of
 from ...step import StepConfig
-from ..memory.events import MemEvent, MemoryTrace, events_from_rows
+from ..memory.events import MemEvent, MemoryTrace, event_rows, events_from_rows
 
 TRACED = 3        # blocks in the trace the events are rebuilt from: first, middle, last
 CHECKED = 4       # blocks in the trace the rebuild is checked against
@@ -201,13 +201,12 @@ def _chunks(events: list[MemEvent], tags: list[int | None]) -> list[tuple[int | 
 
 def canonical(trace: MemoryTrace) -> tuple[int, list[tuple]]:
     """The events with blocks numbered in order of first appearance: equal for equal steps."""
-    ids: dict[int, int] = {}
-    return trace.steady_start, [(e.action, ids.setdefault(e.block, len(ids)), e.nbytes, e.category, e.phase,
-                                 e.module, e.op, e.stream) for e in trace.events]
+    return _canonical_rows(event_rows(trace.events), trace.steady_start)
 
 
-def _canonical_rows(rows: list[tuple], steady: int) -> tuple[int, list[tuple]]:
-    """`canonical` of the trace `_rebuilt_rows` gives, without making its events."""
+def _canonical_rows(rows, steady: int) -> tuple[int, list[tuple]]:
+    """`canonical` of the trace whose events are `rows` (event_rows; `_rebuilt_rows` gives them without
+    making events)."""
     ids: dict[int, int] = {}
     return steady, [(r[0], ids.setdefault(r[1], len(ids)), *r[2:]) for r in rows]
 
