@@ -285,6 +285,21 @@ def test_traces_run_side_by_side_give_the_same_answers(tmp_path, monkeypatch):
     assert forked.traces_run == here.traces_run
 
 
+def test_a_step_that_would_leave_a_cpu_idle_is_traced_as_two_tasks():
+    """prefetch's fork tasks: a step is one task; where the steps would leave a CPU idle at the end, the last
+    rebuilt ones become their 4- and 3-block traces (the side-by-side test above runs both kinds: 3 steps, 2 CPUs)."""
+    from gpuwise.plan.scaled import fork_tasks
+
+    assert fork_tasks(["a", "b"], {"a", "b"}, 2) == [("a", None), ("b", None)]
+    assert fork_tasks(["a", "b", "c"], {"a", "b", "c"}, 2) == [("a", None), ("b", None), ("c", 4), ("c", 3)]
+    assert fork_tasks(["a"], {"a"}, 2) == [("a", 4), ("a", 3)]          # one step: both CPUs busy
+    assert fork_tasks(["a", "b", "c"], {"a"}, 2) == [("b", None), ("c", None), ("a", 4), ("a", 3)]
+    assert fork_tasks(["a", "b", "c"], set(), 2) == [("a", None), ("b", None), ("c", None)]  # nothing to split
+    assert fork_tasks(["a", "b", "c"], {"a", "b", "c"}, 1) == [("a", None), ("b", None), ("c", None)]
+    assert fork_tasks(["a", "b", "c", "d", "e"], {"a", "b", "c", "d", "e"}, 4) == \
+        [("a", None), ("b", None), ("c", None), ("d", None), ("e", 4), ("e", 3)]
+
+
 def test_a_trace_sent_back_from_a_fork_is_the_same_trace(tmp_path):
     """Forked traces come back pickled (MemoryTrace pickles its events column by column): every event and
     attribute survives, the rebuild's extras (attention calls, op costs) included."""

@@ -28,9 +28,9 @@ from .memory.cuda import cuda_memory
 from .memory.events import CATEGORIES, MemoryTrace, Peak, live_peak
 from .memory.overheads import context_bytes, module_loading, replay_inputs
 from .memory.sharding import Split, block_param_bytes, fsdp_units_of, rank_trace, trainable_bytes
-from .tracer import NotRebuilt, quiet_libraries, trace_workload
+from .tracer import NotRebuilt, quiet_libraries, trace_blocks, trace_workload
 from .tracing.modes import TrainingModes, offload_optimizer_state
-from .tracing.repeat import blocks_alike
+from .tracing.repeat import CHECKED, MIN_LAYERS, TRACED, blocks_alike
 from .tracing.setup import before_forks
 
 
@@ -131,6 +131,8 @@ class Evaluator:
         if self.layers is not None and self.layers <= 2:
             self.layers = None  # nothing to gain
         self._traces: dict[tuple, MemoryTrace | NotRebuilt] = {}
+        # a prefetch's small traces of a step, run in forks (by block count), and their attention calls
+        self._small: dict[tuple, tuple[dict[int, MemoryTrace], dict[int, tuple]]] = {}
         self._fsdp_units: tuple | None = None
         self._points: dict[tuple, tuple[MemoryTrace, Point, str]] = {}  # ... -> (trace, point, replayed for arch)
         self._peaks: dict[int, tuple[MemoryTrace, Peak]] = {}  # id(trace) -> (trace, its live_peak)
@@ -171,11 +173,23 @@ class Evaluator:
 
         layers, micro_batch, _, traced, repeat, _ = key
         capability = self.capability or (9, 0)
+        small, calls = self._small.pop(key, ({}, {}))  # both small traces of the rebuild, or none
         with using_target(AttentionTarget(capability)) as target:
             trace = trace_workload(self.wl, micro_batch, config, "cuda", repeat, modes=traced, layers=layers,
-                                   whole=False)
-        trace.attention = (capability, tuple(target.calls))  # what `_shared` re-decides for another GPU
+                                   whole=False, small=small)
+        # what `_shared` re-decides for another GPU: every attention call, in the order the traces ran
+        trace.attention = (capability, sum((calls[n] for n in sorted(calls)), ()) + tuple(target.calls))
         return trace
+
+    def _blocks(self, key: tuple, blocks: int, config: StepConfig) -> tuple[MemoryTrace, tuple]:
+        """One of the two small traces `key`'s rebuild needs (`blocks` blocks), as `_run` would trace it, and
+        the attention calls it made (run in a fork: `prefetch`)."""
+        from .tracing.sdpa import AttentionTarget, using_target  # deferred: imports torch
+
+        _, micro_batch, _, traced, _, _ = key
+        with using_target(AttentionTarget(self.capability or (9, 0))) as target:
+            trace = trace_blocks(self.wl, blocks, micro_batch, config, "cuda", modes=traced)
+        return trace, tuple(target.calls)
 
     def _shared(self, key: tuple) -> None:
         """Where `key` (this GPU's attention class) has no trace yet but another class's trace of the same
@@ -219,9 +233,11 @@ class Evaluator:
     def prefetch(self, asks: list[tuple[int, StepConfig, TrainingModes, Split]], workers: int | None = None) -> None:
         """Run the traces `evaluate` will ask for (micro-batch, step, modes, split each) side by side, one
         per idle CPU (`workers` to say how many), each in a fresh fork of this process (after the blocks'
-        comparison every trace shares), traced as `rebuilt` traces it here and kept in the same cache: the
-        answers are the same as traced one by one (tests/test_plan_fit.py). With one idle CPU (or one
-        trace to run) nothing runs here: `evaluate` traces as it asks."""
+        comparison every trace shares), and keep them in the same cache: the answers are the same as traced
+        one by one (tests/test_plan_fit.py). A deep model config's step that would leave a CPU idle is two
+        tasks, its 4- and 3-block traces, rebuilt here once the forks are done (never while a fork may start:
+        a fork of a process busy in another thread can inherit a held lock and hang). With one
+        idle CPU (or one trace to run) nothing runs here: `evaluate` traces as it asks."""
         import multiprocessing
 
         todo: dict[tuple, tuple] = {}
@@ -232,28 +248,44 @@ class Evaluator:
             self._shared(key)
             if key not in self._traces:
                 todo.setdefault(key, (stage, micro_batch, config, modes))
-        n = min(workers or idle_cpus(), len(todo))
+        cpus = workers or idle_cpus()
+        # a model config's blocks are compared first (every trace of it asks, shared by the forks)
+        alike = self.layers is not None and self.layers >= MIN_LAYERS and \
+            blocks_alike(self.wl.hf_config, self.wl.task, self.layers) is None
+        tasks = [(key, blocks, todo[key][2])
+                 for key, blocks in fork_tasks(list(todo), {k for k in todo if alike and todo[k][0] is None}, cpus)]
+        n = min(cpus, len(tasks))
         if n < 2 or "fork" not in multiprocessing.get_all_start_methods():
             return
-        if self.layers is not None:  # what every trace of a model config asks first, shared by the forks
-            blocks_alike(self.wl.hf_config, self.wl.task, self.layers)
         global _FORKED
         _FORKED = self
         try:
             with (quiet_libraries(),  # the libraries before_forks imports are as quiet as in a trace
                   before_forks([r[3] for r in todo.values()], [r[2] for r in todo.values()]),  # once, not per fork
                   multiprocessing.get_context("fork").Pool(n, maxtasksperchild=1) as pool):  # each a fresh fork
-                done = pool.map(_traced_in_worker, [(key, r[2]) for key, r in todo.items()], chunksize=1)
+                done = pool.map(_traced_in_worker, tasks, chunksize=1)
         finally:
             _FORKED = None
-        for key, trace, failed in done:
-            if trace is not None:
-                self._traces[key] = trace
-                self.traces_run += 2 if _was_rebuilt(trace) else 1
-            elif failed is not None:
-                self._traces[key] = NotRebuilt(*failed)
-                self.traces_run += len(failed[1])
-            # else the trace raised: `evaluate` traces it again here and raises as it would have
+        for key, blocks, trace, extra in done:
+            if blocks is None:
+                self._keep(key, trace, extra)
+            elif trace is not None:
+                small, calls = self._small.setdefault(key, ({}, {}))
+                small[blocks], calls[blocks] = trace, extra
+        for key, (stage, micro_batch, config, modes) in todo.items():
+            if len(self._small.get(key, ({},))[0]) == 2:
+                self.rebuilt(stage, micro_batch, config, modes)  # from the two small traces
+            self._small.pop(key, None)  # one raised in its fork: `evaluate` traces both here, and raises
+
+    def _keep(self, key: tuple, trace: MemoryTrace | None, failed: tuple | None) -> None:
+        """A forked whole task's result in the cache."""
+        if trace is not None:
+            self._traces[key] = trace
+            self.traces_run += 2 if _was_rebuilt(trace) else 1
+        elif failed is not None:
+            self._traces[key] = NotRebuilt(*failed)
+            self.traces_run += len(failed[1])
+        # else the trace raised: `evaluate` traces it again here and raises as it would have
 
     def _layers(self, split: Split) -> int | None:
         if self.layers is not None and split.strategy == "pipeline":
@@ -350,6 +382,18 @@ class Evaluator:
         return point
 
 
+def fork_tasks(keys: list, pairs: set, cpus: int) -> list[tuple[Any, int | None]]:
+    """`prefetch`'s tasks for `cpus` forks: (key, None) traces a step (rebuilt in the fork from its 3- and
+    4-block traces where it is one of `pairs`), (key, blocks) one of those two small traces. A step is one
+    task (a fresh fork's first trace costs ~0.3 s more than its second), but where the tasks would leave a
+    CPU idle at the end, the last steps of `pairs` are two tasks each, the longer trace first."""
+    tasks: list[tuple[Any, int | None]] = [(key, None) for key in keys]
+    for key in [k for k in keys if k in pairs][::-1][:len(keys) % cpus if cpus > 1 else 0]:
+        tasks.remove((key, None))
+        tasks += [(key, CHECKED), (key, TRACED)]
+    return tasks
+
+
 def idle_cpus() -> int:
     """CPUs this process may use that the last minute's load leaves free (itself counted): forks side by
     side only help where they do not queue behind other work; 1 on a busy or one-CPU machine."""
@@ -362,15 +406,19 @@ def idle_cpus() -> int:
 _FORKED: Evaluator | None = None  # the evaluator a prefetch's forked workers trace for
 
 
-def _traced_in_worker(item: tuple[tuple, StepConfig]) -> tuple[tuple, MemoryTrace | None, tuple | None]:
-    """In a forked worker: (key, the rebuilt trace or None, (why, small traces) where not rebuilt)."""
-    key, config = item
+def _traced_in_worker(item: tuple[tuple, int | None, StepConfig]) -> tuple[tuple, int | None, Any, Any]:
+    """In a forked worker, one task of `prefetch`: (key, blocks, the small trace or None, its attention
+    calls) for one of a step's two small traces; for a whole step (blocks None): (key, None, the rebuilt
+    trace or None, (why, small traces) where not rebuilt)."""
+    key, blocks, config = item
     try:
-        return key, _FORKED._run(key, config), None
+        if blocks is not None:
+            return (key, blocks, *_FORKED._blocks(key, blocks, config))
+        return key, None, _FORKED._run(key, config), None
     except NotRebuilt as exc:
-        return key, None, (exc.why, exc.traces)
+        return key, None, None, (exc.why, exc.traces)
     except Exception:  # noqa: BLE001 - traced again in the parent, which raises it as it would have
-        return key, None, None
+        return key, blocks, None, None
 
 
 def _was_rebuilt(trace: MemoryTrace) -> bool:

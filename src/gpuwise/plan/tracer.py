@@ -1,6 +1,7 @@
 """The one way into the tracer: a workload's training step at a batch size, with its modes, at a depth.
 
     trace_workload(workload, batch_size, config, target, modes=..., layers=..., repeat=..., whole=...) -> MemoryTrace
+    trace_blocks(workload, blocks, batch_size, config, target, modes=...) -> MemoryTrace   (one small trace of `repeat`)
 
 `estimate`, `fit` (plan/scaled.py's Evaluator) and, through `estimate`, the hint and the largest-batch
 search ask here; nothing else in plan/ imports the tracer's insides. What it does, in order:
@@ -10,7 +11,8 @@ search ask here; nothing else in plan/ imports the tracer's insides. What it doe
 - `repeat`: a model config may be rebuilt exactly from its 3- and 4-block traces, its modes applied to
   each (plan/tracing/repeat.py); the notes say when it was traced whole instead, and why. With
   `whole=False` a deep model config that cannot be rebuilt is not traced whole: `NotRebuilt` says why and
-  carries the 3- and 4-block traces already run (fit extrapolates from them, and says so);
+  carries the 3- and 4-block traces already run (fit extrapolates from them, and says so). A caller may
+  run the two small traces elsewhere (`trace_blocks`, side by side) and hand them in (`small=`);
 - the step is traced on fake tensors (plan/tracing/trace.py), with a fallback where that cannot run.
 """
 
@@ -28,7 +30,7 @@ from ..step import StepConfig
 from ..workload import Workload, load_workload
 from .memory.events import MemoryTrace
 from .tracing.modes import TrainingModes, apply_modes, offload_optimizer_state
-from .tracing.repeat import repeated_trace
+from .tracing.repeat import repeated_trace, small_trace
 
 Progress = Callable[[str], None]  # told each stage as it starts
 
@@ -45,26 +47,44 @@ class NotRebuilt(Exception):
 
 def trace_workload(workload: Workload | str, batch_size: int, config: StepConfig, target: str, repeat: bool = False,
                    progress: Progress | None = None, *, modes: TrainingModes | None = None,
-                   layers: int | None = None, whole: bool = True) -> MemoryTrace:
-    """The step's events (see the module's docstring)."""
+                   layers: int | None = None, whole: bool = True,
+                   small: dict[int, MemoryTrace] | None = None) -> MemoryTrace:
+    """The step's events (see the module's docstring). `small`: with `repeat`, the 3- and 4-block traces
+    already run (`trace_blocks`', e.g. side by side in forks), by block count; the rebuild uses them."""
     wl = load_workload(workload)
     if layers is not None:
         wl = hf_workload(wl.source, wl.seq_len, wl.task, num_layers=layers)
     offload = modes is not None and modes.offload_optimizer
-    shaped = None
-    if modes is not None:
-        traced_modes = replace(modes, offload_optimizer=False)
-        wl = apply_modes(wl, traced_modes, config.precision)
-
-        def shaped(small: Workload) -> Workload:  # the small models of the repeated blocks get the same modes
-            return apply_modes(small, traced_modes, config.precision)
+    wl, shaped = _with_modes(wl, modes, config)
     with quiet_libraries():
-        trace = _traced(wl, batch_size, config, target, repeat, progress, shaped, whole)
+        trace = _traced(wl, batch_size, config, target, repeat, progress, shaped, whole, small)
     if not offload:
         return trace
     off = offload_optimizer_state(trace)
     off.op_costs = trace.op_costs
     return off
+
+
+def trace_blocks(workload: Workload | str, blocks: int, batch_size: int, config: StepConfig, target: str, *,
+                 modes: TrainingModes | None = None) -> MemoryTrace:
+    """One of the small traces a deep model config's step is rebuilt from (`repeat`): the model with `blocks`
+    blocks, its modes applied, traced as the rebuild traces it. Run side by side, they are handed to
+    `trace_workload(..., repeat=True, small=...)`, which rebuilds from them as if it had traced them."""
+    wl, shaped = _with_modes(load_workload(workload), modes, config)
+    with quiet_libraries():
+        return small_trace(wl, blocks, batch_size, config, target, shaped)
+
+
+def _with_modes(wl: Workload, modes: TrainingModes | None, config: StepConfig):
+    """`wl` with the training modes applied (offload aside: a transform of the trace), and what applies
+    them to the small models of the repeated blocks (None without modes)."""
+    if modes is None:
+        return wl, None
+    traced_modes = replace(modes, offload_optimizer=False)
+
+    def shaped(small: Workload) -> Workload:  # the small models of the repeated blocks get the same modes
+        return apply_modes(small, traced_modes, config.precision)
+    return shaped(wl), shaped
 
 
 # what the libraries a trace runs say about the stand-in CPU step, not about the user's job: deprecations inside
@@ -93,12 +113,12 @@ def quiet_libraries():
 
 def _traced(wl: Workload, batch_size: int, config: StepConfig, target: str, repeat: bool,
             progress: Progress | None, shaped: Callable[[Workload], Workload] | None = None,
-            whole: bool = True) -> MemoryTrace:
+            whole: bool = True, small: dict[int, MemoryTrace] | None = None) -> MemoryTrace:
     from .tracing.trace import trace_step  # deferred: trace.py imports torch, `import gpuwise.plan` must not
 
     why = ""
     if repeat:
-        small: dict[int, MemoryTrace] = {}
+        small = dict(small or {})
         rebuilt, why = repeated_trace(wl, batch_size, config, target, progress, shaped, small)
         if rebuilt is not None:
             return rebuilt

@@ -279,14 +279,25 @@ def _without_numbering(column: list[tuple]) -> list[tuple]:
 # -- the estimate's entry ------------------------------------------------------------------------------
 
 
+def small_trace(wl, blocks: int, batch_size: int, config: StepConfig, target: str, shaped=None) -> MemoryTrace:
+    """The step of `wl`'s model config built with `blocks` blocks (`shaped`: its training modes applied),
+    traced as the rebuild traces it: events tagged by block, no fallback, the warm-up a CUDA target's."""
+    from .trace import trace_step
+
+    small = hf_workload(wl.source, wl.seq_len, wl.task, num_layers=blocks)
+    if shaped is not None:
+        small = shaped(small)
+    warmup = "copy" if target == "cuda" else "optimizer"
+    return trace_step(small, batch_size, config, target, fallback=False, warmup=warmup, layers=blocks)
+
+
 def repeated_trace(wl, batch_size: int, config: StepConfig, target: str,
                    progress=None, shaped=None, traced: dict | None = None) -> tuple[MemoryTrace | None, str]:
     """The step of `wl` (a model config with L blocks) rebuilt from 3- and 4-block traces, or (None, why).
     `shaped`: what makes the small models' workloads into the traced one (the training modes: LoRA,
     QLoRA, accumulation are applied to each small model as to the full one). `traced`, when given, gets
-    the small traces run, by block count (a caller that cannot trace whole extrapolates from them)."""
-    from .trace import trace_step
-
+    the small traces run, by block count (a caller that cannot trace whole extrapolates from them); the
+    ones it holds already (`small_trace`'s, run elsewhere, e.g. side by side in forks) are not traced again."""
     cfg = getattr(wl, "hf_config", None)
     layers = num_layers_of(cfg) if cfg is not None else None
     if layers is None or layers < MIN_LAYERS:
@@ -296,16 +307,14 @@ def repeated_trace(wl, batch_size: int, config: StepConfig, target: str,
     why = blocks_alike(cfg, wl.task, layers)
     if why is not None:
         return None, why
-    warmup = "copy" if target == "cuda" else "optimizer"
     traces = traced if traced is not None else {}
     for n in (TRACED, CHECKED):
+        if n in traces:
+            continue
         if progress is not None:
             progress(f"tracing {n} of {layers} blocks at batch {batch_size}")
-        small = hf_workload(wl.source, wl.seq_len, wl.task, num_layers=n)
-        if shaped is not None:
-            small = shaped(small)
         try:
-            traces[n] = trace_step(small, batch_size, config, target, fallback=False, warmup=warmup, layers=n)
+            traces[n] = small_trace(wl, n, batch_size, config, target, shaped)
         except Exception as exc:  # noqa: BLE001 - whatever the fake trace cannot do, the whole trace handles
             traces.clear()
             return None, f"the {n}-block trace failed ({type(exc).__name__})"
