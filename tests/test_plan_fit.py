@@ -300,6 +300,75 @@ def test_a_step_that_would_leave_a_cpu_idle_is_traced_as_two_tasks():
         [("a", None), ("b", None), ("c", None), ("d", None), ("e", 4), ("e", 3)]
 
 
+class _Traces:
+    """A stand-in Evaluator: a step's bytes are `used(variant's modes, micro-batch)`; it records which trials
+    were traced one at a time (`evaluate`) and which side by side (`prefetch`, only with `cpus` > 1)."""
+
+    layers = None
+
+    def __init__(self, used, cpus: int):
+        self.used, self.cpus, self.kept, self.one_by_one, self.rounds, self.traces_run = used, cpus, set(), [], [], 0
+
+    @staticmethod
+    def key(micro, config, modes, split):
+        return micro, tuple(sorted(vars(config).items())), modes, split
+
+    def traced(self, *ask, whole=False):
+        return self.key(*ask) in self.kept
+
+    def prefetch(self, asks, workers=None):
+        if self.cpus > 1:
+            self.rounds.append(sorted((a[2].lora_rank, a[0]) for a in asks))
+            for a in asks:
+                self.kept.add(self.key(*a))
+                self.traces_run += 1
+
+    def evaluate(self, micro, config, modes, split, whole=False):
+        from gpuwise.plan.scaled import Point
+
+        if self.key(micro, config, modes, split) not in self.kept:
+            self.kept.add(self.key(micro, config, modes, split))
+            self.one_by_one.append((modes.lora_rank, micro))
+            self.traces_run += 1
+        b = self.used(modes, micro)
+        return Point(b, b, {"activations": b}, flops_per_step=10**12 * micro)
+
+
+def test_the_searches_later_trials_are_traced_side_by_side_with_the_same_answers():
+    """fit's searches run in rounds (_side_by_side): every search's next trial is traced side by side with the
+    others' (prefetch), not one at a time when the search asks it; the same trials are traced (nothing
+    speculative) and the answers are those of the searches run one by one (prefetch doing nothing: one CPU)."""
+    from dataclasses import replace
+
+    from gpuwise.plan.catalog import lookup
+    from gpuwise.plan.fit import _best_micro_batch, _side_by_side, variants
+
+    spec = lookup("rtx4090")
+    # three searches: LoRA r16 whole batch first (fits up to 2), rank 4 micro-batch 1 first (fits up to 4),
+    # and a rank-8 one micro-batch 1 first that fits at 8 (two trials)
+    base = variants(spec, 1, "fp32", None, False)[0]
+    searched = [(replace(base, modes=replace(base.modes, lora_rank=r)), whole)
+                for r, whole in ((16, True), (4, False), (8, False))]
+    fits_up_to = {16: 2, 4: 4, 8: 8}
+    limit = 100e9
+
+    def used(modes, micro):
+        return int(limit * (0.5 + 0.5 * micro / (fits_up_to[modes.lora_rank] + 0.5)))
+
+    answers, runs = [], []
+    for cpus in (1, 2):
+        ev = _Traces(used, cpus)
+        _side_by_side(ev, searched, spec, 8, limit)
+        answers.append([_best_micro_batch(ev, v, spec, 8, limit, whole).to_dict() for v, whole in searched])
+        runs.append(ev)
+    (one, two), (here, side) = answers, runs
+    assert one == two
+    assert [o["changes"].get("micro_batch_size", 8) for o in one] == [2, 4, 8]
+    assert sorted(here.one_by_one) == sorted(t for r in side.rounds for t in r)  # the same trials, no more
+    assert side.one_by_one == [] and here.rounds == []
+    assert side.rounds == [[(4, 1), (8, 1), (16, 8)], [(4, 8), (8, 8), (16, 2)], [(4, 4), (16, 4)]]
+
+
 def test_a_trace_sent_back_from_a_fork_is_the_same_trace(tmp_path):
     """Forked traces come back pickled (MemoryTrace pickles its events column by column): every event and
     attribute survives, the rebuild's extras (attention calls, op costs) included."""

@@ -47,7 +47,7 @@ from .fit_options import (
 from .flops import roofline, traffic_bytes
 from .inputs import resolve_inputs
 from .memory.sharding import Split, comm_bytes_per_step
-from .scaled import Evaluator, Point, idle_cpus
+from .scaled import Evaluator, Point
 from .speed.cost import TrainingCost, training_cost
 from .speed.model import predict
 from .tracing.modes import TrainingModes
@@ -203,9 +203,9 @@ def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, 
     floors = {name: f for name, f in floor_of.items() if f is not None and f > limit}
     whole = {v.name: _whole_first(v, floor_of[v.name], limit) for v in candidates}
     if progress is not None:
-        progress(f"{spec.name}: the options' first traces")
-    ev.prefetch([_first_trial(v, batch_size, whole[v.name]) for v in candidates
-                 if not missing(untraceable_without(v)) and v.name not in floors])
+        progress(f"{spec.name}: the options' traces, side by side")
+    _side_by_side(ev, [(v, whole[v.name]) for v in candidates
+                       if not missing(untraceable_without(v)) and v.name not in floors], spec, batch_size, limit)
     for i, v in enumerate(candidates, 1):
         lacking = missing(untraceable_without(v))
         if lacking:  # listed, not sized: the trace needs the library itself
@@ -296,8 +296,56 @@ def _unsized(v: Variant, batch: int, lacking: list[str]) -> FitOption:
                      [note] + [NOTES[k] for k in v.keys if k in NOTES], batch, 1, needs=needs, sized=False)
 
 
+class _Untraced(Exception):
+    """A search run with `ready=True` reached a trial that needs a trace not kept yet: `ask` (what `prefetch`
+    gets for it), or None where it needs a trace that `prefetch` does not run."""
+
+    def __init__(self, ask: tuple | None):
+        super().__init__(ask)
+        self.ask = ask
+
+
+def _side_by_side(ev: Evaluator, searches: list[tuple[Variant, bool]], spec: GpuSpec, batch: int,
+                  limit: float) -> None:
+    """Run the variants' searches (`_best_micro_batch`, with `whole_first` each) in rounds: each search runs
+    over the traces kept until it asks one not kept yet; that trial of every search is traced side by side
+    (`prefetch`, one per idle CPU), and again, until no search asks a trace that `prefetch` runs. The searches
+    are the same and ask the same trials as one by one (each search's next trial depends only on its own
+    earlier ones), so the answers are too; only when the traces run differs: a search's second and later trials
+    no longer run one at a time here while the other CPUs idle. With one idle CPU `prefetch` runs nothing and
+    this stops: the searches trace as they ask."""
+    asked: set[tuple] = set()
+    while True:
+        asks = []
+        for v, whole_first in searches:
+            try:
+                _best_micro_batch(ev, v, spec, batch, limit, whole_first, ready=True)
+            except _Untraced as untraced:
+                if untraced.ask is not None and _ask_key(untraced.ask) not in asked:
+                    asks.append(untraced.ask)
+            except GpuwiseError:
+                pass  # raised again where the search runs for its answer
+        if not asks:
+            return
+        before = ev.traces_run
+        ev.prefetch(asks)
+        if ev.traces_run == before:
+            return  # nothing ran side by side
+        asked.update(_ask_key(a) for a in asks)  # asked once: a trace that raised in its fork runs here
+
+
+def _ask_key(ask: tuple) -> tuple:
+    micro, config, modes, split = ask
+    return micro, tuple(sorted(vars(config).items())), modes, split
+
+
 def _option(ev: Evaluator, v: Variant, spec: GpuSpec, micro: int, accum: int, limit: float,
-            whole: bool = False) -> FitOption:
+            whole: bool = False, ready: bool = False) -> FitOption:
+    """`v` at `micro` x `accum`. `ready`: over the traces kept only (raises `_Untraced` where it needs another)."""
+    if ready:
+        traced = ev.traced(*_ask(v, micro, accum), whole=whole)
+        if not traced:
+            raise _Untraced(_ask(v, micro, accum) if traced is False else None)
     point = ev.evaluate(*_ask(v, micro, accum), whole=whole)
     point.micro_batch = micro  # type: ignore[attr-defined]
     samples = micro * accum
@@ -318,7 +366,7 @@ def _whole_first(v: Variant, floor: int | None, limit: float) -> bool:
 
 
 def _best_micro_batch(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limit: float,
-                      whole_first: bool = False) -> FitOption:
+                      whole_first: bool = False, ready: bool = False) -> FitOption:
     """The largest micro-batch (a divisor of `batch`, the rest accumulated) that fits, by the one
     largest-batch loop (bracket.search) over the divisors in ascending order: micro-batch 1 first (when
     even that does not fit, nothing larger does: one trace for the variants that cannot fit), then the
@@ -328,14 +376,15 @@ def _best_micro_batch(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limi
     same premise as above) and is not traced; when it does not, the divisors below it are bisected from
     the middle (micro-batch 1 last); the answer is the same in either order, only the traces run differ. The answer is traced and fits, and the next larger divisor is traced and does not (the
     rule estimate's largest batch keeps). A fitting answer that was extrapolated (the rebuild does not
-    cover the step) is traced whole, as its `estimate_cmd` is, and stepped down if it then does not fit."""
-    best = _searched(ev, v, spec, batch, limit, whole_first=whole_first)
+    cover the step) is traced whole, as its `estimate_cmd` is, and stepped down if it then does not fit.
+    `ready`: the search over the traces kept only, up to the first trial that needs another (`_side_by_side`)."""
+    best = _searched(ev, v, spec, batch, limit, whole_first=whole_first, ready=ready)
     if not best.fits or not best.extrapolated:
         return best
     # the answer of a step the rebuild does not cover: traced whole, as its estimate_cmd traces it (the
     # extrapolation only led the search); the next smaller divisor where that does not fit
     for m in sorted((d for d in _divisors(batch) if d <= best.micro_batch_size), reverse=True):
-        exact = _option(ev, v, spec, m, batch // m, limit, whole=True)
+        exact = _option(ev, v, spec, m, batch // m, limit, whole=True, ready=ready)
         if exact.fits or m == 1:
             return exact
     return best
@@ -346,31 +395,22 @@ def _ask(v: Variant, micro: int, accum: int) -> tuple[int, StepConfig, TrainingM
     return micro, v.config, replace(v.modes, grad_accum=accum), v.split
 
 
-def _first_trial(v: Variant, batch: int, whole_first: bool) -> tuple[int, StepConfig, TrainingModes, Split]:
-    """What `_searched` traces first for `v`."""
-    micro = batch if whole_first else 1
-    return _ask(v, micro, batch // micro)
-
-
 def _searched(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limit: float,
-              whole_first: bool = False) -> FitOption:
+              whole_first: bool = False, ready: bool = False) -> FitOption:
     divisors = sorted(_divisors(batch))        # index k (1-based) -> the k-th smallest divisor
     tried: dict[int, FitOption] = {}
 
     def trial(k: int) -> bool:
         if k not in tried:
             m = divisors[k - 1]
-            tried[k] = _option(ev, v, spec, m, batch // m, limit)
+            tried[k] = _option(ev, v, spec, m, batch // m, limit, ready=ready)
         return tried[k].fits
 
     n = len(divisors)
     if whole_first and trial(n):
         return tried[n]
     if whole_first and n > 1:
-        # the whole batch does not fit: bisect below it (micro-batch 1 is asked only when 2 does not fit);
-        # the first two bisection steps (the middle, and the middle above it should that fit) side by side
-        ahead = sorted({n // 2, (n // 2 + n) // 2} - {n, 0})
-        ev.prefetch([_ask(v, divisors[k - 1], batch // divisors[k - 1]) for k in ahead[:idle_cpus()]])
+        # the whole batch does not fit: bisect below it (micro-batch 1 is asked only when 2 does not fit)
         found = search(trial, n, limit=n, smallest_fail=n)
         return tried[found.largest_ok or 1]
     if not trial(1) or n == 1:

@@ -287,6 +287,26 @@ class Evaluator:
             self.traces_run += len(failed[1])
         # else the trace raised: `evaluate` traces it again here and raises as it would have
 
+    def traced(self, micro_batch: int, config: StepConfig, modes: TrainingModes, split: Split,
+               whole: bool = False) -> bool | None:
+        """Whether `evaluate` (same arguments) would trace nothing: True (every trace it needs is kept), False
+        (it would first trace the step as estimate does: what `prefetch` runs), None (it would trace something
+        `prefetch` does not run: the whole step, or the small traces of an extrapolation). Traces nothing."""
+        layers = self._layers(split)
+        stage = layers if layers != self.layers else None
+        key = self._key(stage, micro_batch, config, modes, True)
+        self._shared(key)
+        got = self._traces.get(key)
+        if got is None:
+            return False
+        if not isinstance(got, NotRebuilt):
+            return True
+        keys = [self._key(n, micro_batch, config, modes, False)
+                for n in ([stage] if whole else [] if len(got.traces) == 2 else [1, 2])]
+        for k in keys:
+            self._shared(k)
+        return all(k in self._traces for k in keys) or None
+
     def _layers(self, split: Split) -> int | None:
         if self.layers is not None and split.strategy == "pipeline":
             return math.ceil(self.layers / split.nproc)
