@@ -334,15 +334,17 @@ class _Traces:
         return Point(b, b, {"activations": b}, flops_per_step=10**12 * micro)
 
 
-def test_the_searches_later_trials_are_traced_side_by_side_with_the_same_answers():
+def test_the_searches_later_trials_are_traced_side_by_side_with_the_same_answers(monkeypatch):
     """fit's searches run in rounds (_side_by_side): every search's next trial is traced side by side with the
-    others' (prefetch), not one at a time when the search asks it; the same trials are traced (nothing
-    speculative) and the answers are those of the searches run one by one (prefetch doing nothing: one CPU)."""
+    others' (prefetch), not one at a time when the search asks it; the same trials are traced (a likely
+    next one beside them only on a CPU that would idle) and the answers are those of the searches run one by one (prefetch doing nothing: one CPU)."""
     from dataclasses import replace
 
+    from gpuwise.plan import fit as fitting
     from gpuwise.plan.catalog import lookup
     from gpuwise.plan.fit import _best_micro_batch, _side_by_side, variants
 
+    monkeypatch.setattr(fitting, "idle_cpus", lambda: 2)
     spec = lookup("rtx4090")
     # three searches: LoRA r16 whole batch first (fits up to 2), rank 4 micro-batch 1 first (fits up to 4),
     # and a rank-8 one micro-batch 1 first that fits at 8 (two trials)
@@ -367,6 +369,13 @@ def test_the_searches_later_trials_are_traced_side_by_side_with_the_same_answers
     assert sorted(here.one_by_one) == sorted(t for r in side.rounds for t in r)  # the same trials, no more
     assert side.one_by_one == [] and here.rounds == []
     assert side.rounds == [[(4, 1), (8, 1), (16, 8)], [(4, 8), (8, 8), (16, 2)], [(4, 4), (16, 4)]]
+    # a round that would leave a CPU idle: the whole-first bisection's likely next step beside its first
+    # (as traced one by one it was asked next: micro-batch 2 fits, 4 is asked)
+    alone = _Traces(used, 2)
+    _side_by_side(alone, searched[:1], spec, 8, limit)
+    assert alone.rounds == [[(16, 8)], [(16, 2), (16, 4)]]
+    assert _best_micro_batch(alone, *searched[0][:1], spec, 8, limit, True).to_dict() == one[0]
+    assert alone.one_by_one == []
 
 
 def test_a_trace_sent_back_from_a_fork_is_the_same_trace(tmp_path):

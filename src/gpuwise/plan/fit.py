@@ -47,7 +47,7 @@ from .fit_options import (
 from .flops import roofline, traffic_bytes
 from .inputs import resolve_inputs
 from .memory.sharding import Split, comm_bytes_per_step
-from .scaled import Evaluator, Point
+from .scaled import Evaluator, Point, idle_cpus
 from .speed.cost import TrainingCost, training_cost
 from .speed.model import predict
 from .tracing.modes import TrainingModes
@@ -298,11 +298,13 @@ def _unsized(v: Variant, batch: int, lacking: list[str]) -> FitOption:
 
 class _Untraced(Exception):
     """A search run with `ready=True` reached a trial that needs a trace not kept yet: `ask` (what `prefetch`
-    gets for it), or None where it needs a trace that `prefetch` does not run."""
+    gets for it), or None where it needs a trace that `prefetch` does not run; `then`: the trial likely asked
+    next, traced beside it where a CPU would idle otherwise."""
 
     def __init__(self, ask: tuple | None):
         super().__init__(ask)
         self.ask = ask
+        self.then: list[tuple] = []
 
 
 def _side_by_side(ev: Evaluator, searches: list[tuple[Variant, bool]], spec: GpuSpec, batch: int,
@@ -316,17 +318,19 @@ def _side_by_side(ev: Evaluator, searches: list[tuple[Variant, bool]], spec: Gpu
     this stops: the searches trace as they ask."""
     asked: set[tuple] = set()
     while True:
-        asks = []
+        asks, then = [], []
         for v, whole_first in searches:
             try:
                 _best_micro_batch(ev, v, spec, batch, limit, whole_first, ready=True)
             except _Untraced as untraced:
                 if untraced.ask is not None and _ask_key(untraced.ask) not in asked:
                     asks.append(untraced.ask)
+                    then += [a for a in untraced.then if _ask_key(a) not in asked]
             except GpuwiseError:
                 pass  # raised again where the search runs for its answer
         if not asks:
             return
+        asks += then[:max(idle_cpus() - len(asks), 0)]  # a likely next trial, on a CPU that would idle
         before = ev.traces_run
         ev.prefetch(asks)
         if ev.traces_run == before:
@@ -403,7 +407,13 @@ def _searched(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limit: float
     def trial(k: int) -> bool:
         if k not in tried:
             m = divisors[k - 1]
-            tried[k] = _option(ev, v, spec, m, batch // m, limit, ready=ready)
+            try:
+                tried[k] = _option(ev, v, spec, m, batch // m, limit, ready=ready)
+            except _Untraced as untraced:
+                above = (k + n) // 2
+                if whole_first and k == n // 2 and above not in (k, n):  # the bisection's first step: should
+                    untraced.then = [_ask(v, divisors[above - 1], batch // divisors[above - 1])]  # it fit, this
+                raise
         return tried[k].fits
 
     n = len(divisors)
