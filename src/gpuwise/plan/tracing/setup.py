@@ -25,14 +25,15 @@ def before_forks(modes, configs):
     """Inside: this process is ready to be forked for traces with these training modes and step configs, so
     that no fork does on its own, in its first trace, what all of them would: the libraries those traces
     import (peft, and under it bitsandbytes, whose import takes ~0.8 s: its torch.compile'd kernels import
-    inductor; imported as a trace imports them, outside any fake mode and untraced) and the optimizers'
-    once-per-process state (`warm_optimizer`) are made here, once; and the objects alive now are frozen out
+    inductor; imported as a trace imports them, outside any fake mode and untraced), what peft builds once
+    per process (`_conversion_mapping`) and the optimizers' once-per-process state (`warm_optimizer`) are made here, once; and the objects alive now are frozen out
     of the garbage collector's view (`gc.freeze`), so that a full collection in a fork neither walks nor
     copies (copy-on-write) the parent's heap. The garbage is collected first only where the collector runs:
     under `fit` it is paused (forks included), and that collection alone took ~0.33 s of the parent's time
     before each prefetch of a 7B fit. Nothing a trace records changes: tests/test_plan_fit.py."""
     if any(m.adapters for m in modes) and optional_libs.available("peft"):
         import peft  # noqa: F401
+        _conversion_mapping()
     if any(m.qlora for m in modes) and optional_libs.available("bitsandbytes"):
         import bitsandbytes  # noqa: F401
     for config in configs:
@@ -45,6 +46,18 @@ def before_forks(modes, configs):
         yield
     finally:
         gc.unfreeze()
+
+
+def _conversion_mapping() -> None:
+    """transformers' table of checkpoint weight renamings for every model type, which peft's LoRA injection
+    reads (`get_model_conversion_mapping`): built once per process on first use, ~0.3 s of regex compiles
+    that every fork's first LoRA trace paid (fit examples/configs/llama-2-7b.json --gpu rtx4090, cProfile of a
+    fork's 4-block trace). Built here instead; nothing where this transformers has no such table."""
+    try:
+        from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+    except ImportError:
+        return
+    get_checkpoint_conversion_mapping("llama")
 
 
 def build_model_for_trace(workload, fake_mode, mode):
