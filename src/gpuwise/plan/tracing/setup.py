@@ -26,8 +26,8 @@ def before_forks(modes, configs):
     that no fork does on its own, in its first trace, what all of them would: the libraries those traces
     import (peft, and under it bitsandbytes, whose import takes ~0.8 s: its torch.compile'd kernels import
     inductor; imported as a trace imports them, outside any fake mode and untraced), what peft builds once
-    per process (`_conversion_mapping`) and the optimizers' once-per-process state (`warm_optimizer`) are made here, once; and the objects alive now are frozen out
-    of the garbage collector's view (`gc.freeze`), so that a full collection in a fork neither walks nor
+    per process (`_conversion_mapping`) and the optimizers' once-per-process state (`warm_optimizer`) are
+    made here, once; and the objects alive now are frozen out of the garbage collector's view (`gc.freeze`), so that a full collection in a fork neither walks nor
     copies (copy-on-write) the parent's heap. The garbage is collected first only where the collector runs:
     under `fit` it is paused (forks included), and that collection alone took ~0.33 s of the parent's time
     before each prefetch of a 7B fit. Nothing a trace records changes: tests/test_plan_fit.py."""
