@@ -131,8 +131,6 @@ class Evaluator:
         if self.layers is not None and self.layers <= 2:
             self.layers = None  # nothing to gain
         self._traces: dict[tuple, MemoryTrace | NotRebuilt] = {}
-        # a prefetch's small traces of a step, run in forks (by block count), and their attention calls
-        self._small: dict[tuple, tuple[dict[int, MemoryTrace], dict[int, tuple]]] = {}
         self._fsdp_units: tuple | None = None
         self._points: dict[tuple, tuple[MemoryTrace, Point, str]] = {}  # ... -> (trace, point, replayed for arch)
         self._peaks: dict[int, tuple[MemoryTrace, Peak]] = {}  # id(trace) -> (trace, its live_peak)
@@ -168,12 +166,14 @@ class Evaluator:
         step = tuple(sorted(vars(config).items()))  # every field of the step, new ones included
         return (layers, micro_batch, step, traced, repeat, kernel_class(self.capability))
 
-    def _run(self, key: tuple, config: StepConfig) -> MemoryTrace:
+    def _run(self, key: tuple, config: StepConfig, forked: tuple[dict, dict] | None = None) -> MemoryTrace:
+        """`key`'s step traced (`forked`: its two small traces, by block count, and their attention calls,
+        already run in forks by `prefetch`; the rebuild uses them)."""
         from .tracing.sdpa import AttentionTarget, using_target  # deferred: imports torch
 
         layers, micro_batch, _, traced, repeat, _ = key
         capability = self.capability or (9, 0)
-        small, calls = self._small.pop(key, ({}, {}))  # both small traces of the rebuild, or none
+        small, calls = forked or ({}, {})
         with using_target(AttentionTarget(capability)) as target:
             trace = trace_workload(self.wl, micro_batch, config, "cuda", repeat, modes=traced, layers=layers,
                                    whole=False, small=small)
@@ -216,14 +216,15 @@ class Evaluator:
         return self._traces[key]
 
     def rebuilt(self, layers: int | None, micro_batch: int, config: StepConfig,
-                modes: TrainingModes) -> MemoryTrace | NotRebuilt:
+                modes: TrainingModes, forked: tuple[dict, dict] | None = None) -> MemoryTrace | NotRebuilt:
         """The step as `estimate` traces it (a deep model config rebuilt from 3- and 4-block traces; a
-        model config of `layers` blocks: a pipeline stage), or `NotRebuilt` with the small traces."""
+        model config of `layers` blocks: a pipeline stage), or `NotRebuilt` with the small traces.
+        `forked`: the small traces already run in forks, and their attention calls (`prefetch`)."""
         key = self._key(layers, micro_batch, config, modes, True)
         self._shared(key)
         if key not in self._traces:
             try:
-                self._traces[key] = self._run(key, config)
+                self._traces[key] = self._run(key, config, forked)
                 self.traces_run += 2 if _was_rebuilt(self._traces[key]) else 1
             except NotRebuilt as exc:
                 self._traces[key] = exc
@@ -266,16 +267,17 @@ class Evaluator:
                 done = pool.map(_traced_in_worker, tasks, chunksize=1)
         finally:
             _FORKED = None
+        forked: dict[tuple, tuple[dict, dict]] = {}  # key -> (small traces, attention calls), by block count
         for key, blocks, trace, extra in done:
             if blocks is None:
                 self._keep(key, trace, extra)
             elif trace is not None:
-                small, calls = self._small.setdefault(key, ({}, {}))
+                small, calls = forked.setdefault(key, ({}, {}))
                 small[blocks], calls[blocks] = trace, extra
-        for key, (stage, micro_batch, config, modes) in todo.items():
-            if len(self._small.get(key, ({},))[0]) == 2:
-                self.rebuilt(stage, micro_batch, config, modes)  # from the two small traces
-            self._small.pop(key, None)  # one raised in its fork: `evaluate` traces both here, and raises
+        for key, (small, calls) in forked.items():
+            if len(small) == 2:  # else one raised in its fork: `evaluate` traces both here, and raises
+                stage, micro_batch, config, modes = todo[key]
+                self.rebuilt(stage, micro_batch, config, modes, (small, calls))
 
     def _keep(self, key: tuple, trace: MemoryTrace | None, failed: tuple | None) -> None:
         """A forked whole task's result in the cache."""
