@@ -65,7 +65,8 @@ def run_trial(workload: str, kind: str, batch_size: int, *, device: str = "cpu",
         torch.set_num_threads(num_threads)
     wl = load_workload(workload)
     dev = torch.device(device)
-    if dev.type == "cuda":
+    if dev.type == "cuda":  # torch >= 2.11: set_device(torch.device("cuda")) wants an index
+        dev = torch.device("cuda", dev.index if dev.index is not None else 0)
         torch.cuda.set_device(dev)
         torch.cuda.reset_peak_memory_stats(dev)
     if kind != "loader":
