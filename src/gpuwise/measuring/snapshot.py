@@ -213,7 +213,11 @@ def to_trace(snapshot: dict[str, Any], device: int | None = None) -> MemoryTrace
         steady_start = 0 if steady_entry is None else len(events)
         if steady_entry is None:
             notes.append("no steady-state mark in the snapshot: the whole trace counts as steady")
-    return MemoryTrace(events, steady_start, "cuda", method="cuda-snapshot", notes=notes)
+    # the driver's segment addresses, for a replay that must make the real allocator's choices; unknown for
+    # the segments of blocks allocated before recording started
+    segments = () if pre_existing else tuple(e["addr"] for e in entries if e.get("action") == "segment_alloc")
+    return MemoryTrace(events, steady_start, "cuda", method="cuda-snapshot", notes=notes,
+                       segment_addresses=segments)
 
 
 _PHASES = ("setup", "forward", "backward", "optimizer", "zero_grad")

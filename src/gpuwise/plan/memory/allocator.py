@@ -9,7 +9,8 @@ expandable segments, max_split_size unlimited, no garbage-collection threshold):
   requests under 10 MiB (kMinLargeAlloc), else the request rounded up to 2 MiB (kRoundLarge)
   (`get_allocation_size`);
 - a cached free block is chosen best-fit: the smallest block of the same stream whose size is at least
-  the request, ties broken by address (`BlockComparatorSize`, `get_free_block`); blocks of
+  the request, ties broken by address (`BlockComparatorSize`, `get_free_block`; segments are laid out in
+  ascending order unless the driver's addresses are given: a measured trace's, which need not ascend); blocks of
   max_split_size or more only serve requests of max_split_size or more, within +20 MiB;
 - a chosen block is split when the rest is >= 512 bytes (small pool) or > 1 MiB (large pool, and the
   request is below max_split_size) (`should_split`); the request takes the front, the rest stays cached;
@@ -25,6 +26,7 @@ counts 12 MiB, because a 1 MiB rest is not > kSmallSize and so is not split off.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .events import MemEvent, MemoryTrace
@@ -128,7 +130,8 @@ class AllocatorResult:
 class CachingAllocator:
     """The allocator's state: segments, free pools and statistics. `malloc`/`free` mirror the C++."""
 
-    def __init__(self, capacity_bytes: int | None = None, max_split_size_bytes: int | None = None):
+    def __init__(self, capacity_bytes: int | None = None, max_split_size_bytes: int | None = None,
+                 segment_addresses: Sequence[int] = ()):
         self.capacity_bytes = capacity_bytes
         self.max_split = max_split_size_bytes or NO_MAX_SPLIT
         self.small, self.large = _Pool(True), _Pool(False)
@@ -138,6 +141,9 @@ class CachingAllocator:
         self.segments = 0
         self.retries = 0
         self._next_addr = 1 << 40  # virtual addresses: segments laid out one after the other
+        # ... unless the addresses cudaMalloc returned are known (a measured trace): best fit breaks ties
+        # between equal-size free blocks by address, and the driver's addresses need not ascend
+        self._given, self._given_i = list(segment_addresses), 0
         self._heads: dict[int, _Block] = {}  # segment address -> its first block, for every live segment
 
     # -- malloc -------------------------------------------------------------------------------------
@@ -189,8 +195,11 @@ class CachingAllocator:
         seg = segment_size(size)
         if self.capacity_bytes is not None and self.reserved_bytes + seg > self.capacity_bytes:
             return None
-        block = _Block(self._next_addr, seg, stream, pool.small)
-        self._next_addr += seg
+        if self._given_i < len(self._given):
+            addr, self._given_i = self._given[self._given_i], self._given_i + 1
+        else:
+            addr, self._next_addr = self._next_addr, self._next_addr + seg
+        block = _Block(addr, seg, stream, pool.small)
         self.reserved_bytes += seg
         self.segments += 1
         self._heads[block.addr] = block
@@ -285,8 +294,8 @@ class _Replay:
     """A replay in progress: the allocator, the block behind each live trace block, the statistics."""
 
     def __init__(self, capacity_bytes: int | None, max_split_size_bytes: int | None, steady_start: int,
-                 keep_timeline: bool):
-        self.alloc = CachingAllocator(capacity_bytes, max_split_size_bytes)
+                 keep_timeline: bool, segment_addresses: Sequence[int] = ()):
+        self.alloc = CachingAllocator(capacity_bytes, max_split_size_bytes, segment_addresses)
         self.live: dict[int, _Block] = {}
         self.steady_start = steady_start
         self.keep_timeline = keep_timeline
@@ -344,7 +353,7 @@ class _Replay:
 
     def state(self, blocks: list[int]) -> tuple:
         """All that the replay of a step on `blocks` depends on: every segment's blocks (the free pools
-        hold exactly the free ones), the totals, the next segment's address, and the block behind each
+        hold exactly the free ones), the totals, the next segment's address (or given address), and the block behind each
         of `blocks` (None: not live)."""
         alloc, live = self.alloc, self.live
         segments = []
@@ -356,7 +365,7 @@ class _Replay:
                 b = b.next
             segments.append(tuple(seg))
         named = [None if (x := live.get(b)) is None else x.addr for b in blocks]
-        return (alloc._next_addr, alloc.reserved_bytes, alloc.allocated_bytes, alloc.requested_bytes,
+        return (alloc._next_addr, alloc._given_i, alloc.reserved_bytes, alloc.allocated_bytes, alloc.requested_bytes,
                 segments, named)
 
 
@@ -371,7 +380,7 @@ def replay(trace: MemoryTrace, capacity_bytes: int | None = None, max_split_size
     are, and the timeline repeats that step's. Block ids must be >= 0 for that (so that repetition r's
     blocks, r * offset onwards, name nothing earlier); else every step is replayed."""
     events, steady_start = trace.events, trace.steady_start
-    rp = _Replay(capacity_bytes, max_split_size_bytes, steady_start, keep_timeline)
+    rp = _Replay(capacity_bytes, max_split_size_bytes, steady_start, keep_timeline, trace.segment_addresses)
     ok = rp.run(events[:steady_start], [ev.block for ev in events[:steady_start]], 0)
     if ok and steady_repeats > 1 and steady_start < len(events):
         steady = events[steady_start:]

@@ -79,6 +79,8 @@ class MemoryTrace:
     flops_per_step: int = 0   # FLOPs of the steady-state step (torch.utils.flop_counter formulas)
     layers: Any = field(default=None, repr=False)  # plan/tracing/repeat_tags.py's EventLayers, when blocks were followed
     op_costs: Any = field(default=None, repr=False)  # plan/speed/ops.py's OpCosts of the steady step (fake traces)
+    # a measured trace's cudaMalloc addresses, in order (plan/memory/allocator.py takes them; () = laid out in order)
+    segment_addresses: tuple[int, ...] = field(default=(), repr=False)
 
     # pickled (a forked trace sent back to fit's process) column by column: one tuple per field instead of an
     # object per event, several times faster to load for the ~10^5 events of a rebuilt deep model
