@@ -154,13 +154,13 @@ def test_op_costs_record_and_extrapolate():
     c.record("aten.mm", "forward", (a, b), {}, torch.empty(64, 16), 2 * 64 * 32 * 16)
     c.record("aten.t", "forward", (a,), {}, a.t(), 0)  # a view: no kernel, no bytes
     c.record("aten.add", "forward", (a, a), {}, torch.empty(64, 32), 0)
-    assert c.gemms == {("forward", 1, 64, 16, 32, 4): 1}
+    assert c.gemms == {("forward", 1, 64, 16, 32, 4, True): 1}
     assert c.memory_bytes["forward"] == 3 * 64 * 32 * 4   # two reads + one write
     assert c.kernels["forward"] == 2 and c.host_ops["forward"] == 3
     d = OpCosts()
-    d.gemms[("forward", 1, 64, 16, 32, 4)] = 2
+    d.gemms[("forward", 1, 64, 16, 32, 4, True)] = 2
     # 3 traced blocks -> 1 call, 4 -> 2: 32 blocks -> 1 + 29 x 1 = 30
-    assert c.combine(d, 29).gemms[("forward", 1, 64, 16, 32, 4)] == 30
+    assert c.combine(d, 29).gemms[("forward", 1, 64, 16, 32, 4, True)] == 30
     assert c.scaled(4).kernels["forward"] == 8
 
 
@@ -173,7 +173,45 @@ def test_metadata_ops_and_causal_attention():
     assert c.memory_bytes["forward"] == 0 and c.kernels["forward"] == 0
     c.record("aten._scaled_dot_product_flash_attention", "forward", (a, a, a), {"is_causal": True}, (a,), 1000)
     c.record("aten._scaled_dot_product_flash_attention", "forward", (a, a, a), {"is_causal": False}, (a,), 1000)
-    assert c.attention[("forward", "flash")] == 500 + 1000
+    assert c.attention[("forward", "flash", 4)] == 500 + 1000
+
+
+def test_gemm_with_an_unaligned_leading_dimension_runs_the_slow_fallback():
+    # GPT-2's LM head, vocab 50257: the bf16 output's rows are 50257 x 2 bytes apart, not a multiple of 16 ->
+    # cuBLAS's align1 kernels (gemm.py MISALIGNED_EFFICIENCY); vocab 50304 (nanoGPT's padding) stays aligned
+    from gpuwise.plan.speed.gemm import MISALIGNED_EFFICIENCY
+
+    x = torch.empty(64, 768, dtype=torch.bfloat16)
+    for vocab, aligned in ((50257, False), (50304, True)):
+        c = OpCosts()
+        w = torch.empty(vocab, 768, dtype=torch.bfloat16)
+        c.record("aten.mm", "forward", (x, w.t()), {}, torch.empty(64, vocab, dtype=torch.bfloat16), 0)
+        assert c.gemms == {("forward", 1, 64, vocab, 768, 2, aligned): 1}
+    fast = gemm_s(1, 8192, 50304, 768, 2, 989.5e12, 132, 0.83, 4e12)
+    slow = gemm_s(1, 8192, 50257, 768, 2, 989.5e12, 132, 0.83, 4e12, aligned=False)
+    assert slow == pytest.approx(fast * 0.83 / MISALIGNED_EFFICIENCY, rel=0.01)
+    # fp32 GEMMs run on CUDA cores either way: no fallback price
+    assert gemm_s(1, 8192, 50257, 768, 4, 67e12, 132, 0.83, 4e12, aligned=False) == \
+        gemm_s(1, 8192, 50257, 768, 4, 67e12, 132, 0.83, 4e12)
+
+
+def test_fp32_fused_attention_runs_at_the_3xtf32_peak():
+    # SDPA in fp32 runs the memory-efficient kernel, whose GEMMs are 3xTF32 on sm80+ (attention.py)
+    from gpuwise.plan.speed.attention import attention_peak
+
+    h200, v100 = lookup("h200"), lookup("v100-32gb")
+    assert attention_peak(h200, 2, 989.5e12) == 989.5e12
+    assert attention_peak(h200, 4, 989.5e12) == pytest.approx(494.5e12 / 3)
+    assert attention_peak(v100, 4, 125e12) == v100.peak_flops("fp32")
+    times = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        c = OpCosts()
+        q = torch.empty(2, 4, 16, 8, dtype=dtype)
+        c.record("aten._scaled_dot_product_efficient_attention", "forward", (q, q, q), {}, (q,), 1e12)
+        assert set(c.attention) == {("forward", "efficient", q.element_size())}
+        assert set(c.relabel_attention("efficient", "flash").attention) == {("forward", "flash", q.element_size())}
+        times[dtype] = predict(c, h200, "bf16", samples_per_rank=1, flops_per_step=1e12).breakdown["attention"]
+    assert times[torch.float32] / times[torch.bfloat16] == pytest.approx(989.5 / (494.5 / 3))
 
 
 def test_sharded_optimizer_runs_on_one_shard():
@@ -263,3 +301,32 @@ def test_gpu_all_lists_products_not_named_configurations():
     from gpuwise.plan.catalog import CATALOG
 
     assert not CATALOG["h100-sxm-500w"].listed and CATALOG["h100-sxm"].listed
+
+
+def test_memory_bound_ops_are_priced_on_the_loop_torch_runs():
+    # TensorIterator: same-dtype contiguous -> vectorised; bf16 + fp32 -> unrolled (dynamic casting); a broadcast
+    # operand -> strided; fp32 -> bf16 copy has its own vectorised kernel; _foreach_ -> multi_tensor_apply
+    from gpuwise.plan.speed.memory_bound import PATH_EFFICIENCY, memory_bound_s
+
+    aten = torch.ops.aten
+    x32, x16 = torch.empty(64, 32), torch.empty(64, 32, dtype=torch.bfloat16)
+    c = OpCosts()
+    c.record("aten.add", "forward", (x32, x32), {}, torch.empty(64, 32), 0, aten.add.Tensor)
+    c.record("aten.add", "forward", (x16, x32), {}, torch.empty(64, 32), 0, aten.add.Tensor)
+    c.record("aten.mul", "forward", (x32, torch.empty(32)), {}, torch.empty(64, 32), 0, aten.mul.Tensor)
+    c.record("aten._to_copy", "forward", (x32,), {}, torch.empty(64, 32, dtype=torch.bfloat16), 0,
+             aten._to_copy.default)
+    c.record("aten._to_copy", "forward", (x16,), {}, torch.empty(64, 32), 0, aten._to_copy.default)
+    c.record("aten._foreach_add_", "optimizer", ([x32, x32], [x32, x32]), {}, None, 0)
+    n32, n16 = 64 * 32 * 4, 64 * 32 * 2
+    assert c.memory_bytes == {"forward": 3 * n32 + n32 + n16,
+                              ("forward", "unrolled"): 2 * n32 + n16 + n16 + n32,
+                              ("forward", "strided"): 2 * n32 + 32 * 4,
+                              ("optimizer", "foreach"): 4 * n32}
+    assert c.scaled(2).memory_bytes[("forward", "strided")] == 2 * (2 * n32 + 32 * 4)
+    assert memory_bound_s(1e9, 4.8e12, 0.9, "unrolled") == pytest.approx(1e9 / (4.8e12 * PATH_EFFICIENCY["unrolled"]))
+    assert memory_bound_s(1e9, 4.8e12, 0.9) == pytest.approx(1e9 / (4.8e12 * 0.9))
+    s = predict(c, lookup("h200"), "bf16", samples_per_rank=1, flops_per_step=1)
+    slow = sum(memory_bound_s(v, 4.8e12, 0.9, k[1]) for k, v in c.memory_bytes.items()
+               if isinstance(k, tuple) and k[0] == "forward")
+    assert s.breakdown["memory_bound"] == pytest.approx(memory_bound_s(c.memory_bytes["forward"], 4.8e12, 0.9) + slow)

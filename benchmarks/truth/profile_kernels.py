@@ -35,6 +35,10 @@ QUICK = [("examples:mlp", 8, "sgd", "fp32")]
 CLASSES = (("attention", r"flash|fmha|attention|sdpa"), ("conv", r"conv|cudnn|implicit|winograd|fprop|dgrad|wgrad"),
            ("matmul", r"gemm|cutlass|cublas|sm\d+_xmma|nvjet|matmul"), ("optimizer", r"foreach|multi_tensor|fused_adam"))
 
+# record_function / profiler-step names: no kernel signature (no '(' or '<'), a '#' (torch/profiler/profiler.py
+# "ProfilerStep#" + step number; torch/optim/optimizer.py "Optimizer.step#{cls}.step")
+ANNOTATION = re.compile(r"^[^(<]*#[^(<]*$")
+
 
 def kernel_class(name: str) -> str:
     low = name.lower()
@@ -42,6 +46,16 @@ def kernel_class(name: str) -> str:
         if re.search(pattern, low):
             return cls
     return "memory_bound"
+
+
+def is_annotation(ev) -> bool:
+    """A GPU user annotation (`ProfilerStep#3`, `Optimizer.step#AdamW.step`, record_function ranges): a span on
+    the GPU timeline over kernels counted on their own, not a kernel. torch's FunctionEvent says so
+    (`is_user_annotation`, kineto's gpu_user_annotation activity); older torch: the `#` names record_function gives."""
+    flag = getattr(ev, "is_user_annotation", None)
+    if flag is not None:
+        return bool(flag)
+    return bool(ANNOTATION.match(ev.name))
 
 
 def profile(workload: str, batch: int, optimizer: str, precision: str, device: str, steps: int) -> dict:
@@ -68,7 +82,7 @@ def profile(workload: str, batch: int, optimizer: str, precision: str, device: s
             torch.cuda.synchronize()
     kernels: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
     for ev in prof.events():
-        if dev.type == "cuda" and ev.device_type == torch.autograd.DeviceType.CUDA:
+        if dev.type == "cuda" and ev.device_type == torch.autograd.DeviceType.CUDA and not is_annotation(ev):
             k = kernels[ev.name]
             k[0] += 1
             k[1] += ev.time_range.elapsed_us()  # a kernel's own duration on the GPU

@@ -16,6 +16,10 @@
         the backward pass" (FlashAttention-2 paper, sec. 4.1, A100): flash's fractions / 1.4 forward and
         / 2 backward. On Hopper the same ratios are applied to FlashAttention-2's H100 fraction (no
         published H100 comparison; an assumption).
+In fp32 (flash and cuDNN take only fp16/bf16, so SDPA runs the memory-efficient kernel): on sm80+ its GEMMs
+are `OpClassTensorOp` with `OpMultiplyAddFastF32`, three TF32 MMAs per product (pytorch
+aten/src/ATen/native/transformers/cuda/mem_eff_attention/gemm_kernel_utils.h, DefaultGemmType for float,
+kMinComputeCapability >= 80): its peak is the TF32 peak / 3; before sm80, SIMT at the fp32 peak.
 The math backend is not a fused kernel: the trace records its bmm / softmax ops, priced as GEMMs and
 memory-bound ops.
 """
@@ -35,6 +39,15 @@ EFFICIENCY = {
 }
 ARCH_FAMILY = {"ampere": "ampere", "ada": "ampere", "turing": "ampere", "volta": "ampere",
                "hopper": "hopper", "blackwell": "hopper", "cdna3": "hopper"}
+
+
+def attention_peak(gpu, itemsize: int, half_peak: float) -> float:
+    """Peak FLOP/s the fused kernel's GEMMs run at: tensor cores for 2-byte operands, 3xTF32 (or fp32 SIMT
+    on GPUs without TF32) for fp32 operands (see the module docstring)."""
+    if itemsize <= 2:
+        return half_peak
+    tf32 = gpu.flops.get("tf32", 0.0)
+    return tf32 / 3 if tf32 else gpu.peak_flops("fp32")
 
 
 def attention_s(flops: float, kernel: str, phase: str, arch: str, peak_flops: float) -> float:

@@ -18,7 +18,7 @@ from typing import Any
 from ...errors import GpuwiseError
 from ..catalog import GpuSpec, speed_spec
 from . import launch
-from .attention import attention_s
+from .attention import attention_peak, attention_s
 from .conv import conv_s
 from .gemm import gemm_s
 from .memory_bound import memory_bound_s
@@ -96,16 +96,19 @@ def predict(costs: OpCosts, gpu: GpuSpec, precision: str, *, samples_per_rank: i
         phases.setdefault(group, {}).setdefault(part, 0.0)
         phases[group][part] += seconds
 
-    for (phase, batch, m, n, k, itemsize), calls in costs.gemms.items():
+    for (phase, batch, m, n, k, itemsize, *aligned), calls in costs.gemms.items():
         add(phase, "matmul", calls * gemm_s(batch, m, n, k, itemsize, peak_for(gpu, itemsize, precision),
-                                            sp.sm_count, sp.matmul_efficiency, bw * sp.memory_efficiency))
-    for (phase, kernel), flops in costs.attention.items():
-        add(phase, "attention", attention_s(flops, kernel, phase, gpu.arch, half_peak))
+                                            sp.sm_count, sp.matmul_efficiency, bw * sp.memory_efficiency,
+                                            aligned=aligned[0] if aligned else True))
+    for (phase, kernel, *itemsize), flops in costs.attention.items():
+        peak = attention_peak(gpu, itemsize[0] if itemsize else 2, half_peak)
+        add(phase, "attention", attention_s(flops, kernel, phase, gpu.arch, peak))
     for (phase, flops, nbytes, nchw_bytes, itemsize), calls in costs.convs.items():
         add(phase, "matmul", calls * conv_s(flops, nbytes, nchw_bytes, itemsize, half_peak, tf32_peak,
                                             gpu.peak_flops("fp32"), sp.matmul_efficiency, bw, sp.memory_efficiency))
-    for phase, nbytes in costs.memory_bytes.items():
-        add(phase, "memory_bound", memory_bound_s(nbytes, bw, sp.memory_efficiency))
+    for key, nbytes in costs.memory_bytes.items():
+        phase, path = key if isinstance(key, tuple) else (key, "vectorized")
+        add(phase, "memory_bound", memory_bound_s(nbytes, bw, sp.memory_efficiency, path))
     for phase, kernels in costs.kernels.items():
         add(phase, "launch_overhead", launch.gpu_gaps_s(kernels))
 

@@ -13,6 +13,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from .gemm import ALIGN_BYTES
+
 GEMM_OPS = {"aten.mm", "aten.addmm", "aten.bmm", "aten.baddbmm", "aten._scaled_mm"}
 CONV_OPS = {"aten.convolution", "aten.convolution_backward", "aten.cudnn_convolution"}
 # SDPA's fused kernels, forward and backward (torch/_meta_registrations.py names them)
@@ -31,6 +33,7 @@ ATTENTION_KERNELS = {
 # no kernel at all: allocation or a host-side read
 NO_KERNEL_OPS = {"aten.empty", "aten.empty_strided", "aten.empty_like", "aten._local_scalar_dense",
                  "aten.lift_fresh", "aten.set_", "aten.resize_", "aten.sym_size", "aten.sym_stride"}
+COPY_OPS = {"aten._to_copy", "aten.copy_"}  # TensorIterator copies without the pointwise tag
 # torch's multi_tensor_apply launches one kernel per chunk of tensors: at most 110 / 64 / 48 / 36 / 30
 # tensors for 1..5 tensor lists (aten/src/ATen/native/cuda/MultiTensorApply.cuh depth_to_max_tensors)
 FOREACH_MAX_TENSORS = (110, 64, 48, 36, 30)
@@ -38,11 +41,13 @@ FOREACH_MAX_TENSORS = (110, 64, 48, 36, 30)
 
 @dataclass
 class OpCosts:
-    gemms: Counter = field(default_factory=Counter)       # (phase, batch, m, n, k, itemsize) -> calls
-    attention: Counter = field(default_factory=Counter)   # (phase, kernel) -> FLOPs
+    # (phase, batch, m, n, k, itemsize, aligned: every operand 16-byte aligned, gemm.py) -> calls
+    gemms: Counter = field(default_factory=Counter)
+    attention: Counter = field(default_factory=Counter)   # (phase, kernel, query itemsize) -> FLOPs
     # (phase, FLOPs, bytes read + written, bytes of its NCHW activations, operand itemsize) -> calls
     convs: Counter = field(default_factory=Counter)
-    memory_bytes: Counter = field(default_factory=Counter)  # phase -> bytes read + written by other kernels
+    # phase -> bytes read + written by other kernels; (phase, path) -> those of the slower paths (_kernel_path)
+    memory_bytes: Counter = field(default_factory=Counter)
     kernels: Counter = field(default_factory=Counter)     # phase -> kernels launched (all kinds)
     host_ops: Counter = field(default_factory=Counter)    # phase -> aten ops dispatched (views included)
 
@@ -57,19 +62,21 @@ class OpCosts:
         if not _tensors(out) and not name.endswith("_"):  # metadata queries (is_same_size, ...): no kernel
             return
         if name in GEMM_OPS:
-            self.gemms[(phase, *_gemm_shape(name, args))] += 1
+            self.gemms[(phase, *_gemm_shape(name, args, out))] += 1
             self.kernels[phase] += 1
         elif name in ATTENTION_KERNELS:
             # torch's flop formulas count the full L x S score matrix; a causal kernel skips the masked half
             # (the FlashAttention papers count causal FLOPs as half of the full ones)
-            self.attention[(phase, ATTENTION_KERNELS[name])] += flops / 2 if _causal(func, args, kwargs) else flops
+            key = (phase, ATTENTION_KERNELS[name], _itemsize(args))
+            self.attention[key] += flops / 2 if _causal(func, args, kwargs) else flops
             self.kernels[phase] += 1
         elif name in CONV_OPS or flops:
             self.convs[(phase, flops, *_conv_bytes(name, args, out))] += 1
             self.kernels[phase] += 1
         else:
             tensors = _tensors((args, kwargs)) + _tensors(out)
-            self.memory_bytes[phase] += sum(_bytes(t) for t in tensors)
+            path = _kernel_path(name, func, tensors, out)
+            self.memory_bytes[phase if path == "vectorized" else (phase, path)] += sum(_bytes(t) for t in tensors)
             self.kernels[phase] += _foreach_launches(name, args)
 
     def combine(self, other: OpCosts, weight: float) -> OpCosts:
@@ -87,8 +94,8 @@ class OpCosts:
         for part in self.PARTS:
             getattr(out, part).update(getattr(self, part))
         out.attention = Counter()
-        for (phase, k), flops in self.attention.items():
-            out.attention[(phase, as_kernel if k == kernel else k)] += flops
+        for (phase, k, *rest), flops in self.attention.items():
+            out.attention[(phase, as_kernel if k == kernel else k, *rest)] += flops
         return out
 
     def scaled(self, factor: float, phases: tuple[str, ...] = ("forward", "backward")) -> OpCosts:
@@ -98,6 +105,30 @@ class OpCosts:
             getattr(out, part).update({k: v * factor if _phase(k) in phases else v
                                        for k, v in getattr(self, part).items()})
         return out
+
+
+def _kernel_path(name: str, func, tensors: list, out) -> str:
+    """Which of TensorIterator's loops runs a memory-bound op (aten/src/ATen/native/cuda/CUDALoops.cuh
+    gpu_kernel_impl): "foreach" (multi_tensor_apply), "unrolled" (a pointwise op whose floating operands differ
+    in dtype needs dynamic casting: launch_unrolled_kernel, no vector loads; the fp32 -> fp16/bf16 copy has its
+    own vectorised kernel, Copy.cu bfloat16_copy_kernel_cuda), "strided" (a pointwise op over a non-contiguous
+    or broadcast operand: the offset-calculator loop, elementwise_kernel), else "vectorized". Bandwidth of
+    each: plan/speed/memory_bound.py."""
+    import torch
+
+    if name.startswith("aten._foreach_") or name.startswith("aten._fused_"):
+        return "foreach"
+    if name not in COPY_OPS and torch.Tag.pointwise not in getattr(func, "tags", ()):
+        return "vectorized"
+    big = [t for t in tensors if t.numel() > 1]
+    floats = {t.dtype for t in big if t.is_floating_point()}
+    if len(floats) > 1 and not (name in COPY_OPS and isinstance(out, torch.Tensor) and out.element_size() == 2
+                                and {t.dtype for t in big} == {torch.float32, out.dtype}):
+        return "unrolled"
+    shape = out.shape if isinstance(out, torch.Tensor) else None
+    if any(not t.is_contiguous() or (shape is not None and t.shape != shape) for t in big):
+        return "strided"  # a broadcast operand (implicit or expanded) is as good as non-contiguous
+    return "vectorized"
 
 
 def _causal(func, args, kwargs) -> bool:
@@ -145,8 +176,9 @@ def _is_view(name: str, out, args) -> bool:
     return id(out.untyped_storage()) in {id(t.untyped_storage()) for t in _tensors(args)}
 
 
-def _gemm_shape(name: str, args) -> tuple[int, int, int, int, int]:
-    """(batch, m, n, k, itemsize) of a GEMM call."""
+def _gemm_shape(name: str, args, out=None) -> tuple[int, int, int, int, int, bool]:
+    """(batch, m, n, k, itemsize, aligned) of a GEMM call; aligned: A, B and the output all 16-byte aligned
+    (plan/speed/gemm.py)."""
     if name in ("aten.addmm", "aten.baddbmm"):
         a, b = args[1], args[2]
     else:
@@ -155,7 +187,24 @@ def _gemm_shape(name: str, args) -> tuple[int, int, int, int, int]:
     batch = shape_a[0] if len(shape_a) == 3 else 1
     m, k = shape_a[-2], shape_a[-1]
     n = shape_b[-1]
-    return batch, int(m), int(n), int(k), a.element_size()
+    aligned = all(_aligned(t) for t in (a, b, *_tensors(out)))
+    return batch, int(m), int(n), int(k), a.element_size(), aligned
+
+
+def _aligned(t, align_bytes: int = ALIGN_BYTES) -> bool:
+    """cuBLAS's vectorised kernels need every stride but the unit one (the leading dimension, the batch
+    stride) and the base pointer to be multiples of 16 bytes; dimensions of size 1 have no stride to speak of."""
+    size = t.element_size()
+    try:
+        strides = [st for st, d in zip(t.stride(), t.shape) if d > 1 and st != 1]
+        return all(st * size % align_bytes == 0 for st in strides) and t.storage_offset() * size % align_bytes == 0
+    except Exception:  # noqa: BLE001 - tensors without strides (sparse, nested): assume the common case
+        return True
+
+
+def _itemsize(args) -> int:
+    tensors = _tensors(args[:1])
+    return tensors[0].element_size() if tensors else 2
 
 
 def _conv_bytes(name: str, args, out) -> tuple[int, int, int]:
