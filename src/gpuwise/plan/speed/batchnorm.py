@@ -16,12 +16,18 @@ kernels, fp32 and fp16 autocast run cuDNN's. PyTorch's channels-first kernels re
 thread block (`dim3 blocks(input.size(1))`): few blocks for the early, large layers, so they stay far below
 the streaming bandwidth.
 
-Achieved fraction of the datasheet bandwidth, measured per implementation (benchmarks/truth/kernels/
-nvidia-h200.jsonl, resnet50 b64 adamw, NVIDIA H200 4.8 TB/s, torch 2.11 + cuDNN of CUDA 13.0):
+Achieved rate, measured per implementation (benchmarks/truth/kernels/nvidia-h200.jsonl, resnet50 b64 adamw,
+NVIDIA H200: 132 SMs, 4.8 TB/s; torch 2.11, cuDNN of CUDA 13.0):
     native (bf16 run): batch_norm_collect_statistics + transform_input + backward + update_stats kernels
-        14.52 ms per step for 53 layers, 8 passes of their 1.423 GB of bf16 activations = 11.38 GB -> 0.163
-    cudnn (fp32 run): bn_fw_tr_1C11 + bn_bw_1C11 kernels 10.77 ms per step, 8 passes of 2.845 GB = 22.76 GB
-        -> 0.440
+        14.52 ms per step for 53 layers, 8 passes of their 1.423 GB of bf16 activations = 11.38 GB:
+        784 GB/s, 0.163 of the datasheet bandwidth
+    cudnn (fp32 run): bn_fw_tr_1C11 + bn_bw_1C11 kernels 10.77 ms per step, 8 passes of 2.845 GB = 22.76 GB:
+        2.11 TB/s, 0.440 of it
+Both are far below what HBM gives, and the truth says what limits them: the same steps take the same time on
+an H100 SXM (132 SMs, 3.35 TB/s) as on the H200 (resnet50 b64 adamw: bf16 36.4 vs 35.6 ms, fp32 86.2 vs
+83.3 ms, benchmarks/truth/*.jsonl), so they are bound by the SMs' work (per-channel blocks, reductions), not by
+DRAM. The rate is taken per SM (784 / 132 = 5.94 GB/s native, 2113 / 132 = 16.0 GB/s cuDNN) times the GPU's
+SMs, never above its streaming bandwidth; SM clocks are not modelled.
 PyTorch's channels-last kernels (a channels_last model in bf16) were not measured: they reduce across
 blocks, so they are priced at the streaming efficiency of every other memory-bound kernel.
 """
@@ -29,7 +35,7 @@ blocks, so they are priced at the streaming efficiency of every other memory-bou
 from __future__ import annotations
 
 NATIVE, NATIVE_CHANNELS_LAST, CUDNN = "native", "native-channels-last", "cudnn"
-BANDWIDTH_FRACTION = {NATIVE: 0.163, CUDNN: 0.440}
+BYTES_PER_S_PER_SM = {NATIVE: 11.38e9 / 14.52e-3 / 132, CUDNN: 22.76e9 / 10.77e-3 / 132}
 PASSES = {("forward", True): 3, ("forward", False): 2, ("backward", True): 5, ("backward", False): 3}
 _BACKWARD_INPUT_AT = {"aten.native_batch_norm_backward": 1, "aten.batch_norm_backward": 1,
                       "aten.cudnn_batch_norm_backward": 0, "aten.miopen_batch_norm_backward": 0}
@@ -58,8 +64,10 @@ def batch_norm_traffic(name: str, args: tuple) -> tuple[str, int]:
     return impl, PASSES[("backward" if backward else "forward", bool(training))] * nbytes
 
 
-def batch_norm_s(nbytes: float, impl: str, bandwidth: float, memory_efficiency: float) -> float:
-    """Seconds for `nbytes` of batch-norm passes run by `impl` (module docstring)."""
+def batch_norm_s(nbytes: float, impl: str, sm_count: int, bandwidth: float, memory_efficiency: float) -> float:
+    """Seconds for `nbytes` of batch-norm passes run by `impl` on `sm_count` SMs (module docstring)."""
     if nbytes <= 0 or bandwidth <= 0:
         return 0.0
-    return nbytes / (bandwidth * BANDWIDTH_FRACTION.get(impl, memory_efficiency))
+    streaming = bandwidth * memory_efficiency
+    per_sm = BYTES_PER_S_PER_SM.get(impl)
+    return nbytes / (min(per_sm * sm_count, streaming) if per_sm else streaming)

@@ -110,7 +110,7 @@ def predict(costs: OpCosts, gpu: GpuSpec, precision: str, *, samples_per_rank: i
     for phase, nbytes in costs.memory_bytes.items():
         add(phase, "memory_bound", memory_bound_s(nbytes, bw, sp.memory_efficiency))
     for (phase, impl), nbytes in costs.batch_norms.items():
-        add(phase, "batch_norm", batch_norm_s(nbytes, impl, bw, sp.memory_efficiency))
+        add(phase, "batch_norm", batch_norm_s(nbytes, impl, sp.sm_count, bw, sp.memory_efficiency))
     for phase, nbytes in costs.input_bytes.items():
         add(phase, "input_copy", input_copy_s(nbytes))
     for phase, kernels in costs.kernels.items():
