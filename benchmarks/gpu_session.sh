@@ -6,7 +6,8 @@
 #   bash benchmarks/gpu_session.sh truth    # the truth corpus, resumable: call again until it says done (~9 min a call)
 #   bash benchmarks/gpu_session.sh bench    # truth error table, tune benchmark on the GPU, watch report, scale -n 1 (~8 min)
 #   bash benchmarks/gpu_session.sh lease    # one ~9-minute call for a 15-minute lease: versions, truth first
-#                                           # (resumes), per-kernel times by class, gpu tests, scale/train/watch
+#                                           # (resumes), per-kernel times by class, GEMM/attention kernels alone,
+#                                           # gpu tests, scale/train/watch
 #
 # Results go to $OUT (or ./gpu-out): logs, and benchmarks/truth/*.jsonl to copy back into the repo.
 set -uo pipefail
@@ -50,11 +51,12 @@ case "${1:-check}" in
   lease)
     { versions; echo "== gpuwise gpus"; gpuwise gpus --processes; gpuwise doctor --json > "$OUT/doctor.json"
       echo "== truth (published sizes first; resumable)"
-      timeout 300 python3 benchmarks/truth/collect.py --budget-min 3.5; echo "truth exit $?"
+      timeout 270 python3 benchmarks/truth/collect.py --budget-min 3.2; echo "truth exit $?"
       cp benchmarks/truth/*.jsonl "$OUT"/ 2>/dev/null
       echo "== kernels by class (speed model check)"; timeout 150 python3 benchmarks/truth/profile_kernels.py
+      echo "== GEMM and attention kernels alone (speed model constants)"; timeout 75 python3 benchmarks/truth/gemm_bench.py --budget-s 60
       for f in benchmarks/truth/kernels/*.jsonl; do cp "$f" "$OUT/kernels-$(basename "$f")"; done 2>/dev/null
-      echo "== gpu tests"; timeout 130 python3 -m pytest -q -m gpu -p no:cacheprovider tests; echo "tests exit $?"
+      echo "== gpu tests"; timeout 110 python3 -m pytest -q -m gpu -p no:cacheprovider tests; echo "tests exit $?"
       echo "== scale (NCCL)"; timeout 40 gpuwise scale examples:gpt-mini -n 1 --batch-size 16 --steps 20
       echo "== train (NCCL)"; timeout 40 gpuwise train examples:gpt-mini -n 1 --batch-size 16 --steps 50 --json
       echo "== watch: data-starved (unmodified script)"

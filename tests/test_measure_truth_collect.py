@@ -82,3 +82,22 @@ def test_dry_run_lists_the_plan():
     assert proc.returncode == 0
     # 19 workloads x 3 optimizers x 2 precisions x 3 batches = 342, plus 8 with checkpointing = 350
     assert proc.stdout.startswith("350 measurements of 19 workloads, 6 max-batch searches")
+
+
+def test_gemm_bench_writes_rows_as_it_goes_and_compares_them_with_the_model(tmp_path):
+    """benchmarks/truth/gemm_bench.py's plumbing on the CPU: the env line, a GEMM per dtype and attention rows
+    written to --out, then --compare prices each GEMM with plan/speed/gemm.py for a catalog GPU."""
+    bench = ROOT / "benchmarks" / "truth" / "gemm_bench.py"
+    out = tmp_path / "ops.jsonl"
+    run = subprocess.run([sys.executable, str(bench), "--device", "cpu", "--quick", "--out", str(out)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["op"] for r in rows] == ["env", "sdpa", "sdpa", "gemm", "gemm"]
+    assert {r["dtype"] for r in rows if r["op"] == "gemm"} == {"bf16", "fp32"}
+    assert all(r["measured_s"] > 0 for r in rows if r["op"] == "gemm")
+    assert rows[1]["forward_flops"] == 4 * 1 * 2 * 16 * 16 * 8
+    cmp = subprocess.run([sys.executable, str(bench), "--compare", str(out), "--gpu", "h100"],
+                         capture_output=True, text=True, timeout=300)
+    assert cmp.returncode == 0, cmp.stderr
+    assert cmp.stdout.count("gemm linear_fwd") == 2 and "median |err|" in cmp.stdout

@@ -285,6 +285,30 @@ def test_traces_run_side_by_side_give_the_same_answers(tmp_path, monkeypatch):
     assert forked.traces_run == here.traces_run
 
 
+def test_the_load_of_fits_own_forks_does_not_stop_it_forking(monkeypatch):
+    """idle_cpus: the 1-minute load average that fit's own forks raised is not another's work. On 2 idle CPUs,
+    after 60 s of two forks busy (load 1.9, nearly all of it this process's), fit still forks for two; with
+    another process busy beside it as well (load 2.9), one."""
+    import os
+    import time
+    from types import SimpleNamespace
+
+    from gpuwise.plan import scaled
+
+    clock = {"t": 0.0, "cpu": 0.0, "load": 0.0}
+    monkeypatch.setattr(scaled, "_OWN", [])
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1})
+    monkeypatch.setattr(os, "getloadavg", lambda: (clock["load"], 0.0, 0.0))
+    monkeypatch.setattr(os, "times", lambda: SimpleNamespace(user=clock["cpu"], system=0.0, children_user=0.0,
+                                                             children_system=0.0))
+    monkeypatch.setattr(time, "monotonic", lambda: clock["t"])
+    assert scaled.idle_cpus() == 2                  # an idle machine, fit just started
+    clock.update(t=60.0, cpu=120.0, load=1.9)       # a minute of its two forks: 2 CPU-seconds a second
+    assert scaled.idle_cpus() == 2
+    clock.update(t=61.0, cpu=122.0, load=2.9)       # and another process busy since
+    assert scaled.idle_cpus() == 1
+
+
 def test_a_step_that_would_leave_a_cpu_idle_is_traced_as_two_tasks():
     """prefetch's fork tasks: a step is one task; where the steps would leave a CPU idle at the end, the last
     rebuilt ones become their 4- and 3-block traces (the side-by-side test above runs both kinds: 3 steps, 2 CPUs)."""

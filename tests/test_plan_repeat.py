@@ -118,6 +118,8 @@ def test_stage_progress_is_silent_for_quick_runs_then_prints_each_stage(capsys):
     ("tiny-llama", StepConfig("sgd", "bf16-pure", False)),
     ("examples:gpt-mini", StepConfig()),
     ("examples:resnet", StepConfig("adamw", "bf16", False)),  # batch norm buffers, convolutions
+    ("tiny-llama", StepConfig("adamw", "fp16", False)),      # a GradScaler: its first step makes its scale
+    ("tiny-llama", StepConfig("sgd", "fp16", True)),
 ])
 def test_a_copied_warm_up_step_equals_a_traced_one(spec, config):
     """plan/memory/warmup.py: the CUDA target's warm-up step assembled from the steady step's events is the traced
@@ -167,9 +169,10 @@ def test_a_first_forward_that_leaves_state_behind_gets_a_traced_warm_up(monkeypa
     assert refused and canonical(copied) == canonical(_run(wl, 2, StepConfig(), "cuda", fake=True, warmup="step"))
 
 
-def test_a_grad_scaler_step_is_traced_with_its_warm_up_once(monkeypatch):
-    """fp16 trains with a GradScaler, whose first step is not its steady one: the CUDA target traces the
-    warm-up step at once instead of tracing a step to copy and then refusing the copy (one trace, not two)."""
+def test_a_grad_scaler_step_copies_its_warm_up(monkeypatch):
+    """fp16 trains with a GradScaler, whose first `scale` makes its scale and growth tracker: the CUDA target
+    traces one step (the scaler's first) and assembles the warm-up step from it, those two storages made in
+    the warm-up's forward as a traced warm-up step makes them; the same events, the same speed-model ops."""
     from gpuwise.plan.tracing import trace as tracer
     from gpuwise.workload import load_workload
 
@@ -179,8 +182,10 @@ def test_a_grad_scaler_step_is_traced_with_its_warm_up_once(monkeypatch):
     monkeypatch.setattr(tracer, "_trace_once", lambda *a, **k: ran.append(a[5]) or real(*a, **k))
     config = StepConfig("adamw", "fp16", False)
     copied = _run(wl, 2, config, "cuda", fake=True, warmup="copy")
-    assert ran == ["step"]
-    assert canonical(copied) == canonical(_run(wl, 2, config, "cuda", fake=True, warmup="step"))
+    assert ran == ["copy"]
+    traced = _run(wl, 2, config, "cuda", fake=True, warmup="step")
+    assert canonical(copied) == canonical(traced)
+    assert copied.op_costs == traced.op_costs and copied.flops_per_step == traced.flops_per_step
 
 
 def test_the_libraries_a_trace_runs_are_quiet_and_the_users_code_is_not(caplog):

@@ -419,11 +419,37 @@ def fork_tasks(keys: list, pairs: set, cpus: int) -> list[tuple[Any, int | None]
 
 def idle_cpus() -> int:
     """CPUs this process may use that the last minute's load leaves free (itself counted): forks side by
-    side only help where they do not queue behind other work; 1 on a busy or one-CPU machine."""
+    side only help where they do not queue behind other work; 1 on a busy or one-CPU machine. The load this
+    process and its forks put there themselves (`_own_load`) is not another's: counted, a `--gpu all` fit
+    on an idle 2-CPU machine stopped forking after about 40 s of its own forks (load average over 1)."""
     import os
 
     usable = len(os.sched_getaffinity(0))
-    return max(1, min(usable, int(usable - os.getloadavg()[0] + 1)))
+    others = os.getloadavg()[0] - _own_load()
+    return max(1, min(usable, int(usable - others + 1)))
+
+
+_OWN: list[float] = []  # [when, CPU seconds of this process and its reaped forks then, their load then]
+
+
+def _own_load() -> float:
+    """This process's and its finished forks' share of the 1-minute load average, estimated as the kernel
+    averages the load (exponentially, over a minute) from their CPU seconds between calls; 0 at the first."""
+    import math
+    import os
+    import time
+
+    t = os.times()
+    now, cpu = time.monotonic(), t.user + t.system + t.children_user + t.children_system
+    if not _OWN:
+        _OWN[:] = [now, cpu, 0.0]
+        return 0.0
+    then, cpu_then, load = _OWN
+    if now > then:
+        decay = math.exp(-(now - then) / 60)
+        load = load * decay + (cpu - cpu_then) / (now - then) * (1 - decay)
+    _OWN[:] = [now, cpu, load]
+    return load
 
 
 _FORKED: Evaluator | None = None  # the evaluator a prefetch's forked workers trace for

@@ -9,8 +9,9 @@ steady forward and backward (new storages, same sizes, categories, modules and o
 optimizer step (without the zero gradients it stepped on: the copy's gradients stand there), then
 zero_grad freeing the copy's gradients and the loss as the steady step frees its own.
 
-Where that would not be the same step, `NotCopyable` says why and the caller traces the warm-up step:
-a GradScaler (its first step creates its state), a forward or backward that frees what an earlier step
+With a GradScaler the traced step is the scaler's first: its scale and growth tracker, made by the first
+`scale`, stay in the warm-up step (`warm_up_step_from_steady`). Where that would not be the same step,
+`NotCopyable` says why and the caller traces the warm-up step: a forward or backward that frees what an earlier step
 made, storages the optimizer frees mid-step or nobody frees. plan/tracing/repeat.py uses it only where a
 4-block trace is checked against a rebuild from a 3-block trace with a traced warm-up step, so a
 copy that differed would be caught there (tests/test_plan_repeat.py also compares it with the traced
@@ -35,14 +36,21 @@ class DeferredWarmUp:
     def __init__(self, mode, step, at: int):
         self.mode, self.step, self.at = mode, step, at
         self.segment: tuple[int, int] | None = None
-        self._handle = None
+        self.steady_end: int | None = None  # where the steady step's optimizer step returned
+        self._handles = []
 
     def __enter__(self):
-        self._handle = self.step.optimizer.register_step_pre_hook(self._warm_up)
+        self._handles = [self.step.optimizer.register_step_pre_hook(self._warm_up),
+                         self.step.optimizer.register_step_post_hook(self._stepped)]
         return self
 
     def __exit__(self, *exc):
-        self._handle.remove()
+        for handle in self._handles:
+            handle.remove()
+
+    def _stepped(self, *_a, **_k) -> None:
+        if self.segment is not None and self.segment[1] >= 0 and self.steady_end is None:
+            self.steady_end = len(self.mode.rec.events)
 
     def _warm_up(self, opt, *_a, **_k) -> None:
         import torch
@@ -87,10 +95,15 @@ class NotCopyable(Exception):
     """The warm-up step cannot be assembled from the steady one (the message says why)."""
 
 
-def warm_up_step_from_steady(mode, deferred, has_scaler: bool) -> int:
-    """Rewrite `mode.rec.events` to setup, warm-up step, steady step; returns where the steady step starts."""
-    if has_scaler:
-        raise NotCopyable("a GradScaler's first step is not its steady one")
+def warm_up_step_from_steady(mode, deferred, scaler: list[int | None] | None = None) -> int:
+    """Rewrite `mode.rec.events` to setup, warm-up step, steady step; returns where the steady step starts.
+
+    `scaler`: the blocks of a GradScaler's scale and growth tracker. The traced step is then the scaler's
+    first: its `scale` made them (torch/amp/grad_scaler.py `_lazy_init_scale_growth_tracker`), where a
+    first step makes them, so their allocations stay in the warm-up and leave the steady step, which is
+    otherwise the same (`unscale_`'s inverse scale and found_inf, the per-device found_inf that
+    `update` frees after the optimizer step). Those frees after the optimizer step follow the copied
+    optimizer step as they follow the steady one."""
     if deferred.segment is None:
         raise NotCopyable("the step has no optimizer step")
     events, blocks = mode.rec.events, mode.rec.blocks
@@ -100,20 +113,28 @@ def warm_up_step_from_steady(mode, deferred, has_scaler: bool) -> int:
     freed = {e[1] for e in forward_backward if e[0] == "free"}
     if freed - born:
         raise NotCopyable("the forward or backward frees a storage an earlier step made")
+    made = set(scaler or ())
+    if scaler is not None and (None in made or made - born or made & freed or deferred.steady_end is None):
+        raise NotCopyable("a GradScaler's scale and growth tracker are not made by the step's scale")
     zeros = {e[1] for e in events[a:zeros_end] if e[0] == "alloc"}
     segment = events[a:b]
     born_in_segment = {e[1] for e in segment if e[0] == "alloc"}
     if any(e[1] not in born_in_segment for e in segment):
         raise NotCopyable("the first optimizer step frees a storage of the step")
     optimizer = [e for e in segment if e[1] not in zeros]
-    alive = born - freed  # gradients, the loss: freed by zero_grad and the step's return
-    later = [e for e in events[b:] if e[0] == "free" and e[1] in alive]
-    if len(later) != len(alive) or any(e[2] != "zero_grad" for e in later):
+    alive = born - freed - made  # gradients, the loss (and found_inf): freed by zero_grad, the step's return
+    later = [(i, e) for i, e in enumerate(events[b:], b) if e[0] == "free" and e[1] in alive]
+    if scaler is None:
+        ok = all(e[2] == "zero_grad" for _, e in later)
+    else:  # after the optimizer step only these frees (update's, zero_grad's): none inside it
+        ok = all(e[2] == "zero_grad" or i >= deferred.steady_end for i, e in later) and \
+            len(events) - deferred.steady_end == sum(i >= deferred.steady_end for i, _ in later)
+    if len(later) != len(alive) or not ok:
         raise NotCopyable("the step's optimizer frees a gradient, or a storage outlives the step")
 
     new: dict[int, int] = {}
     for e in forward_backward:
-        if e[0] == "alloc":
+        if e[0] == "alloc" and e[1] not in made:
             orig = blocks[e[1]]
             new[e[1]] = len(blocks)
             blocks.append(dataclasses.replace(orig, freed=True))
@@ -121,8 +142,9 @@ def warm_up_step_from_steady(mode, deferred, has_scaler: bool) -> int:
                 mode.saved.add(new[e[1]])
             if mode.layers is not None:
                 mode.layers.block_layer[new[e[1]]] = mode.layers.block_layer.get(e[1])
-    copy = [(e[0], new[e[1]], *e[2:]) for e in forward_backward]
-    zero_grad = [(e[0], new[e[1]], *e[2:]) for e in later]
+    copy = [e if e[1] in made else (e[0], new[e[1]], *e[2:]) for e in forward_backward]
+    zero_grad = [(e[0], new[e[1]], *e[2:]) for _, e in later]
     warm_up = copy + optimizer + zero_grad
-    events[at:] = warm_up + forward_backward + events[b:]
+    steady = [e for e in forward_backward if e[1] not in made]
+    events[at:] = warm_up + steady + events[b:]
     return at + len(warm_up)

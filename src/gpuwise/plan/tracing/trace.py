@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import GpuwiseError
-from ...step import StepConfig, TrainStep, tensors_in, uses_grad_scaler, warm_optimizer
+from ...step import StepConfig, TrainStep, tensors_in, warm_optimizer
 from ...workload import load_workload
 from ..memory.events import MemEvent, MemoryTrace, check_target
 from ..memory.warmup import DeferredWarmUp, NotCopyable, warm_up_step_from_steady
@@ -334,6 +334,37 @@ def _phase_hooks(mode: _TraceMode, step: TrainStep):
             del step.scaler.step
 
 
+def _blocks_of(mode: _TraceMode, objs) -> list[int]:
+    """The blocks of these tensors' storages (None for a storage the trace does not hold)."""
+    return [entry[0] if (entry := mode.live.get(id(st))) is not None else None
+            for st in _storages(objs, mode.device_type)]
+
+
+@contextlib.contextmanager
+def _scaler_made_uncounted(mode: _TraceMode, scaler):
+    """A GradScaler's first `scale` makes its scale and growth tracker (`_lazy_init_scale_growth_tracker`):
+    with a copied warm-up (plan/memory/warmup.py) the traced step is the scaler's first, and those two
+    allocations move into the warm-up step; they are the first step's ops, not the steady step's (the speed
+    model's ops and FLOPs leave them out, as a traced warm-up step does)."""
+    if scaler is None:
+        yield
+        return
+    lazy = scaler._lazy_init_scale_growth_tracker
+
+    def uncounted(*a, **k):
+        counting, mode.count_flops = mode.count_flops, False
+        try:
+            return lazy(*a, **k)
+        finally:
+            mode.count_flops = counting
+
+    scaler._lazy_init_scale_growth_tracker = uncounted
+    try:
+        yield
+    finally:
+        del scaler._lazy_init_scale_growth_tracker
+
+
 def _settle(mode: _TraceMode) -> list[MemEvent]:
     """Turn the raw events into MemEvents, with each block's category decided from what it became."""
     out = []
@@ -367,8 +398,6 @@ def _run(workload, batch_size: int, config: StepConfig, target: str, fake: bool,
     """`_trace_once`; a warm-up step that cannot be copied from the steady one (plan/memory/warmup.py) is traced."""
     if (config.zero_grad == "zeros" or config.keep_last_loss) and warmup in ("copy", "optimizer"):
         warmup = "step"  # the first step leaves every gradient (or its loss's graph) allocated: trace it whole
-    if uses_grad_scaler(config) and warmup == "copy":
-        warmup = "step"  # a GradScaler's first step is not its steady one (warmup.NotCopyable): not tried
     if warmup == "copy":
         try:
             return _trace_once(workload, batch_size, config, target, fake, "copy", layers)
@@ -436,7 +465,11 @@ def _trace_once(workload, batch_size: int, config: StepConfig, target: str, fake
         step = fake_train_step(workload, config, model) if fake else TrainStep(workload, config, "cpu", model)
         if cuda_like:
             step.workload = _SdpaCaughtInForward(step.workload)
-        batch = step.to_device(workload.build_batch(batch_size))
+        host_batch = workload.build_batch(batch_size)
+        # each step copies it to the GPU (plan/speed/transfer.py)
+        mode.costs.input_bytes["forward"] += sum(t.numel() * t.element_size() for t in tensors_in(host_batch))
+        batch = step.to_device(host_batch)
+        del host_batch
         _label(mode, list(step.model.parameters()), "parameters", create=True)
         _label(mode, list(step.model.buffers()), "buffers", create=True)
         if mode.layers is not None:  # after the storages built outside the trace (adapters' models) exist
@@ -446,8 +479,8 @@ def _trace_once(workload, batch_size: int, config: StepConfig, target: str, fake
             stack.enter_context(padding_read_from_batch(batch, lambda: _real_batch(mode, workload, batch_size)))
         deferred = None
         if warmup in ("optimizer", "copy"):
-            if step.scaler is not None:  # the scale and growth tracker a first step leaves behind
-                step.scaler.scale(torch.zeros((), device=step.device))
+            if step.scaler is not None and warmup == "optimizer":  # the scale and growth tracker a first
+                step.scaler.scale(torch.zeros((), device=step.device))  # step leaves behind
             deferred = DeferredWarmUp(mode, step, len(mode.rec.events))
         else:
             mode.phase = "forward"
@@ -456,11 +489,14 @@ def _trace_once(workload, batch_size: int, config: StepConfig, target: str, fake
         steady_start = len(mode.rec.events)
         mode.phase = "forward"
         mode.count_flops = True
-        with deferred or contextlib.nullcontext(), _phase_hooks(mode, step):
+        with deferred or contextlib.nullcontext(), _phase_hooks(mode, step), \
+                _scaler_made_uncounted(mode, step.scaler if warmup == "copy" else None):
             step.step(batch, on_device=True)
         mode.count_flops = False
         if deferred is not None and warmup == "copy":
-            steady_start = warm_up_step_from_steady(mode, deferred, step.scaler is not None)
+            scaler = None if step.scaler is None else \
+                _blocks_of(mode, [step.scaler._scale, step.scaler._growth_tracker])
+            steady_start = warm_up_step_from_steady(mode, deferred, scaler)
         elif deferred is not None:
             steady_start += deferred.splice()
         if step.scaler is not None:
