@@ -106,7 +106,8 @@ def predict(costs: OpCosts, gpu: GpuSpec, precision: str, *, samples_per_rank: i
         add(phase, "attention", attention_s(flops, kernel, phase, gpu.arch, half_peak))
     for (phase, flops, nbytes, nchw_bytes, itemsize), calls in costs.convs.items():
         add(phase, "matmul", calls * conv_s(flops, nbytes, nchw_bytes, itemsize, half_peak, tf32_peak,
-                                            gpu.peak_flops("fp32"), sp.matmul_efficiency, bw, sp.memory_efficiency))
+                                            gpu.peak_flops("fp32"), sp.matmul_efficiency, bw, sp.memory_efficiency,
+                                            gpu.arch))
     for phase, nbytes in costs.memory_bytes.items():
         add(phase, "memory_bound", memory_bound_s(nbytes, bw, sp.memory_efficiency))
     for (phase, impl), nbytes in costs.batch_norms.items():
