@@ -6,6 +6,8 @@ import torch
 from gpuwise.plan.catalog import lookup, speed_spec
 from gpuwise.plan.speed import launch
 from gpuwise.plan.speed.attention import attention_s
+from gpuwise.plan.speed.batchnorm import BYTES_PER_S_PER_SM, CUDNN, NATIVE, NATIVE_CHANNELS_LAST
+from gpuwise.plan.speed.conv import FP32_CONV_EFFICIENCY
 from gpuwise.plan.speed.gemm import gemm_s
 from gpuwise.plan.speed.model import predict
 from gpuwise.plan.speed.ops import OpCosts
@@ -235,7 +237,8 @@ def test_4_byte_convolutions_use_tf32_only_under_precision_tf32():
     eff, bw = speed_spec(a100).matmul_efficiency, a100.bandwidth_bytes_per_s * speed_spec(a100).memory_efficiency
     fp32 = predict(c, a100, "fp32", samples_per_rank=8, flops_per_step=flops).breakdown["matmul"]
     tf32 = predict(c, a100, "tf32", samples_per_rank=8, flops_per_step=flops).breakdown["matmul"]
-    assert fp32 == pytest.approx(max(flops / (a100.flops["fp32"] * eff), nbytes / bw))
+    # no tensor cores: cuDNN's FFMA kernels, at the fraction of the fp32 peak they were measured to reach
+    assert fp32 == pytest.approx(max(flops / (a100.flops["fp32"] * FP32_CONV_EFFICIENCY), nbytes / bw))
     assert tf32 == pytest.approx(max(flops / (a100.flops["tf32"] * eff), nbytes / bw) + 2 * nchw_bytes / bw)
 
 
@@ -263,3 +266,78 @@ def test_gpu_all_lists_products_not_named_configurations():
     from gpuwise.plan.catalog import CATALOG
 
     assert not CATALOG["h100-sxm-500w"].listed and CATALOG["h100-sxm"].listed
+
+
+def test_a_depthwise_convolution_backward_counts_its_groups():
+    # torch's flop formula counts a grouped convolution's grad_input as if dense (C times too many FLOPs for
+    # a depthwise one); each of grad_input and grad_weight costs the forward's FLOPs
+    x, w = torch.randn(2, 96, 14, 14), torch.randn(96, 1, 7, 7)
+    out = torch.nn.functional.conv2d(x, w, padding=3, groups=96)
+    forward = 2 * out.numel() * w[0].numel()
+    c = OpCosts()
+    args = (out, x, w, None, [1, 1], [3, 3], [1, 1], False, [0, 0], 96, [True, True, False])
+    c.record("aten.convolution_backward", "backward", args, {}, (x, w, None), 357_729_792)
+    c.record("aten.convolution_backward", "backward", args[:-1] + ([False, True, False],), {}, (None, w, None), 1)
+    assert sorted(k[1] for k in c.convs) == [forward, 2 * forward]
+
+
+def _batch_norm(c: OpCosts, x: torch.Tensor, weight_dtype=torch.float32) -> None:
+    w = torch.ones(x.shape[1], dtype=weight_dtype)
+    stats = torch.zeros(x.shape[1])
+    c.record("aten.native_batch_norm", "forward", (x, w, w, stats, stats, True, 0.1, 1e-5), {},
+             (torch.empty_like(x), stats, stats), 0)
+    c.record("aten.native_batch_norm_backward", "backward",
+             (x, x, w, stats, stats, stats, stats, True, 1e-5, [True, True, True]), {}, (x, w, w), 0)
+
+
+def test_batch_norm_is_priced_by_its_passes_at_the_bandwidth_its_kernels_reach():
+    # training: 3 passes over x forward (statistics; normalise), 5 backward (two sums; grad_input)
+    x = torch.randn(8, 64, 28, 28, dtype=torch.bfloat16)
+    bf16 = OpCosts()
+    _batch_norm(bf16, x)  # bf16 activations, fp32 weights (autocast): PyTorch's own kernels, not cuDNN's
+    assert bf16.batch_norms == {("forward", NATIVE): 3 * x.nbytes, ("backward", NATIVE): 5 * x.nbytes}
+    assert bf16.memory_bytes["forward"] == bf16.memory_bytes["backward"] == 0
+    fp32 = OpCosts()
+    _batch_norm(fp32, x.float())
+    assert set(fp32.batch_norms) == {("forward", CUDNN), ("backward", CUDNN)}
+    cl = OpCosts()
+    _batch_norm(cl, x.to(memory_format=torch.channels_last))
+    assert set(cl.batch_norms) == {("forward", NATIVE_CHANNELS_LAST), ("backward", NATIVE_CHANNELS_LAST)}
+    h200, h100 = lookup("h200"), lookup("h100")
+    s = predict(bf16, h200, "bf16", samples_per_rank=8, flops_per_step=0)
+    assert s.breakdown["batch_norm"] == pytest.approx(8 * x.nbytes / (132 * BYTES_PER_S_PER_SM[NATIVE]))
+    # far below a streaming kernel's 90 %: one thread block per channel; bound by the SMs, not by HBM, so an
+    # H100 SXM (same 132 SMs, 3.35 TB/s) takes as long as the H200 (4.8 TB/s)
+    assert s.breakdown["batch_norm"] > 8 * x.nbytes / (4800e9 * 0.9) * 4
+    assert predict(bf16, h100, "bf16", samples_per_rank=8, flops_per_step=0).breakdown["batch_norm"] == \
+        pytest.approx(s.breakdown["batch_norm"])
+    stream = predict(cl, h200, "bf16", samples_per_rank=8, flops_per_step=0).breakdown["batch_norm"]
+    assert stream == pytest.approx(8 * x.nbytes / (4800e9 * speed_spec(h200).memory_efficiency))
+
+
+def test_the_batchs_pageable_copy_is_on_the_gpus_and_the_hosts_timeline():
+    from gpuwise.plan.speed.transfer import PAGEABLE_H2D_BYTES_PER_S
+
+    c = OpCosts()
+    c.input_bytes["forward"] = 38_535_680       # resnet50 b64: images + labels
+    c.host_ops["forward"] = 10_000               # host-bound without the copy
+    c.memory_bytes["forward"] = 1e6
+    copy_s = 38_535_680 / PAGEABLE_H2D_BYTES_PER_S
+    s = predict(c, lookup("h100"), "bf16", samples_per_rank=64, flops_per_step=0)
+    assert s.breakdown["input_copy"] == pytest.approx(copy_s)
+    # the copy syncs the stream and blocks the host: host time + copy, not max(host, copy)
+    assert s.step_time_s == pytest.approx(launch.host_s(10_000) + copy_s)
+    # grad accumulation copies each micro-batch; recomputation does not copy again
+    assert c.scaled(4).input_bytes["forward"] == 4 * 38_535_680
+    sac = predict(c, lookup("h100"), "bf16", samples_per_rank=64, flops_per_step=0, selective="1")
+    assert sac.breakdown["input_copy"] == pytest.approx(copy_s)
+
+
+def test_the_trace_counts_the_batch_the_step_copies_to_the_gpu():
+    from gpuwise.plan.tracing.trace import trace_step
+    from gpuwise.step import StepConfig, tensors_in
+    from gpuwise.workload import load_workload
+
+    wl = load_workload("examples:mlp")
+    trace = trace_step(wl, 4, StepConfig(optimizer="sgd"), target="cuda")
+    assert trace.op_costs.input_bytes["forward"] == sum(t.nbytes for t in tensors_in(wl.build_batch(4))) > 0

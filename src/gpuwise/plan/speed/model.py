@@ -2,8 +2,8 @@
 
     step = max(GPU time, host dispatch time)
     GPU time = forward + backward + optimizer kernels (GEMMs: gemm.py; fused attention: attention.py;
-               convolutions: conv.py; everything else: memory_bound.py; + a gap per
-               kernel: launch.py) + exposed communication + compute slowed by the SMs NCCL holds
+               convolutions: conv.py; batch norm: batchnorm.py; everything else: memory_bound.py; + a gap
+               per kernel: launch.py) + the batch's host-to-device copy (transfer.py) + exposed communication + compute slowed by the SMs NCCL holds
                while it overlaps (overlap.py over comm.py)
 
 The roofline (plan/flops.py) stays beside it as the bound: the predicted step is never shorter.
@@ -19,13 +19,16 @@ from ...errors import GpuwiseError
 from ..catalog import GpuSpec, speed_spec
 from . import launch
 from .attention import attention_s
+from .batchnorm import batch_norm_s
 from .conv import conv_s
 from .gemm import gemm_s
 from .memory_bound import memory_bound_s
 from .ops import OpCosts
 from .overlap import comm_time
+from .transfer import input_copy_s
 
-PARTS = ("matmul", "attention", "memory_bound", "communication", "optimizer", "launch_overhead")
+PARTS = ("matmul", "attention", "memory_bound", "batch_norm", "input_copy", "communication", "optimizer",
+         "launch_overhead")
 
 
 @dataclass
@@ -106,10 +109,15 @@ def predict(costs: OpCosts, gpu: GpuSpec, precision: str, *, samples_per_rank: i
                                             gpu.peak_flops("fp32"), sp.matmul_efficiency, bw, sp.memory_efficiency))
     for phase, nbytes in costs.memory_bytes.items():
         add(phase, "memory_bound", memory_bound_s(nbytes, bw, sp.memory_efficiency))
+    for (phase, impl), nbytes in costs.batch_norms.items():
+        add(phase, "batch_norm", batch_norm_s(nbytes, impl, sp.sm_count, bw, sp.memory_efficiency))
+    for phase, nbytes in costs.input_bytes.items():
+        add(phase, "input_copy", input_copy_s(nbytes))
     for phase, kernels in costs.kernels.items():
         add(phase, "launch_overhead", launch.gpu_gaps_s(kernels))
 
-    for part, seconds in recompute_parts(phases.get("forward", {}), selective).items():
+    forward_kernels = {part: s for part, s in phases.get("forward", {}).items() if part != "input_copy"}
+    for part, seconds in recompute_parts(forward_kernels, selective).items():
         add("backward", part, seconds)
     # ZeRO / FSDP shard the optimizer state: each rank updates 1/N of the parameters (same kernel count)
     shards = {"zero1": nproc, "zero2": nproc, "fsdp": nproc, "zero3": nproc, "fsdp-grad-op": nproc,
@@ -125,7 +133,9 @@ def predict(costs: OpCosts, gpu: GpuSpec, precision: str, *, samples_per_rank: i
     plan = comm_time(strategy, nproc, sp.link, grad_bytes, param_bytes, fwd_s, bwd_s, blocks,
                      network_gbps=network_gbps, sm_count=sp.sm_count, micro_steps=micro_steps)
     gpu_s = fwd_s + bwd_s + opt_s + plan.exposed_s + plan.contention_s
-    host_s = launch.host_s(sum(costs.host_ops.values()))
+    # a pageable copy first waits for the stream and blocks the host until staged (transfer.py): the host cannot
+    # run ahead into the next step, so the copy is on the host's timeline as on the GPU's
+    host_s = launch.host_s(sum(costs.host_ops.values())) + sum(input_copy_s(b) for b in costs.input_bytes.values())
     step_s = max(gpu_s, host_s)
 
     breakdown = dict.fromkeys(PARTS, 0.0)

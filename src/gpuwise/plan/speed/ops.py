@@ -13,6 +13,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from .batchnorm import batch_norm_traffic
+
 GEMM_OPS = {"aten.mm", "aten.addmm", "aten.bmm", "aten.baddbmm", "aten._scaled_mm"}
 CONV_OPS = {"aten.convolution", "aten.convolution_backward", "aten.cudnn_convolution"}
 # SDPA's fused kernels, forward and backward (torch/_meta_registrations.py names them)
@@ -28,6 +30,12 @@ ATTENTION_KERNELS = {
     "aten._scaled_dot_product_cudnn_attention": "cudnn",
     "aten._scaled_dot_product_cudnn_attention_backward": "cudnn",
 }
+# batch norm, forward and backward (training: statistics + normalise passes; plan/speed/batchnorm.py)
+BATCH_NORM_FORWARD = {"aten.native_batch_norm", "aten._native_batch_norm_legit", "aten._native_batch_norm_legit_functional",
+                      "aten._batch_norm_with_update", "aten._batch_norm_with_update_functional",
+                      "aten.cudnn_batch_norm", "aten.miopen_batch_norm"}
+BATCH_NORM_BACKWARD = {"aten.native_batch_norm_backward", "aten.batch_norm_backward", "aten.cudnn_batch_norm_backward",
+                       "aten.miopen_batch_norm_backward"}
 # no kernel at all: allocation or a host-side read
 NO_KERNEL_OPS = {"aten.empty", "aten.empty_strided", "aten.empty_like", "aten._local_scalar_dense",
                  "aten.lift_fresh", "aten.set_", "aten.resize_", "aten.sym_size", "aten.sym_stride"}
@@ -45,8 +53,11 @@ class OpCosts:
     memory_bytes: Counter = field(default_factory=Counter)  # phase -> bytes read + written by other kernels
     kernels: Counter = field(default_factory=Counter)     # phase -> kernels launched (all kinds)
     host_ops: Counter = field(default_factory=Counter)    # phase -> aten ops dispatched (views included)
+    # (phase, implementation) -> bytes its passes over the activations move (plan/speed/batchnorm.py)
+    batch_norms: Counter = field(default_factory=Counter)
+    input_bytes: Counter = field(default_factory=Counter)  # phase -> bytes of the batch copied host -> device
 
-    PARTS = ("gemms", "attention", "convs", "memory_bytes", "kernels", "host_ops")
+    PARTS = ("gemms", "attention", "convs", "memory_bytes", "kernels", "host_ops", "batch_norms", "input_bytes")
 
     def record(self, name: str, phase: str, args: tuple, kwargs: dict, out: Any, flops: int, func: Any = None) -> None:
         """One aten op of the steady step (`name` as 'aten.mm'; `flops` from torch's flop formulas; `func`
@@ -64,7 +75,13 @@ class OpCosts:
             # (the FlashAttention papers count causal FLOPs as half of the full ones)
             self.attention[(phase, ATTENTION_KERNELS[name])] += flops / 2 if _causal(func, args, kwargs) else flops
             self.kernels[phase] += 1
+        elif name in BATCH_NORM_FORWARD or name in BATCH_NORM_BACKWARD:
+            impl, nbytes = batch_norm_traffic(name, args)
+            self.batch_norms[(phase, impl)] += nbytes
+            self.kernels[phase] += 1
         elif name in CONV_OPS or flops:
+            if name == "aten.convolution_backward":
+                flops = _conv_backward_flops(args, flops)
             self.convs[(phase, flops, *_conv_bytes(name, args, out))] += 1
             self.kernels[phase] += 1
         else:
@@ -177,6 +194,21 @@ def _conv_bytes(name: str, args, out) -> tuple[int, int, int]:
         inp.is_contiguous(memory_format=torch.channels_last_3d))
     acts = [t for t in tensors if t is not weight and t.dim() == inp.dim() and t.shape[0] == inp.shape[0]]
     return nbytes, sum(_bytes(t) for t in acts) if channels_first else 0, inp.element_size()
+
+
+def _conv_backward_flops(args, counted: int) -> int:
+    """FLOPs of aten.convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation,
+    transposed, output_padding, groups, output_mask): each of grad_input and grad_weight costs the forward's
+    FLOPs, 2 x (elements of the GEMM's output side) x weight[0].numel() (weight[0] holds C_in / groups x
+    kernel taps). torch.utils.flop_counter's formula leaves `groups` out of grad_input: a depthwise 7x7
+    convolution's backward counted C times its FLOPs (96 channels: 357.7 M instead of 7.4 M)."""
+    try:
+        grad_out, inp, weight = args[0], args[1], args[2]
+        transposed, mask = bool(args[7]), args[10]
+        forward = 2 * (inp.numel() if transposed else grad_out.numel()) * weight[0].numel()
+        return int(forward * (bool(mask[0]) + bool(mask[1])))
+    except (IndexError, TypeError, AttributeError):
+        return counted
 
 
 def _foreach_launches(name: str, args) -> int:

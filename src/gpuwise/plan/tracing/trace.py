@@ -465,7 +465,11 @@ def _trace_once(workload, batch_size: int, config: StepConfig, target: str, fake
         step = fake_train_step(workload, config, model) if fake else TrainStep(workload, config, "cpu", model)
         if cuda_like:
             step.workload = _SdpaCaughtInForward(step.workload)
-        batch = step.to_device(workload.build_batch(batch_size))
+        host_batch = workload.build_batch(batch_size)
+        # each step copies it to the GPU (plan/speed/transfer.py)
+        mode.costs.input_bytes["forward"] += sum(t.numel() * t.element_size() for t in tensors_in(host_batch))
+        batch = step.to_device(host_batch)
+        del host_batch
         _label(mode, list(step.model.parameters()), "parameters", create=True)
         _label(mode, list(step.model.buffers()), "buffers", create=True)
         if mode.layers is not None:  # after the storages built outside the trace (adapters' models) exist
