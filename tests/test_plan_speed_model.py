@@ -275,8 +275,7 @@ def test_4_byte_convolutions_use_tf32_only_under_precision_tf32():
     eff, bw = speed_spec(a100).matmul_efficiency, a100.bandwidth_bytes_per_s * speed_spec(a100).memory_efficiency
     fp32 = predict(c, a100, "fp32", samples_per_rank=8, flops_per_step=flops).breakdown["matmul"]
     tf32 = predict(c, a100, "tf32", samples_per_rank=8, flops_per_step=flops).breakdown["matmul"]
-    # no tensor cores: cuDNN's FFMA kernels, at the fraction of the fp32 peak they were measured to reach
-    assert fp32 == pytest.approx(max(flops / (a100.flops["fp32"] * FP32_CONV_EFFICIENCY), nbytes / bw))
+    assert fp32 == pytest.approx(max(flops / (a100.flops["fp32"] * eff), nbytes / bw))
     assert tf32 == pytest.approx(max(flops / (a100.flops["tf32"] * eff), nbytes / bw) + 2 * nchw_bytes / bw)
 
 
@@ -333,6 +332,19 @@ def test_memory_bound_ops_are_priced_on_the_loop_torch_runs():
     slow = sum(memory_bound_s(v, 4.8e12, 0.9, k[1]) for k, v in c.memory_bytes.items()
                if isinstance(k, tuple) and k[0] == "forward")
     assert s.breakdown["memory_bound"] == pytest.approx(memory_bound_s(c.memory_bytes["forward"], 4.8e12, 0.9) + slow)
+
+
+def test_fp32_convolutions_on_hopper_run_at_the_fraction_cudnns_ffma_kernels_reached():
+    # Hopper's fp32 convs ran sm80 FFMA builds at 0.403 of the fp32 peak; a V100 keeps the matmul efficiency
+    x, w = torch.randn(8, 64, 56, 56), torch.randn(64, 64, 3, 3)
+    c = _conv_costs(x, w)
+    [(_, flops, nbytes, _, _)] = c.convs
+    for name, eff in (("h200", FP32_CONV_EFFICIENCY["hopper"]), ("v100-32gb", None)):
+        gpu = lookup(name)
+        eff = eff or speed_spec(gpu).matmul_efficiency
+        bw = gpu.bandwidth_bytes_per_s * speed_spec(gpu).memory_efficiency
+        fp32 = predict(c, gpu, "fp32", samples_per_rank=8, flops_per_step=flops).breakdown["matmul"]
+        assert fp32 == pytest.approx(max(flops / (gpu.flops["fp32"] * eff), nbytes / bw))
 
 
 def test_a_depthwise_convolution_backward_counts_its_groups():

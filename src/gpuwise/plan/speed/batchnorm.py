@@ -28,8 +28,8 @@ an H100 SXM (132 SMs, 3.35 TB/s) as on the H200 (resnet50 b64 adamw: bf16 36.4 v
 83.3 ms, benchmarks/truth/*.jsonl), so they are bound by the SMs' work (per-channel blocks, reductions), not by
 DRAM. The rate is taken per SM (784 / 132 = 5.94 GB/s native, 2113 / 132 = 16.0 GB/s cuDNN) times the GPU's
 SMs, never above its streaming bandwidth; SM clocks are not modelled.
-PyTorch's channels-last kernels (a channels_last model in bf16) were not measured: they reduce across
-blocks, so they are priced at the streaming efficiency of every other memory-bound kernel.
+PyTorch's channels-last kernels (a channels_last model in bf16) were not measured: priced at the streaming
+efficiency of every other memory-bound kernel until a profile says otherwise.
 """
 
 from __future__ import annotations

@@ -108,7 +108,8 @@ def predict(costs: OpCosts, gpu: GpuSpec, precision: str, *, samples_per_rank: i
         add(phase, "attention", attention_s(flops, kernel, phase, gpu.arch, peak))
     for (phase, flops, nbytes, nchw_bytes, itemsize), calls in costs.convs.items():
         add(phase, "matmul", calls * conv_s(flops, nbytes, nchw_bytes, itemsize, half_peak, tf32_peak,
-                                            gpu.peak_flops("fp32"), sp.matmul_efficiency, bw, sp.memory_efficiency))
+                                            gpu.peak_flops("fp32"), sp.matmul_efficiency, bw, sp.memory_efficiency,
+                                            gpu.arch))
     for key, nbytes in costs.memory_bytes.items():
         phase, path = key if isinstance(key, tuple) else (key, "vectorized")
         add(phase, "memory_bound", memory_bound_s(nbytes, bw, sp.memory_efficiency, path))
