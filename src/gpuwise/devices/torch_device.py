@@ -28,3 +28,14 @@ def resolve_device(device: str | None, *, other_types: bool = False) -> str:
     elif dev.type != "cpu" and not other_types:
         raise GpuwiseError(f"device {device!r}: gpuwise supports cpu and cuda devices")
     return str(dev)
+
+
+def with_index(device):
+    """`device` (a torch.device) with an index: a bare "cuda" means the current default, GPU 0 of those this
+    process sees. torch.cuda.set_device(torch.device("cuda")) raises since torch 2.11 ("Expected a
+    torch.device with a specified index"); other device types are returned as they are."""
+    import torch
+
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", 0)
+    return device

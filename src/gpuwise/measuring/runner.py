@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 from ..devices import nvml
+from ..devices.torch_device import with_index
 from ..plan.tracing.cpu_truth import measure_cpu_peak
 from ..step import StepConfig, TrainStep
 from ..workload import load_workload
@@ -51,12 +52,10 @@ def measure_here(workload: str, batch_size: int, *, optimizer: str | None = None
     """
     import torch
 
-    dev = torch.device(device)
+    dev = with_index(torch.device(device))
     if dev.type == "cuda":
-        index = dev.index if dev.index is not None else 0
-        _remember_baseline(index)
-        torch.cuda.set_device(index)
-        dev = torch.device("cuda", index)
+        _remember_baseline(dev.index)
+        torch.cuda.set_device(dev.index)
     try:
         return _measure(workload, batch_size, optimizer, precision, checkpointing, dev, steps, warmup,
                         snapshot, cpu_peak, model)

@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from ..cpu_isa import native_bf16
+from ..devices.torch_device import with_index
 from ..measuring.oom import maybe_fake_oom
 from ..step import StepConfig, TrainStep
 from ..workload import load_workload
@@ -64,9 +65,8 @@ def run_trial(workload: str, kind: str, batch_size: int, *, device: str = "cpu",
     if num_threads:
         torch.set_num_threads(num_threads)
     wl = load_workload(workload)
-    dev = torch.device(device)
-    if dev.type == "cuda":  # torch >= 2.11: set_device(torch.device("cuda")) wants an index
-        dev = torch.device("cuda", dev.index if dev.index is not None else 0)
+    dev = with_index(torch.device(device))
+    if dev.type == "cuda":
         torch.cuda.set_device(dev)
         torch.cuda.reset_peak_memory_stats(dev)
     if kind != "loader":
