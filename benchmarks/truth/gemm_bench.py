@@ -130,7 +130,7 @@ def compare(path: Path, gpu_name: str | None) -> int:
     """Measured vs the speed model, per row of a measurement file (no GPU needed)."""
     from gpuwise.plan.catalog import lookup, speed_spec
     from gpuwise.plan.speed.attention import attention_s
-    from gpuwise.plan.speed.gemm import gemm_s
+    from gpuwise.plan.speed.gemm import ALIGN_BYTES, gemm_s
 
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     header = [r for r in rows if r.get("op") == "env"]
@@ -143,13 +143,15 @@ def compare(path: Path, gpu_name: str | None) -> int:
         if r.get("op") == "gemm":
             item = 2 if r["dtype"] == "bf16" else 4
             peak = gpu.flops["bf16"] if item == 2 else gpu.flops["fp32"]
-            pred = gemm_s(1, r["m"], r["n"], r["k"], item, peak, sp.sm_count, sp.matmul_efficiency, bw)
+            # row-major A [m, k] and B, C [., n]: their leading strides k and n, as ops.py _aligned checks them
+            aligned = r["k"] * item % ALIGN_BYTES == 0 and r["n"] * item % ALIGN_BYTES == 0
+            pred = gemm_s(1, r["m"], r["n"], r["k"], item, peak, sp.sm_count, sp.matmul_efficiency, bw, aligned)
             err = (pred - r["measured_s"]) / r["measured_s"]
             errs.append(abs(err))
             print(f"  gemm {r['name']:<14} {r['m']:>6} x {r['n']:>6} x {r['k']:>6} {r['dtype']:<4} "
                   f"{r['tflops']:7.1f} TFLOP/s  model {err:+7.1%}")
         elif r.get("op") == "sdpa" and r["dtype"] == "bf16" and r["backend"] in ("flash", "efficient", "cudnn"):
-            fl = r["forward_flops"]
+            fl = r["forward_flops"] / (2 if r["causal"] else 1)  # the model's causal FLOPs (ops.py): half
             pred_f = attention_s(fl, r["backend"], "forward", gpu.arch, gpu.flops["bf16"])
             pred_fb = pred_f + attention_s(2.5 * fl, r["backend"], "backward", gpu.arch, gpu.flops["bf16"])
             for what, pred, meas in (("fwd", pred_f, r["forward_s"]), ("fwd+bwd", pred_fb, r["forward_backward_s"])):
