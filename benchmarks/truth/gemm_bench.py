@@ -38,8 +38,10 @@ from gpuwise.jsonl import append_line  # noqa: E402
 WIDTHS = [(768, 3072), (1600, 6400), (2048, 8192), (4096, 11008), (4096, 14336), (5120, 13824), (8192, 28672)]
 TOKENS = [2048, 8192, 16384]
 VOCABS = [50257, 50304, 32000, 128256]
-# (batch, heads, seq, head_dim): GPT-2 small at 1024, Llama 7B/8B-class at 2048 and 8192, a 70B-class layer
-ATTENTION = [(8, 12, 1024, 64), (4, 32, 2048, 128), (1, 32, 8192, 128), (2, 64, 4096, 128)]
+# (batch, heads, seq, head_dim): GPT-2 small at 1024, Llama 7B/8B-class at 2048 and 8192, a 70B-class layer;
+# then head_dim 64 and 128 at short and long sequences (BERT/ViT at 512, GPT-2 at 2048, hd128 at 1024)
+ATTENTION = [(8, 12, 1024, 64), (4, 32, 2048, 128), (1, 32, 8192, 128), (2, 64, 4096, 128),
+             (16, 12, 512, 64), (4, 12, 2048, 64), (1, 16, 8192, 64), (8, 32, 1024, 128), (32, 12, 256, 64)]
 QUICK_GEMMS = [("linear_fwd", 64, 32, 48)]
 QUICK_ATTENTION = [(1, 2, 16, 8)]
 
@@ -170,6 +172,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="one tiny GEMM and attention (plumbing)")
     ap.add_argument("--budget-s", type=float, default=90.0, help="stop starting measurements after this")
     ap.add_argument("--out", help="JSON lines file (default benchmarks/truth/kernels/<gpu>-ops.jsonl)")
+    ap.add_argument("--only", choices=("sdpa", "gemm"), help="only attention or only GEMM measurements")
     ap.add_argument("--compare", metavar="FILE", help="print measured vs model for a measurement file; no GPU")
     ap.add_argument("--gpu", help="with --compare: the catalog GPU (default: the file's)")
     args = ap.parse_args()
@@ -195,6 +198,7 @@ def main() -> int:
     jobs = [("sdpa", s, ("bf16", b)) for s in attn for b in backends] + [("sdpa", s, ("fp32", None)) for s in attn]
     jobs += [("gemm", s, dt) for dt in ("bf16", "fp32") for s in gemm_shapes(args.quick)
              if dt == "bf16" or s[1] * s[2] * s[3] <= 4096 * 14336 * 8192]
+    jobs = [j for j in jobs if args.only in (None, j[0])]
     done = failed = 0
     for kind, shape, spec in jobs:
         if time.monotonic() > deadline:

@@ -30,7 +30,8 @@ W = "benchmarks/truth/workloads/"
 DEFAULT = [(W + "gpt2_small.py", 8, "adamw", "bf16"), (W + "gpt2_small.py", 8, "adamw", "fp32"),
            (W + "vit_b16.py", 128, "adamw", "bf16"), (W + "resnet50.py", 64, "adamw", "bf16"),
            (W + "resnet50.py", 64, "adamw", "fp32"), (W + "decoder_1b.py", 8, "adamw", "bf16"),
-           ("examples:mlp", 4096, "adamw", "fp32")]
+           ("examples:mlp", 4096, "adamw", "fp32"), (W + "convnext_t.py", 32, "adamw", "fp32"),
+           (W + "convnext_t.py", 32, "adamw", "bf16")]
 QUICK = [("examples:mlp", 8, "sgd", "fp32")]
 CLASSES = (("attention", r"flash|fmha|attention|sdpa"), ("conv", r"conv|cudnn|implicit|winograd|fprop|dgrad|wgrad"),
            ("matmul", r"gemm|cutlass|cublas|sm\d+_xmma|nvjet|matmul"), ("optimizer", r"foreach|multi_tensor|fused_adam"))
@@ -105,6 +106,7 @@ def main() -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--quick", action="store_true", help="one tiny configuration (plumbing)")
     ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--only", help="regular expression: only the configurations whose workload matches it")
     ap.add_argument("--out", help="JSON lines file (default benchmarks/truth/kernels/<gpu>.jsonl)")
     args = ap.parse_args()
     import torch
@@ -117,6 +119,8 @@ def main() -> int:
     out = Path(args.out or ROOT / "benchmarks" / "truth" / "kernels" / f"{slug}.jsonl")
     out.parent.mkdir(parents=True, exist_ok=True)
     for w, b, o, p in QUICK if args.quick else DEFAULT:
+        if args.only and not re.search(args.only, w):
+            continue
         print(f"profile_kernels: {w} b={b} {o} {p}", file=sys.stderr, flush=True)
         try:
             rec = profile(w, b, o, p, args.device, args.steps)
