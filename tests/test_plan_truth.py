@@ -51,11 +51,28 @@ RESERVED = ("peak reserved under-predicted (-8..-15 %) where peak allocated is w
             "misses what the GPU reserved beyond it; for the convolutions (ResNet-50 bf16 b=64/256, ConvNeXt-T "
             "bf16 b=8) suspected: cuDNN's per-call workspaces, not modelled (docs/cuda-target.md); for the 1B "
             "decoder (sgd bf16 b=2, no convolution) not found")
+CONV_WORKSPACE = ("small convnets (LeNet, the example ResNet, the VGG-style convnet; H200, session 12) under-predicted, "
+                  "fp32 to -61 % allocated: cuDNN's per-call convolution workspaces, sized by the engine its "
+                  "heuristics pick (FFT / Winograd for fp32 without TF32), go through the caching allocator and are "
+                  "not modelled (docs/cuda-target.md 'Library workspaces')")
+CUDNN_RNN = ("nn.LSTM / nn.GRU on CUDA run cuDNN's RNN (aten._cudnn_rnn): its reserve space and workspace "
+             "(cudnnGetRNNTempSpaceSizes) are not modelled, the trace sees the CPU kernels' tensors (-27 .. +20 %)")
+H200_CONV_ALLOCATED = (133, 134, 135, 139, 140, 141, 145, 146, 147, 148, 149, 150, 154, 155, 156, 160, 161, 162, 185,
+                       186, 187, 191, 192, 193, 197, 198, 199)
+H200_RNN_ALLOCATED = (203, 204, 205, 206, 207, 208, 209, 210, 211, 212, 213, 214, 216, 217, 219, 220, 221, 222, 223, 225,
+                      226, 227, 228, 229, 231, 232, 233, 234, 235, 237, 238)
+H200_CONV_DEVICE = (135, 141, 147, 148, 149, 150, 152, 153, 154, 155, 156, 159, 160, 162, 165, 185, 186, 187, 189, 190,
+                    191, 192, 193, 195, 196, 197, 198, 199, 201, 202)
+H200_RNN_DEVICE = (203, 204, 205, 206, 208, 209, 210, 211, 212, 214, 215, 216, 217, 218, 219, 220, 221, 222, 223, 227,
+                   228, 229, 231, 232, 233, 234, 235, 237, 238)
 KNOWN_OFF: dict[str, dict[str, str]] = {
-    "peak_allocated_err_pct": {},
+    "peak_allocated_err_pct": {**{f"{H200}:{n}": CONV_WORKSPACE for n in H200_CONV_ALLOCATED},
+                               **{f"{H200}:{n}": CUDNN_RNN for n in H200_RNN_ALLOCATED}},
     # the H200's records (same driver, torch and sm_90) measured the same bytes as the H100's on these rows
-    "device_used_err_pct": {f"{gpu}:{n}": RESERVED for gpu in (H100, H200)
-                            for n in (24, 79, 85, 91, 98, 99, 104, 105, 110, 111)},
+    "device_used_err_pct": {**{f"{gpu}:{n}": RESERVED for gpu in (H100, H200)
+                               for n in (24, 79, 85, 91, 98, 99, 104, 105, 110, 111)},
+                            **{f"{H200}:{n}": CONV_WORKSPACE for n in H200_CONV_DEVICE},
+                            **{f"{H200}:{n}": CUDNN_RNN for n in H200_RNN_DEVICE}},
 }
 
 

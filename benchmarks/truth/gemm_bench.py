@@ -105,7 +105,7 @@ def run_attention(shape: tuple[int, int, int, int], dtype: str, backend: str | N
     if backend is not None:
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
-        ctx = lambda: sdpa_kernel([getattr(SDPBackend, backend.upper() if backend != "flash" else "FLASH_ATTENTION")])  # noqa: E731
+        ctx = lambda: sdpa_kernel([getattr(SDPBackend, "MATH" if backend == "math" else backend.upper() + "_ATTENTION")])  # noqa: E731
     else:
         import contextlib
 
