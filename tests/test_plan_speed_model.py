@@ -128,20 +128,37 @@ def test_host_bound_step_when_the_gpu_outruns_python():
     c.kernels["forward"] = 1000
     c.memory_bytes["forward"] = 1e6
     s = predict(c, lookup("h100"), "bf16", samples_per_rank=1, flops_per_step=0)
-    assert s.step_time_s == pytest.approx(launch.host_s(10_000))
+    assert s.step_time_s == pytest.approx(launch.host_s(10_000) + launch.HOST_STEP_S)
     assert s.bound_by == "launch_overhead"
 
 
+def test_host_and_gpu_take_turns_phase_by_phase():
+    # the step ends in a sync, so the host cannot run ahead into the next step: a host-bound forward/backward
+    # followed by a GPU-bound optimizer costs host(forward, backward) + GPU(optimizer), more than max(host, GPU)
+    gpu = {"forward": 1e-3, "backward": 2e-3, "optimizer": 10e-3}
+    host = {"forward": 5e-3, "backward": 5e-3, "optimizer": 1e-3}
+    assert launch.step_s(gpu, host) == pytest.approx(10e-3 + 10e-3)
+    assert launch.step_s(gpu, host, start_s=1e-3) == pytest.approx(1e-3 + 20e-3)
+    # GPU-bound throughout: the host hides behind the kernels
+    assert launch.step_s(gpu, {p: 1e-4 for p in gpu}) == pytest.approx(13e-3)
+    # the step's fixed Python lands with the optimizer; a convolution costs its cuDNN set-up on top of its dispatch
+    host = launch.host_phases_s({"forward": 10, "zero_grad": 2}, {"backward": 4})
+    assert host["forward"] == pytest.approx(10 * launch.HOST_PER_OP_S)
+    assert host["backward"] == pytest.approx(4 * launch.HOST_PER_CONV_S)
+    assert host["optimizer"] == pytest.approx(2 * launch.HOST_PER_OP_S + launch.HOST_STEP_S)
+
+
 def test_predict_sums_phases_and_reports_mfu():
-    # one forward GEMM 1 wave on H100 (132 SMs, MAMF 0.801 of 989.5 TF) + 1 GB memory-bound at 0.9 x 3.35 TB/s
+    # one forward GEMM 1 wave on H100 (132 SMs, MAMF 0.801 of 989.5 TF) + 10 GB memory-bound at 0.9 x 3.35 TB/s
+    # (3.3 ms: longer than the host's fixed part, launch.py HOST_STEP_S)
     gpu = lookup("h100")
     sp = speed_spec(gpu)
     c = OpCosts()
     c.gemms[("forward", 1, 128 * 12, 128 * 11, 8192, 2)] = 1
-    c.memory_bytes["backward"] = 1e9
+    c.memory_bytes["backward"] = 1e10
     s = predict(c, gpu, "bf16", samples_per_rank=4, flops_per_step=2 * 128 * 12 * 128 * 11 * 8192, tokens_per_sample=10)
     matmul = 2 * 128 * 128 * 8192 * 132 / (989.5e12 * sp.matmul_efficiency)
-    memory = 1e9 / (3350e9 * 0.9)
+    memory = 1e10 / (3350e9 * 0.9)
     assert s.breakdown["matmul"] == pytest.approx(matmul)
     assert s.breakdown["memory_bound"] == pytest.approx(memory)
     assert s.step_time_s == pytest.approx(matmul + memory)
@@ -173,6 +190,7 @@ def test_metadata_ops_and_causal_attention():
     c.record("prim.device", "forward", (a,), {}, torch.device("cpu"), 0)
     c.record("aten.is_same_size", "forward", (a, a), {}, True, 0)
     assert c.memory_bytes["forward"] == 0 and c.kernels["forward"] == 0
+    assert c.host_ops["forward"] == 1  # a fake tensor's `.device` is no dispatch in a real run
     c.record("aten._scaled_dot_product_flash_attention", "forward", (a, a, a), {"is_causal": True}, (a,), 1000)
     c.record("aten._scaled_dot_product_flash_attention", "forward", (a, a, a), {"is_causal": False}, (a,), 1000)
     assert c.attention[("forward", "flash", 4)] == 500 + 1000
@@ -405,7 +423,7 @@ def test_the_batchs_pageable_copy_is_on_the_gpus_and_the_hosts_timeline():
     s = predict(c, lookup("h100"), "bf16", samples_per_rank=64, flops_per_step=0)
     assert s.breakdown["input_copy"] == pytest.approx(copy_s)
     # the copy syncs the stream and blocks the host: host time + copy, not max(host, copy)
-    assert s.step_time_s == pytest.approx(launch.host_s(10_000) + copy_s)
+    assert s.step_time_s == pytest.approx(launch.host_s(10_000) + launch.HOST_STEP_S + copy_s)
     # grad accumulation copies each micro-batch; recomputation does not copy again
     assert c.scaled(4).input_bytes["forward"] == 4 * 38_535_680
     sac = predict(c, lookup("h100"), "bf16", samples_per_rank=64, flops_per_step=0, selective="1")

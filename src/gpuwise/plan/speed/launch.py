@@ -6,18 +6,46 @@
         step, benchmarks/truth/nvidia-h200.jsonl against benchmarks/truth/kernels/nvidia-h200.jsonl (user
         annotations left out): gpt2_small b8 bf16 2.82 us, fp32 2.33; vit_b16 b128 bf16 2.78; resnet50 b64
         bf16 2.38, fp32 2.57; decoder_1b b8 bf16 1.68: the median, 2.5 us, is the on-GPU gap.
-    Host side: eager PyTorch spends "~5-25 us of CPU-side work per op" from Python to the launch
-        (same source, layer table); a published H100 probe measured 4.2 us for "one operation issued
-        from Python". The trace counts aten ops, several per Python call (autograd, views), so 4 us
-        per aten op is taken (the lower end), views included.
-The host runs ahead of the GPU asynchronously, so a step costs max(GPU time, host time): the host
-shows only when the GPU outruns it (small models, small batches).
+
+    Host side: what runs in Python and C++ before the kernels are queued. The truth's step
+        (gpuwise/step.py TrainStep.step, timed by gpuwise/measuring/runner.py _timed_steps between two CUDA
+        events with `end.synchronize()` after each step) is: the batch's blocking pageable copy (transfer.py),
+        forward under autocast, `loss.backward()`, `optimizer.step()`, `optimizer.zero_grad()`. So
+        host = HOST_STEP_S                       once per step: the step's Python, the autograd engine's start
+                                                 (backward runs on its CUDA device thread), torch.optim's
+                                                 step()/zero_grad() wrappers (profile hooks, record_function,
+                                                 param-group loops, _group_tensors_by_device_and_dtype)
+             + HOST_PER_OP_S x aten ops          each op the trace dispatches (views included; prim.device, a
+                                                 fake tensor's `.device`, not: a field read in a real run),
+                                                 with the Python around it (module calls, autograd nodes)
+             + HOST_PER_CONV_S x convolutions    more per cuDNN convolution call (forward or backward): the
+                                                 cuDNN v8/v9 API builds a plan-cache key and a variant pack per
+                                                 call; pytorch/pytorch#51390 timed one Conv2d(1, 1, 1) call from
+                                                 Python at 52 us on the v8 API
+        Fitted (least squares on relative error) on the host-bound truth rows (measured step > 2x the
+        predicted GPU time) of examples:mlp, examples:lenet, embedding, bert, examples:gpt-mini, gpt2_small
+        and resnet50, H200 and H100 (69 rows): 387 us, 18.5 us, 45.5 us (H200 rows alone: 605, 18.3, 73;
+        the H100 records' host is ~30 % faster: examples:mlp 0.68-0.95 ms against 0.71-1.24 ms on the H200).
+        Checked on the others (convnet, examples:resnet, gpt2, vit_b16, bert_base, convnext_t, decoder_1b,
+        and every GPU-bound row): benchmarks/truth_speed.py. A flat per-op cost alone cannot fit both ends:
+        examples:mlp b4096 (69 profiler aten ops, 21 kernels, 0.25 ms of GPU) took 1.07-1.41 ms.
+        Per traced op this is more than the ~5-25 us "CPU-side work per op" of the dispatch chain (Lin, same
+        lesson) at its low end because the trace sees leaf ops only (aten.linear is aten.t + aten.addmm) while
+        the Python around them runs too.
+
+    The host runs ahead of the GPU only within a step (the step ends in a synchronize): `step_s` walks the
+    phases in order, each ending when the host has issued it and the GPU has run it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 KERNEL_GAP_S = 2.5e-6
-HOST_PER_OP_S = 4e-6
+HOST_STEP_S = 390e-6
+HOST_PER_OP_S = 18.5e-6
+HOST_PER_CONV_S = 45e-6
+PHASES = ("forward", "backward", "optimizer")  # zero_grad runs with the optimizer's group (model.py)
 
 
 def gpu_gaps_s(kernels: float) -> float:
@@ -26,3 +54,26 @@ def gpu_gaps_s(kernels: float) -> float:
 
 def host_s(aten_ops: float) -> float:
     return aten_ops * HOST_PER_OP_S
+
+
+def host_phases_s(host_ops: Mapping[str, float], conv_calls: Mapping[str, float] | None = None) -> dict[str, float]:
+    """Host seconds per phase: each aten op's dispatch, each convolution's cuDNN set-up, and the step's fixed
+    Python, which lands with the optimizer (torch.optim's step and zero_grad, the bulk of it)."""
+    out = dict.fromkeys(PHASES, 0.0)
+    for phase, ops in host_ops.items():
+        out[phase if phase in PHASES else "optimizer"] += host_s(ops)
+    for phase, calls in (conv_calls or {}).items():
+        out[phase if phase in PHASES else "optimizer"] += calls * HOST_PER_CONV_S
+    out["optimizer"] += HOST_STEP_S
+    return out
+
+
+def step_s(gpu: Mapping[str, float], host: Mapping[str, float], start_s: float = 0.0) -> float:
+    """The GPU's finish time when the host issues the phases in order and the GPU runs each kernel once issued:
+    a phase ends when both its kernels have run and its host work is done (the GPU cannot finish work not yet
+    issued). `start_s`: where both timelines begin (the batch's blocking copy)."""
+    h = g = start_s
+    for phase in PHASES:
+        h += host.get(phase, 0.0)
+        g = max(g + gpu.get(phase, 0.0), h)
+    return g

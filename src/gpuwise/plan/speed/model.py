@@ -1,6 +1,7 @@
 """The step-time model: price each traced op on a GPU, add communication and host dispatch.
 
-    step = max(GPU time, host dispatch time)
+    step = the GPU's finish when the host issues forward, backward and optimizer in turn (launch.py step_s:
+           each phase ends when its kernels have run and the host has issued them), + exposed communication
     GPU time = forward + backward + optimizer kernels (GEMMs: gemm.py; fused attention: attention.py;
                convolutions: conv.py; batch norm: batchnorm.py; everything else: memory_bound.py; + a gap
                per kernel: launch.py) + the batch's host-to-device copy (transfer.py) + exposed communication + compute slowed by the SMs NCCL holds
@@ -137,10 +138,16 @@ def predict(costs: OpCosts, gpu: GpuSpec, precision: str, *, samples_per_rank: i
     plan = comm_time(strategy, nproc, sp.link, grad_bytes, param_bytes, fwd_s, bwd_s, blocks,
                      network_gbps=network_gbps, sm_count=sp.sm_count, micro_steps=micro_steps)
     gpu_s = fwd_s + bwd_s + opt_s + plan.exposed_s + plan.contention_s
-    # a pageable copy first waits for the stream and blocks the host until staged (transfer.py): the host cannot
-    # run ahead into the next step, so the copy is on the host's timeline as on the GPU's
-    host_s = launch.host_s(sum(costs.host_ops.values())) + sum(input_copy_s(b) for b in costs.input_bytes.values())
-    step_s = max(gpu_s, host_s)
+    # a pageable copy first waits for the stream and blocks the host until staged (transfer.py): both timelines
+    # start after it; then the host issues each phase while the GPU runs what it was given (launch.py)
+    copy_s = sum(input_copy_s(b) for b in costs.input_bytes.values())
+    conv_calls: dict[str, float] = {}
+    for (phase, *_shape), calls in costs.convs.items():
+        conv_calls[phase] = conv_calls.get(phase, 0.0) + calls
+    host = launch.host_phases_s(costs.host_ops, conv_calls)
+    step_s = launch.step_s({"forward": fwd_s - copy_s, "backward": bwd_s, "optimizer": opt_s}, host, copy_s) \
+        + plan.exposed_s + plan.contention_s
+    host_excess_s = max(0.0, step_s - gpu_s)
 
     breakdown = dict.fromkeys(PARTS, 0.0)
     for group in ("forward", "backward"):
@@ -148,13 +155,14 @@ def predict(costs: OpCosts, gpu: GpuSpec, precision: str, *, samples_per_rank: i
             breakdown[part] += seconds
     breakdown["optimizer"] = opt_s
     breakdown["communication"] = plan.exposed_s + plan.contention_s  # waits + compute slowed by NCCL's SMs
-    breakdown["launch_overhead"] += max(0.0, host_s - gpu_s)
+    breakdown["launch_overhead"] += host_excess_s  # the GPU waiting for the host
     notes = []
     if roofline_step_s is not None and step_s < roofline_step_s:
         notes.append("the op model came under the roofline bound: the bound is taken")
         step_s = roofline_step_s
-    if host_s > gpu_s:
-        notes.append(f"host-bound: Python/dispatch of {sum(costs.host_ops.values()):.0f} ops takes longer than the GPU")
+    if host_excess_s > 1e-9:
+        notes.append(f"host-bound: Python/dispatch of {sum(costs.host_ops.values()):.0f} ops keeps the GPU waiting "
+                     f"{host_excess_s * 1e3:.2f} ms")
     data_parallel = 1 if strategy == "pipeline" else max(nproc, 1)
     samples_per_s = samples_per_rank * data_parallel / step_s if step_s > 0 else 0.0
     tokens = samples_per_rank * tokens_per_sample / step_s if tokens_per_sample and step_s > 0 else None
