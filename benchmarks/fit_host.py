@@ -6,8 +6,9 @@
 For each timed record of the fit workloads, the estimate is recomputed (benchmarks/truth_speed.py does the
 same) and what the trace counted is kept: aten ops and convolution calls per step, the predicted GPU time
 and the batch copy. A record is host-bound when it took more than twice the predicted GPU time; on those,
-measured - copy = HOST_STEP_S + HOST_PER_OP_S x ops + HOST_PER_CONV_S x convolutions is fitted by least
-squares on the relative error. The other workloads' records are the check (benchmarks/truth_speed.py).
+measured - copy - HOST_PER_OP_S x ops = HOST_STEP_S + HOST_PER_CONV_S x convolutions is fitted by least
+squares on the relative error (HOST_PER_OP_S, cited, is held; `--free-op` fits it too). The other workloads'
+records are the check (benchmarks/truth_speed.py).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--h200", action="store_true", help="the H200 records only")
+    ap.add_argument("--free-op", action="store_true", help="fit HOST_PER_OP_S as well")
     args = ap.parse_args(argv)
     rows = []
     for r in read_records(ROOT / "benchmarks" / "truth", root=ROOT):
@@ -71,9 +73,16 @@ def main(argv: list[str] | None = None) -> int:
         c = counted(r)
         if c and r["step_time_s"] > HOST_BOUND * (c["gpu"] + c["copy"]):
             rows.append((r, c))
-    x = np.array([[1.0, c["ops"], c["convs"]] for _, c in rows])
+    ops = np.array([c["ops"] for _, c in rows])
     y = np.array([r["step_time_s"] - c["copy"] for r, c in rows])
-    coef, *_ = np.linalg.lstsq(x / y[:, None], np.ones_like(y), rcond=None)
+    if args.free_op:
+        x = np.array([[1.0, c["ops"], c["convs"]] for _, c in rows])
+        coef, *_ = np.linalg.lstsq(x / y[:, None], np.ones_like(y), rcond=None)
+    else:
+        x = np.array([[1.0, c["convs"]] for _, c in rows])
+        fixed, *_ = np.linalg.lstsq(x / y[:, None], 1 - launch.HOST_PER_OP_S * ops / y, rcond=None)
+        coef = np.array([fixed[0], launch.HOST_PER_OP_S, fixed[1]])
+        x = np.array([[1.0, c["ops"], c["convs"]] for _, c in rows])
     err = 100 * (x @ coef - y) / y
     names = sorted({Path(r["workload"]).stem for r, _ in rows})
     print(f"{len(rows)} host-bound records ({', '.join(names)})")

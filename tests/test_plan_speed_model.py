@@ -190,7 +190,6 @@ def test_metadata_ops_and_causal_attention():
     c.record("prim.device", "forward", (a,), {}, torch.device("cpu"), 0)
     c.record("aten.is_same_size", "forward", (a, a), {}, True, 0)
     assert c.memory_bytes["forward"] == 0 and c.kernels["forward"] == 0
-    assert c.host_ops["forward"] == 1  # a fake tensor's `.device` is no dispatch in a real run
     c.record("aten._scaled_dot_product_flash_attention", "forward", (a, a, a), {"is_causal": True}, (a,), 1000)
     c.record("aten._scaled_dot_product_flash_attention", "forward", (a, a, a), {"is_causal": False}, (a,), 1000)
     assert c.attention[("forward", "flash", 4)] == 500 + 1000

@@ -56,7 +56,7 @@ class OpCosts:
     # phase -> bytes read + written by other kernels; (phase, path) -> those of the slower paths (_kernel_path)
     memory_bytes: Counter = field(default_factory=Counter)
     kernels: Counter = field(default_factory=Counter)     # phase -> kernels launched (all kinds)
-    host_ops: Counter = field(default_factory=Counter)    # phase -> aten ops dispatched (views included, prim.* not)
+    host_ops: Counter = field(default_factory=Counter)    # phase -> aten ops dispatched (views included)
     # (phase, implementation) -> bytes its passes over the activations move (plan/speed/batchnorm.py)
     batch_norms: Counter = field(default_factory=Counter)
     input_bytes: Counter = field(default_factory=Counter)  # phase -> bytes of the batch copied host -> device
@@ -66,8 +66,7 @@ class OpCosts:
     def record(self, name: str, phase: str, args: tuple, kwargs: dict, out: Any, flops: int, func: Any = None) -> None:
         """One aten op of the steady step (`name` as 'aten.mm'; `flops` from torch's flop formulas; `func`
         the OpOverload, whose schema says where `is_causal` is)."""
-        if not name.startswith("prim."):  # prim.device: a fake tensor's `.device`, a C++ field read in a real run
-            self.host_ops[phase] += 1
+        self.host_ops[phase] += 1
         if name in NO_KERNEL_OPS or name.startswith("prim.") or _is_view(name, out, args):
             return
         if not _tensors(out) and not name.endswith("_"):  # metadata queries (is_same_size, ...): no kernel
