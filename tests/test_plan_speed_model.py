@@ -77,15 +77,25 @@ def test_ddp_hides_all_but_the_last_bucket_behind_backward():
 
 def test_fsdp_exposes_one_block_each_way_when_compute_is_long():
     from gpuwise.plan.speed.comm import all_gather_s, reduce_scatter_s
-    ag, rs = all_gather_s(2e9, 8, "nvlink4"), reduce_scatter_s(4e9, 8, "nvlink4")
+    # one collective per block: 32 all-gathers of 2e9/32 bytes (forward and backward), 32 reduce-scatters
+    ag, rs = all_gather_s(2e9 / 32, 8, "nvlink4"), reduce_scatter_s(4e9 / 32, 8, "nvlink4")
     plan = comm_time("fsdp", 8, "nvlink4", 4e9, 2e9, 10.0, 20.0, blocks=32)
-    assert plan.exposed_s == pytest.approx(ag / 32 + rs / 32)
-    assert plan.total_s == pytest.approx(2 * ag + rs)
+    assert plan.exposed_s == pytest.approx(ag + rs)
+    assert plan.total_s == pytest.approx(32 * (2 * ag + rs))
+
+
+def test_fsdp_pays_a_collective_latency_per_block():
+    from gpuwise.plan.speed.comm import all_gather_s, reduce_scatter_s
+    # the bandwidth term is the same however the bytes are split; each of the 3 x 32 calls adds a latency
+    one = comm_time("fsdp", 128, "nvlink4", 4e9, 2e9, 10.0, 20.0, blocks=1)
+    many = comm_time("fsdp", 128, "nvlink4", 4e9, 2e9, 10.0, 20.0, blocks=32)
+    latency = all_gather_s(1e-9, 128, "nvlink4")  # a call of ~no bytes: the latency alone
+    assert latency == pytest.approx(reduce_scatter_s(1e-9, 128, "nvlink4"))
+    assert many.total_s - one.total_s == pytest.approx(3 * 31 * latency, rel=1e-6)
 
 
 def test_hsdp_reduces_across_nodes_behind_backward_over_the_stated_network():
     from gpuwise.plan.speed.comm import all_reduce_s, node_network, reduce_scatter_s
-    rs = reduce_scatter_s(4e9, 8, "nvlink4")
     # 16 nodes; each of the 8 shard positions all-reduces its 0.5 GB shard across nodes
     kw = {"gpus_per_node": 1, "nics_per_node": 1}
     default = all_reduce_s(4e9 / 8, 16, "ib-ndr", network="ib-ndr", **kw)  # one 400 Gb/s NIC per GPU
@@ -95,6 +105,9 @@ def test_hsdp_reduces_across_nodes_behind_backward_over_the_stated_network():
     long = comm_time("hsdp", 128, "nvlink4", 4e9, 2e9, 10.0, 20.0, blocks=32)
     assert long.exposed_s < default  # behind a long backward only the last block's share waits
     short = comm_time("hsdp", 128, "nvlink4", 4e9, 2e9, 10.0, 0.01, blocks=32, network_gbps=800)
+    # one reduce-scatter and one all-reduce across nodes per block
+    rs = 32 * reduce_scatter_s(4e9 / 32, 8, "nvlink4")
+    stated = 32 * all_reduce_s(4e9 / 8 / 32, 16, net, network=net, **kw)
     ag = comm_time("fsdp", 8, "nvlink4", 4e9, 2e9, 10.0, 20.0, blocks=32).total_s - rs
     assert short.total_s == pytest.approx(2 * ag / 2 + rs + stated)
     assert short.exposed_s > stated
@@ -113,10 +126,10 @@ def test_overlapped_collectives_slow_compute_by_the_sms_nccl_holds():
 
 def test_fsdp_gathers_every_micro_batch_and_reduces_once_per_step():
     from gpuwise.plan.speed.comm import all_gather_s, reduce_scatter_s
-    ag, rs = all_gather_s(2e9, 8, "nvlink4"), reduce_scatter_s(4e9, 8, "nvlink4")
+    ag, rs = all_gather_s(2e9 / 32, 8, "nvlink4"), reduce_scatter_s(4e9 / 32, 8, "nvlink4")
     four = comm_time("fsdp", 8, "nvlink4", 4e9, 2e9, 10.0, 20.0, blocks=32, micro_steps=4)
-    assert four.total_s == pytest.approx(4 * 2 * ag + rs)
-    assert four.exposed_s == pytest.approx(4 * ag / 32 + rs / 32)
+    assert four.total_s == pytest.approx(32 * (4 * 2 * ag + rs))
+    assert four.exposed_s == pytest.approx(4 * ag + rs)
     ddp = comm_time("ddp", 8, "nvlink4", 4e9, 2e9, 10.0, 20.0)
     assert comm_time("ddp", 8, "nvlink4", 4e9, 2e9, 10.0, 20.0, micro_steps=4) == ddp
 
