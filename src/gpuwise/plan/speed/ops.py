@@ -53,6 +53,9 @@ class OpCosts:
     attention: Counter = field(default_factory=Counter)   # (phase, kernel, query itemsize) -> FLOPs
     # (phase, FLOPs, bytes read + written, bytes of its NCHW activations, operand itemsize) -> calls
     convs: Counter = field(default_factory=Counter)
+    # depthwise convolutions (plan/speed/conv.py depthwise_s), one key per kernel:
+    # (phase, pass: "forward" | "data" | "weight", FLOPs, bytes read + written, operand itemsize) -> calls
+    depthwise: Counter = field(default_factory=Counter)
     # phase -> bytes read + written by other kernels; (phase, path) -> those of the slower paths (_kernel_path)
     memory_bytes: Counter = field(default_factory=Counter)
     kernels: Counter = field(default_factory=Counter)     # phase -> kernels launched (all kinds)
@@ -61,7 +64,8 @@ class OpCosts:
     batch_norms: Counter = field(default_factory=Counter)
     input_bytes: Counter = field(default_factory=Counter)  # phase -> bytes of the batch copied host -> device
 
-    PARTS = ("gemms", "attention", "convs", "memory_bytes", "kernels", "host_ops", "batch_norms", "input_bytes")
+    PARTS = ("gemms", "attention", "convs", "depthwise", "memory_bytes", "kernels", "host_ops", "batch_norms",
+             "input_bytes")
 
     def record(self, name: str, phase: str, args: tuple, kwargs: dict, out: Any, flops: int, func: Any = None) -> None:
         """One aten op of the steady step (`name` as 'aten.mm'; `flops` from torch's flop formulas; `func`
@@ -84,6 +88,10 @@ class OpCosts:
             impl, nbytes = batch_norm_traffic(name, args)
             self.batch_norms[(phase, impl)] += nbytes
             self.kernels[phase] += 1
+        elif name in CONV_OPS and _depthwise(name, args):
+            for key in _depthwise_kernels(name, phase, args, out):
+                self.depthwise[key] += 1
+                self.kernels[phase] += 1
         elif name in CONV_OPS or flops:
             if name == "aten.convolution_backward":
                 flops = _conv_backward_flops(args, flops)
@@ -257,6 +265,40 @@ def _conv_backward_flops(args, counted: int) -> int:
         return int(forward * (bool(mask[0]) + bool(mask[1])))
     except (IndexError, TypeError, AttributeError):
         return counted
+
+
+def _depthwise(name: str, args) -> bool:
+    """A depthwise convolution: one input channel per group (weight [C_out, 1, *kernel]) over more than one
+    input channel (groups = C_in), not transposed. aten.convolution(input, weight, bias, stride, padding,
+    dilation, transposed, ...); aten.convolution_backward(grad_output, input, weight, bias_sizes, stride, padding,
+    dilation, transposed, ...); aten.cudnn_convolution(input, weight, ...) has no transposed flag."""
+    backward = name == "aten.convolution_backward"
+    try:
+        inp, weight = args[int(backward)], args[1 + int(backward)]
+        transposed = bool(args[6 + backward]) if name != "aten.cudnn_convolution" else False
+        return weight.dim() >= 3 and weight.shape[1] == 1 and inp.shape[1] > 1 and not transposed
+    except (IndexError, TypeError, AttributeError):
+        return False
+
+
+def _depthwise_kernels(name: str, phase: str, args, out) -> list[tuple]:
+    """The kernels of a depthwise convolution call, as OpCosts.depthwise keys: the forward, or the backward's
+    data and weight gradients (separate kernels: cuDNN's dgrad2d_* and wgrad2d_*), each with the FLOPs of the
+    forward, 2 x output elements x kernel taps, and the bytes of the tensors it reads and writes."""
+    if name != "aten.convolution_backward":
+        inp, weight = args[0], args[1]
+        tensors = [inp, weight, *_tensors(out)]
+        flops = 2 * _tensors(out)[0].numel() * weight[0].numel()
+        return [(phase, "forward", flops, sum(_bytes(t) for t in tensors), inp.element_size())]
+    grad_out, inp, weight, mask = args[0], args[1], args[2], args[10]
+    outs = list(out) if isinstance(out, (list, tuple)) else [out]
+    flops = 2 * grad_out.numel() * weight[0].numel()
+    keys = []
+    for i, (pass_, operand) in enumerate((("data", weight), ("weight", inp))):
+        if mask[i] and i < len(outs) and outs[i] is not None:
+            nbytes = sum(_bytes(t) for t in (grad_out, operand, outs[i]))
+            keys.append((phase, pass_, flops, nbytes, grad_out.element_size()))
+    return keys
 
 
 def _foreach_launches(name: str, args) -> int:
