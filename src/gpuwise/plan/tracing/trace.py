@@ -29,6 +29,7 @@ from ..speed.ops import OpCosts
 from .accumulation import InputBufferSums, node_prehooks
 from .compiled import compiled_notes
 from .cuda_autocast import cuda_autocast_policy
+from .cudnn_rnn import rnn_as_gpu_runs_it
 from .fallback import trace_with_fallback
 from .kernels import FRESH_ZEROS_OPS, INPLACE_WITHOUT_MODE, output_bytes, promotion_copies_bytes, workspace
 from .probe import probe, probed
@@ -449,6 +450,7 @@ def _trace_once(workload, batch_size: int, config: StepConfig, target: str, fake
             stack.enter_context(sdpa_as_gpu_runs_it(catch_builtin=False))  # caught in the forward only
             stack.enter_context(foreach_by_default())
             stack.enter_context(dropout_as_cuda_runs_it())
+            stack.enter_context(rnn_as_gpu_runs_it())
             if config.precision in ("fp16", "bf16"):
                 stack.enter_context(cuda_autocast_policy())
         stack.enter_context(softmax_saves_input(config.softmax_saves_input))
