@@ -1,6 +1,6 @@
 """nn.LSTM / nn.GRU traced for the cuda target run cuDNN's RNN (plan/tracing/cudnn_rnn.py): one forward
-and one backward op over all layers and timesteps, the reserve space kept between them;
-the CPU target and packed sequences keep torch's own kernels."""
+and one backward op over all layers and timesteps, the reserve space kept between them, priced as the
+GEMMs cuDNN runs; the CPU target and packed sequences keep torch's own kernels."""
 
 from __future__ import annotations
 
@@ -68,6 +68,17 @@ def test_cuda_target_runs_one_cudnn_op_each_way_with_its_reserve(kind, mode):
     # LSTM: 6 hidden-wide vectors (4 gates, c, h), GRU: 10, per layer, direction, step and sample
     assert expected == LAYERS * (2 if kind == "gru" else 1) * SEQ * 8 * HIDDEN * 4 * (6 if kind == "lstm" else 10)
     assert expected in {e.nbytes for e in reserve}
+    costs = trace.op_costs
+    # the recurrent GEMM once per timestep per layer and direction, forward (m = batch, n = gates x hidden)
+    gates = 4 if kind == "lstm" else 3
+    recurrent = sum(c for (phase, _, m, n, k, *_), c in costs.gemms.items()
+                    if phase == "forward" and (m, n, k) == (8, gates * HIDDEN, HIDDEN))
+    assert recurrent == LAYERS * (2 if kind == "gru" else 1) * SEQ
+    # and backward: dh W_hh once per step, the input and weight gradients once over all steps
+    back = sum(c for (phase, _, m, n, k, *_), c in costs.gemms.items()
+               if phase == "backward" and (m, n, k) == (8, HIDDEN, gates * HIDDEN))
+    assert back == recurrent
+    assert trace.flops_per_step > 3 * 2 * 8 * SEQ * gates * HIDDEN * (FEATURES + HIDDEN)  # RNN FLOPs counted
 
 
 def test_bf16_autocast_runs_cudnn_in_float16_with_a_flat_weight_copy():

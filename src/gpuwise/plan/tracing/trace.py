@@ -25,7 +25,7 @@ from ...step import StepConfig, TrainStep, tensors_in, warm_optimizer
 from ...workload import load_workload
 from ..memory.events import MemEvent, MemoryTrace, check_target
 from ..memory.warmup import DeferredWarmUp, NotCopyable, warm_up_step_from_steady
-from ..speed.ops import OpCosts
+from ..speed.ops import CUDNN_RNN_OPS, OpCosts, cudnn_rnn_flops
 from .accumulation import InputBufferSums, node_prehooks
 from .compiled import compiled_notes
 from .cuda_autocast import cuda_autocast_policy
@@ -224,6 +224,8 @@ class _TraceMode(_dispatch_mode_base()):
         if self.count_flops:
             formula = self._flop_registry.get(func.overloadpacket)
             op_flops = int(formula(*args, **kwargs, out_val=out)) if formula is not None else 0
+            if formula is None and name in CUDNN_RNN_OPS:  # no torch formula: the GEMMs cuDNN runs
+                op_flops = cudnn_rnn_flops(name, args)
             self.flops += op_flops
             self.costs.record(name, self.phase, args, kwargs, out, op_flops, func)
         if isinstance(out, torch.Tensor):
