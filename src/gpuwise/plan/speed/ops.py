@@ -37,6 +37,8 @@ BATCH_NORM_FORWARD = {"aten.native_batch_norm", "aten._native_batch_norm_legit",
                       "aten.cudnn_batch_norm", "aten.miopen_batch_norm"}
 BATCH_NORM_BACKWARD = {"aten.native_batch_norm_backward", "aten.batch_norm_backward", "aten.cudnn_batch_norm_backward",
                        "aten.miopen_batch_norm_backward"}
+# cuDNN's RNN (plan/tracing/cudnn_rnn.py): priced as the GEMMs and pointwise kernels it runs (cudnn_rnn_gemms)
+CUDNN_RNN_OPS = {"aten._cudnn_rnn", "aten._cudnn_rnn_backward"}
 # no kernel at all: allocation or a host-side read
 NO_KERNEL_OPS = {"aten.empty", "aten.empty_strided", "aten.empty_like", "aten._local_scalar_dense",
                  "aten.lift_fresh", "aten.set_", "aten.resize_", "aten.sym_size", "aten.sym_stride"}
@@ -78,6 +80,13 @@ class OpCosts:
         if name in GEMM_OPS:
             self.gemms[(phase, *_gemm_shape(name, args, out))] += 1
             self.kernels[phase] += 1
+        elif name in CUDNN_RNN_OPS:
+            for shape, calls in cudnn_rnn_gemms(name, args).items():
+                self.gemms[(phase, *shape)] += calls
+                self.kernels[phase] += calls
+            steps, nbytes = cudnn_rnn_pointwise(name, args)
+            self.memory_bytes[phase] += nbytes
+            self.kernels[phase] += steps
         elif name in ATTENTION_KERNELS:
             # torch's flop formulas count the full L x S score matrix; a causal kernel skips the masked half
             # (the FlashAttention papers count causal FLOPs as half of the full ones)
@@ -309,3 +318,66 @@ def _foreach_launches(name: str, args) -> int:
         return 1
     depth = min(len(lists), len(FOREACH_MAX_TENSORS))
     return max(1, math.ceil(len(lists[0]) / FOREACH_MAX_TENSORS[depth - 1]))
+
+
+def _rnn_args(name: str, args) -> tuple:
+    """(x, weights, stride0, mode, hidden, proj, layers, batch_first, bidirectional, packed) of aten._cudnn_rnn /
+    _cudnn_rnn_backward (native_functions.yaml schemas)."""
+    if name == "aten._cudnn_rnn":
+        return (args[0], args[1], args[2], args[6], args[7], args[8], args[9], args[10], args[13], len(args[14]) > 0)
+    return (args[0], args[1], args[2], args[10], args[11], args[12], args[13], args[14], args[17], len(args[18]) > 0)
+
+
+def _rnn_dims(name: str, args) -> tuple[int, int, int, int, int, int, int, list[int]]:
+    x, weights, stride0, mode, hidden, proj, layers, batch_first, bidirectional, packed = _rnn_args(name, args)
+    gates = {0: 1, 1: 1, 2: 4, 3: 3}.get(int(mode), 4)
+    dirs = 2 if bidirectional else 1
+    if packed:  # (sum of batch sizes, features): priced as one sequence of that many steps of batch 1
+        steps, batch = int(x.shape[0]), 1
+    else:
+        steps, batch = (int(x.shape[1]), int(x.shape[0])) if batch_first else (int(x.shape[0]), int(x.shape[1]))
+    out = int(proj) or int(hidden)
+    inputs = [int(x.shape[-1])] + [out * dirs] * (int(layers) - 1)
+    return gates, dirs, steps, batch, int(hidden), out, x.element_size(), inputs
+
+
+def cudnn_rnn_gemms(name: str, args) -> dict[tuple, int]:
+    """{(batch, m, n, k, itemsize, aligned): calls} of one cuDNN RNN call, per layer and direction, as the
+    standard algorithm runs it (cuDNN developer guide, "Features of RNN Functions": CUDNN_RNN_ALGO_STANDARD runs
+    each layer as a sequence of operations; Appleyard, Kocisky & Blunsom, "Optimizing Performance of Recurrent
+    Neural Networks on GPUs", arXiv:1604.01946, sections 3.1-3.2: the input projection of all timesteps is one
+    GEMM per layer, the recurrent GEMM one per timestep):
+    forward: x W_ih^T over all T x N rows once; h W_hh^T once per step (m = N: small and serial).
+    backward (about twice the forward): dh W_hh once per step; dx = dgates W_ih, dW_ih = dgates^T x and
+    dW_hh = dgates^T h once each, over all steps."""
+    gates, dirs, steps, batch, hidden, out, itemsize, inputs = _rnn_dims(name, args)
+    calls: dict[tuple, int] = {}
+
+    def add(m, n, k, c):
+        key = (1, m, n, k, itemsize, True)
+        calls[key] = calls.get(key, 0) + c * dirs
+
+    for features in inputs:
+        if name == "aten._cudnn_rnn":
+            add(steps * batch, gates * hidden, features, 1)
+            add(batch, gates * hidden, out, steps)
+        else:
+            add(batch, out, gates * hidden, steps)
+            add(steps * batch, features, gates * hidden, 1)
+            add(gates * hidden, features, steps * batch, 1)
+            add(gates * hidden, out, steps * batch, 1)
+    return calls
+
+
+def cudnn_rnn_pointwise(name: str, args) -> tuple[int, int]:
+    """(kernels, bytes) of the per-step gate kernels: one per layer, direction and step, reading the two
+    projected gate blocks and the previous states and writing the states and the kept gates (reserve space):
+    (3 x gates + 3) hidden-wide vectors per sample; the backward the same again."""
+    gates, dirs, steps, batch, hidden, out, itemsize, inputs = _rnn_dims(name, args)
+    kernels = len(inputs) * dirs * steps
+    return kernels, kernels * batch * hidden * (3 * gates + 3) * itemsize
+
+
+def cudnn_rnn_flops(name: str, args) -> int:
+    """FLOPs of the GEMMs of `cudnn_rnn_gemms` (torch's flop counter has no formula for these ops)."""
+    return sum(2 * b * m * n * k * c for (b, m, n, k, _, _), c in cudnn_rnn_gemms(name, args).items())
