@@ -394,6 +394,21 @@ def test_a_depthwise_convolution_is_priced_per_kernel_on_the_cuda_cores():
     assert len(c.convs) == 1 and not c.depthwise
 
 
+def test_a_convolution_bias_is_its_own_kernel_inside_the_op():
+    # cuDNN convolves without the bias: ATen adds it after (a broadcast add_, the strided loop) and sums
+    # grad_output for its gradient, inside aten.convolution / convolution_backward, so the trace never sees them
+    x, w, b = torch.randn(8, 64, 28, 28), torch.randn(64, 64, 3, 3), torch.randn(64)
+    out = torch.nn.functional.conv2d(x, w, b, padding=1)
+    c = OpCosts()
+    c.record("aten.convolution", "forward", (x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 1), {}, out, 1)
+    c.record("aten.convolution_backward", "backward",
+             (out, x, w, [64], [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [True, True, True]), {}, (x, w, b), 1)
+    assert c.memory_bytes == {("forward", "strided"): 2 * out.nbytes + b.nbytes, "backward": out.nbytes + b.nbytes}
+    assert c.kernels == {"forward": 2, "backward": 2}
+    c = _conv_costs(x, w)  # no bias, no kernel
+    assert not c.memory_bytes and c.kernels == {"forward": 1}
+
+
 def _batch_norm(c: OpCosts, x: torch.Tensor, weight_dtype=torch.float32) -> None:
     w = torch.ones(x.shape[1], dtype=weight_dtype)
     stats = torch.zeros(x.shape[1])

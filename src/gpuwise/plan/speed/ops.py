@@ -97,15 +97,21 @@ class OpCosts:
             impl, nbytes = batch_norm_traffic(name, args)
             self.batch_norms[(phase, impl)] += nbytes
             self.kernels[phase] += 1
-        elif name in CONV_OPS and _depthwise(name, args):
-            for key in _depthwise_kernels(name, phase, args, out):
-                self.depthwise[key] += 1
-                self.kernels[phase] += 1
         elif name in CONV_OPS or flops:
-            if name == "aten.convolution_backward":
-                flops = _conv_backward_flops(args, flops)
-            self.convs[(phase, flops, *_conv_bytes(name, args, out))] += 1
-            self.kernels[phase] += 1
+            if name in CONV_OPS and _depthwise(name, args):
+                for key in _depthwise_kernels(name, phase, args, out):
+                    self.depthwise[key] += 1
+                    self.kernels[phase] += 1
+            else:
+                if name == "aten.convolution_backward":
+                    flops = _conv_backward_flops(args, flops)
+                self.convs[(phase, flops, *_conv_bytes(name, args, out))] += 1
+                self.kernels[phase] += 1
+            bias = _conv_bias(name, args, out)
+            if bias:
+                path, nbytes = bias
+                self.memory_bytes[phase if path == "vectorized" else (phase, path)] += nbytes
+                self.kernels[phase] += 1
         else:
             tensors = _tensors((args, kwargs)) + _tensors(out)
             path = _kernel_path(name, func, tensors, out)
@@ -274,6 +280,24 @@ def _conv_backward_flops(args, counted: int) -> int:
         return int(forward * (bool(mask[0]) + bool(mask[1])))
     except (IndexError, TypeError, AttributeError):
         return counted
+
+
+def _conv_bias(name: str, args, out) -> tuple[str, int] | None:
+    """The bias kernel ATen runs inside a convolution op, beside cuDNN's (aten/src/ATen/native/Convolution.cpp;
+    the trace sees only the op): forward `output.add_(reshape_bias(input.dim(), bias))`, a broadcast add (the
+    "strided" loop: output read and written, bias read); backward with output_mask[2], `grad_output.sum({0, 2,
+    3})` (grad_output read, grad_bias written). (path, bytes), None without a bias. torch's own NCHW depthwise
+    kernel adds the bias itself: charged all the same (one output pass)."""
+    import torch
+
+    try:
+        if name == "aten.convolution" and isinstance(args[2], torch.Tensor):
+            return "strided", 2 * _bytes(out) + _bytes(args[2])
+        if name == "aten.convolution_backward" and args[10][2] and isinstance(out[2], torch.Tensor):
+            return "vectorized", _bytes(args[0]) + _bytes(out[2])
+    except (IndexError, TypeError, AttributeError):
+        pass
+    return None
 
 
 def _depthwise(name: str, args) -> bool:
