@@ -11,6 +11,7 @@ from gpuwise.plan.speed.conv import (
     DEPTHWISE_EFFICIENCY,
     DEPTHWISE_FP32_WEIGHT_GRAD_EFFICIENCY,
     FP32_CONV_EFFICIENCY,
+    HALF_CONV_EFFICIENCY,
 )
 from gpuwise.plan.speed.gemm import gemm_s
 from gpuwise.plan.speed.model import predict
@@ -349,6 +350,20 @@ def test_fp32_convolutions_on_hopper_run_at_the_fraction_cudnns_ffma_kernels_rea
         bw = gpu.bandwidth_bytes_per_s * speed_spec(gpu).memory_efficiency
         fp32 = predict(c, gpu, "fp32", samples_per_rank=8, flops_per_step=flops).breakdown["matmul"]
         assert fp32 == pytest.approx(max(flops / (gpu.flops["fp32"] * eff), nbytes / bw))
+
+
+def test_bf16_convolutions_on_hopper_run_at_the_fraction_cudnns_sm90_kernels_reached():
+    # ResNet-50's bf16 convs reached 0.281 of the H200's bf16 peak (its layout transposes apart); an A100
+    # keeps the matmul efficiency
+    x, w = torch.randn(64, 256, 28, 28, dtype=torch.bfloat16), torch.randn(256, 256, 3, 3, dtype=torch.bfloat16)
+    c = _conv_costs(x.to(memory_format=torch.channels_last), w)
+    [(_, flops, nbytes, _, _)] = c.convs
+    for name, eff in (("h200", HALF_CONV_EFFICIENCY["hopper"]), ("a100-80gb", None)):
+        gpu = lookup(name)
+        eff = eff or speed_spec(gpu).matmul_efficiency
+        bw = gpu.bandwidth_bytes_per_s * speed_spec(gpu).memory_efficiency
+        bf16 = predict(c, gpu, "bf16", samples_per_rank=64, flops_per_step=flops).breakdown["matmul"]
+        assert bf16 == pytest.approx(max(flops / (gpu.flops["bf16"] * eff), nbytes / bw))
 
 
 def test_a_grouped_convolution_backward_counts_its_groups():

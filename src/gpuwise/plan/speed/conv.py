@@ -18,6 +18,13 @@ the implicit-GEMM mapping, and arithmetic intensity deciding math- or memory-lim
                 (the profile's names), not Hopper's own; on a V100-SXM2 the same fp32 NCHW ResNet-50 step
                 (batch 128, 342 ms, github.com/sandeepkumar-skb/pytorch_experiments torchvision_exp) is
                 within 1 % of the matmul efficiency's price (README), so other architectures keep it.
+                With tensor cores (bf16/fp16) Hopper's cuDNN runs its own sm90_xmma fprop/dgrad/wgrad
+                implicit-GEMM kernels, still far from the GEMM efficiency on a CNN's many small layers (few
+                channels: partial tiles; the wgrad split over N x H x W and reduced): HALF_CONV_EFFICIENCY,
+                same profile, resnet50 b64 adamw bf16: the conv + GEMM kernel classes less cuDNN's layout
+                transposes (nchwToNhwcKernel 2.361 ms, nhwcToNchwKernel 0.963 ms, priced apart below) =
+                6.50 + 2.41 - 3.32 = 5.59 ms per step for the same 1.554 TFLOP -> 278 TFLOP/s, 0.281 of the
+                989.5 dense bf16 peak. Hopper only, measured there; other architectures keep the matmul efficiency.
     layout      tensor cores take NHWC; with torch's default NCHW tensors "the NCHW tensor must be
                 transposed to NHWC before the convolution and transposed back to NCHW after" (MosaicML
                 Composer, "Channels Last" method card, from NVIDIA's diagram; "every time a convolution
@@ -48,6 +55,7 @@ from __future__ import annotations
 from .memory_bound import memory_bound_s
 
 FP32_CONV_EFFICIENCY = {"hopper": 0.403}
+HALF_CONV_EFFICIENCY = {"hopper": 0.281}  # 2-byte operands on tensor cores (TF32 keeps the matmul efficiency)
 # depthwise: fraction of the fp32 peak by operand itemsize; the fp32 weight gradient's own kernel apart
 DEPTHWISE_EFFICIENCY = {4: 0.0716, 2: 0.119}
 DEPTHWISE_FP32_WEIGHT_GRAD_EFFICIENCY = 0.00393
@@ -60,6 +68,8 @@ def conv_s(flops: float, nbytes: float, nchw_bytes: float, itemsize: int, half_p
     tensor_cores = itemsize <= 2 or tf32_peak > 0
     peak = half_peak if itemsize <= 2 else (tf32_peak or fp32_peak)
     efficiency = matmul_efficiency if tensor_cores else FP32_CONV_EFFICIENCY.get(arch, matmul_efficiency)
+    if itemsize <= 2:
+        efficiency = HALF_CONV_EFFICIENCY.get(arch, matmul_efficiency)
     compute_s = flops / (peak * efficiency) if peak else 0.0
     memory_s = memory_bound_s(nbytes, bandwidth, memory_efficiency)
     transpose_s = memory_bound_s(2 * nchw_bytes, bandwidth, memory_efficiency) if tensor_cores else 0.0
