@@ -7,7 +7,12 @@ from gpuwise.plan.catalog import lookup, speed_spec
 from gpuwise.plan.speed import launch
 from gpuwise.plan.speed.attention import attention_s
 from gpuwise.plan.speed.batchnorm import BYTES_PER_S_PER_SM, CUDNN, NATIVE, NATIVE_CHANNELS_LAST
-from gpuwise.plan.speed.conv import FP32_CONV_EFFICIENCY
+from gpuwise.plan.speed.conv import (
+    DEPTHWISE_EFFICIENCY,
+    DEPTHWISE_FP32_WEIGHT_GRAD_EFFICIENCY,
+    FP32_CONV_EFFICIENCY,
+    HALF_CONV_EFFICIENCY,
+)
 from gpuwise.plan.speed.gemm import gemm_s
 from gpuwise.plan.speed.model import predict
 from gpuwise.plan.speed.ops import OpCosts
@@ -360,17 +365,76 @@ def test_fp32_convolutions_on_hopper_run_at_the_fraction_cudnns_ffma_kernels_rea
         assert fp32 == pytest.approx(max(flops / (gpu.flops["fp32"] * eff), nbytes / bw))
 
 
-def test_a_depthwise_convolution_backward_counts_its_groups():
-    # torch's flop formula counts a grouped convolution's grad_input as if dense (C times too many FLOPs for
-    # a depthwise one); each of grad_input and grad_weight costs the forward's FLOPs
-    x, w = torch.randn(2, 96, 14, 14), torch.randn(96, 1, 7, 7)
-    out = torch.nn.functional.conv2d(x, w, padding=3, groups=96)
+def test_bf16_convolutions_on_hopper_run_at_the_fraction_cudnns_sm90_kernels_reached():
+    # ResNet-50's bf16 convs reached 0.281 of the H200's bf16 peak (its layout transposes apart); an A100
+    # keeps the matmul efficiency
+    x, w = torch.randn(64, 256, 28, 28, dtype=torch.bfloat16), torch.randn(256, 256, 3, 3, dtype=torch.bfloat16)
+    c = _conv_costs(x.to(memory_format=torch.channels_last), w)
+    [(_, flops, nbytes, _, _)] = c.convs
+    for name, eff in (("h200", HALF_CONV_EFFICIENCY["hopper"]), ("a100-80gb", None)):
+        gpu = lookup(name)
+        eff = eff or speed_spec(gpu).matmul_efficiency
+        bw = gpu.bandwidth_bytes_per_s * speed_spec(gpu).memory_efficiency
+        bf16 = predict(c, gpu, "bf16", samples_per_rank=64, flops_per_step=flops).breakdown["matmul"]
+        assert bf16 == pytest.approx(max(flops / (gpu.flops["bf16"] * eff), nbytes / bw))
+
+
+def test_a_grouped_convolution_backward_counts_its_groups():
+    # torch's flop formula counts a grouped convolution's grad_input as if dense (C / groups times too many
+    # FLOPs); each of grad_input and grad_weight costs the forward's FLOPs
+    x, w = torch.randn(2, 96, 14, 14), torch.randn(96, 4, 7, 7)
+    out = torch.nn.functional.conv2d(x, w, padding=3, groups=24)
     forward = 2 * out.numel() * w[0].numel()
     c = OpCosts()
-    args = (out, x, w, None, [1, 1], [3, 3], [1, 1], False, [0, 0], 96, [True, True, False])
-    c.record("aten.convolution_backward", "backward", args, {}, (x, w, None), 357_729_792)
+    args = (out, x, w, None, [1, 1], [3, 3], [1, 1], False, [0, 0], 24, [True, True, False])
+    c.record("aten.convolution_backward", "backward", args, {}, (x, w, None), 24 * forward)
     c.record("aten.convolution_backward", "backward", args[:-1] + ([False, True, False],), {}, (None, w, None), 1)
     assert sorted(k[1] for k in c.convs) == [forward, 2 * forward]
+
+
+def test_a_depthwise_convolution_is_priced_per_kernel_on_the_cuda_cores():
+    # no GEMM to speak of (49 taps): cuDNN's direct kernels at a measured fraction of the fp32 peak, one key per
+    # kernel (forward; backward data and weight gradients), the fp32 weight gradient's kernel far slower
+    x, w = torch.randn(32, 96, 56, 56), torch.randn(96, 1, 7, 7)
+    out = torch.nn.functional.conv2d(x, w, padding=3, groups=96)
+    forward = 2 * out.numel() * w[0].numel()
+    h200 = lookup("h200")
+    for dtype in (torch.float32, torch.bfloat16):
+        xs, ws, outs = x.to(dtype), w.to(dtype), out.to(dtype)
+        c = OpCosts()
+        c.record("aten.convolution", "forward", (xs, ws, None, [1, 1], [3, 3], [1, 1], False, [0, 0], 96), {}, outs,
+                 forward)
+        c.record("aten.convolution_backward", "backward",
+                 (outs, xs, ws, None, [1, 1], [3, 3], [1, 1], False, [0, 0], 96, [True, True, False]), {},
+                 (xs, ws, None), 97 * forward)
+        assert not c.convs and c.kernels == {"forward": 1, "backward": 2}
+        size = xs.element_size()
+        assert c.depthwise == {("forward", "forward", forward, 2 * xs.nbytes + ws.nbytes, size): 1,
+                               ("backward", "data", forward, 2 * xs.nbytes + ws.nbytes, size): 1,
+                               ("backward", "weight", forward, 2 * xs.nbytes + ws.nbytes, size): 1}
+        s = predict(c, h200, "bf16" if size == 2 else "fp32", samples_per_rank=32, flops_per_step=3 * forward)
+        rate = h200.flops["fp32"] * DEPTHWISE_EFFICIENCY[size]
+        weight = forward / (h200.flops["fp32"] * DEPTHWISE_FP32_WEIGHT_GRAD_EFFICIENCY) if size == 4 else forward / rate
+        assert s.breakdown["matmul"] == pytest.approx(2 * forward / rate + weight)
+    # one input channel (a first layer on grey images) is a dense convolution, not a depthwise one
+    grey, w1 = torch.randn(8, 1, 28, 28), torch.randn(6, 1, 5, 5)
+    c = _conv_costs(grey, w1)
+    assert len(c.convs) == 1 and not c.depthwise
+
+
+def test_a_convolution_bias_is_its_own_kernel_inside_the_op():
+    # cuDNN convolves without the bias: ATen adds it after (a broadcast add_, the strided loop) and sums
+    # grad_output for its gradient, inside aten.convolution / convolution_backward, so the trace never sees them
+    x, w, b = torch.randn(8, 64, 28, 28), torch.randn(64, 64, 3, 3), torch.randn(64)
+    out = torch.nn.functional.conv2d(x, w, b, padding=1)
+    c = OpCosts()
+    c.record("aten.convolution", "forward", (x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 1), {}, out, 1)
+    c.record("aten.convolution_backward", "backward",
+             (out, x, w, [64], [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [True, True, True]), {}, (x, w, b), 1)
+    assert c.memory_bytes == {("forward", "strided"): 2 * out.nbytes + b.nbytes, "backward": out.nbytes + b.nbytes}
+    assert c.kernels == {"forward": 2, "backward": 2}
+    c = _conv_costs(x, w)  # no bias, no kernel
+    assert not c.memory_bytes and c.kernels == {"forward": 1}
 
 
 def _batch_norm(c: OpCosts, x: torch.Tensor, weight_dtype=torch.float32) -> None:
