@@ -89,6 +89,8 @@ def test_cudnn_attention_runs_first_on_sm90_sm100_from_torch_2_11():
     assert sdpa_kernel_on((8, 0), "2.11.0", env={})[0] == "flash"
     assert sdpa_kernel_on((12, 0), "2.11.0", env={})[0] == "flash"
     assert sdpa_kernel_on((9, 0), "2.11.0", env={"TORCH_CUDNN_SDPA_DEPRIORITIZED": "1"})[0] == "flash"
+    assert sdpa_kernel_on((9, 0), env={"GPUWISE_GPU_TORCH_VERSION": "2.6.0"})[0] == "flash"
+    assert sdpa_kernel_on((9, 0), env={"GPUWISE_GPU_TORCH_VERSION": "2.11.0"})[0] == "cudnn"
 
 
 def test_sdpa_calls_are_priced_by_shape_and_as_the_kernel_the_gpu_runs():

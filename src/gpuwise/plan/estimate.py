@@ -33,7 +33,7 @@ from .memory.events import CATEGORIES, MemoryTrace, check_target, live_peak
 from .memory.overheads import DEFAULT_ARCH, Overheads
 from .memory.sharding import block_param_bytes, fsdp_units_of, make_split, rank_trace
 from .memory.synth import interpolate, pairing
-from .speed.attention import as_gpu_runs
+from .speed.attention import as_gpu_runs, gpu_torch
 from .speed.model import Speed, predict
 from .tracer import Progress, trace_workload
 from .tracing.modes import apply_modes, make_modes
@@ -378,10 +378,11 @@ def _speed(trace: MemoryTrace, est: Estimate, spec: GpuSpec, wl: Workload, modes
 def truth_errors(record: dict[str, Any]) -> dict[str, Any]:
     """Recompute `record`'s estimate (target cuda, its GPU) and return signed errors in percent of the truth."""
     optimizer = record.get("optimizer")
-    est = estimate(record_workload(record), int(record["batch_size"]),
-                   optimizer=optimizer if optimizer in OPTIMIZERS else None,
-                   precision=record.get("precision", "fp32"), checkpointing=bool(record.get("checkpointing")),
-                   target="cuda", gpu=record.get("gpu_name"), search_max_batch=False)
+    with gpu_torch(record.get("torch")):  # the record's torch decides the attention kernel (speed/attention.py)
+        est = estimate(record_workload(record), int(record["batch_size"]),
+                       optimizer=optimizer if optimizer in OPTIMIZERS else None,
+                       precision=record.get("precision", "fp32"), checkpointing=bool(record.get("checkpointing")),
+                       target="cuda", gpu=record.get("gpu_name"), search_max_batch=False)
 
     def err_against(predicted: float | None, truth: float | None) -> float | None:
         return round(100 * (predicted - truth) / truth, 3) if truth and predicted is not None else None

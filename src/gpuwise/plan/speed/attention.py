@@ -42,7 +42,7 @@ pytorch#169849); that code is in torch 2.10 and the wheels' bundled cuDNN crosse
 H200 profiles under torch 2.11 ran cudnn_generated_fort_native_sdpa_sm90_flash_fprop/bprop). cuDNN takes
 head dim <= 128 there (check_cudnn_tensor_shapes; 256 only with cuDNN > 9.22). So for speed, flash calls
 of head dim <= 128 are priced as cudnn on those GPUs under torch >= 2.11 (the installed torch's version
-stands for the GPU machine's); their tensors are flash's (cuDNN keeps the same output and logsumexp).
+stands for the GPU machine's unless GPUWISE_GPU_TORCH_VERSION says otherwise); their tensors are flash's (cuDNN keeps the same output and logsumexp).
 
 In fp32 (flash and cuDNN take only fp16/bf16, so SDPA runs the memory-efficient kernel): on sm80+ its GEMMs
 are `OpClassTensorOp` with `OpMultiplyAddFastF32`, three TF32 MMAs per product (pytorch
@@ -54,6 +54,8 @@ memory-bound ops.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 import os
 
@@ -116,15 +118,31 @@ def attention_s(flops: float, kernel: str, phase: str, arch: str, peak_flops: fl
     return flops / (peak_flops * fraction)
 
 
+_GPU_TORCH: contextvars.ContextVar[str | None] = contextvars.ContextVar("gpuwise_gpu_torch", default=None)
+
+
+@contextlib.contextmanager
+def gpu_torch(version: str | None):
+    """Inside: the GPU runs torch `version` (a GPU truth record's, a published run's era), not the installed one."""
+    token = _GPU_TORCH.set(version or None)
+    try:
+        yield
+    finally:
+        _GPU_TORCH.reset(token)
+
+
 def sdpa_kernel_on(capability: tuple[int, int] | None, torch_version: str | None = None,
                    env: dict | None = None) -> tuple[str, str]:
     """("cudnn" | "flash", why): the fused kernel torch's default order runs first for fp16/bf16 SDPA calls
-    that flash can run, on a GPU of `capability` under `torch_version` (the installed torch's by default)."""
+    that flash can run, on a GPU of `capability` under `torch_version` (by default GPUWISE_GPU_TORCH_VERSION,
+    the GPU machine's torch where it is not the installed one, or `gpu_torch`'s; else the installed torch's)."""
+    env = os.environ if env is None else env
     if torch_version is None:
+        torch_version = _GPU_TORCH.get() or env.get("GPUWISE_GPU_TORCH_VERSION", "")
+    if not torch_version:
         import torch
 
         torch_version = torch.__version__
-    env = os.environ if env is None else env
     try:
         version = tuple(int(x) for x in torch_version.split("+")[0].split(".")[:2])
     except ValueError:
