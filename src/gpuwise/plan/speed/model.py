@@ -20,7 +20,7 @@ from ..catalog import GpuSpec, speed_spec
 from . import launch
 from .attention import attention_peak, attention_s
 from .batchnorm import batch_norm_s
-from .conv import conv_s
+from .conv import conv_s, depthwise_s
 from .gemm import gemm_s
 from .memory_bound import memory_bound_s
 from .ops import OpCosts
@@ -118,6 +118,9 @@ def predict(costs: OpCosts, gpu: GpuSpec, precision: str, *, samples_per_rank: i
         add(phase, "matmul", calls * conv_s(flops, nbytes, nchw_bytes, itemsize, half_peak, tf32_peak,
                                             gpu.peak_flops("fp32"), sp.matmul_efficiency, bw, sp.memory_efficiency,
                                             gpu.arch))
+    for (phase, pass_, flops, nbytes, itemsize), calls in costs.depthwise.items():
+        add(phase, "matmul", calls * depthwise_s(flops, nbytes, pass_, itemsize, gpu.peak_flops("fp32"), bw,
+                                                 sp.memory_efficiency))
     for key, nbytes in costs.memory_bytes.items():
         phase, path = key if isinstance(key, tuple) else (key, "vectorized")
         add(phase, "memory_bound", memory_bound_s(nbytes, bw, sp.memory_efficiency, path))
