@@ -70,6 +70,61 @@ def test_relabel_attention_prices_flash_calls_as_another_kernel():
     assert r.kernels == c.kernels and c.attention[("forward", "flash")] == 10  # the original is untouched
 
 
+def test_attention_fraction_follows_the_problem_shape():
+    # at the reference (seq 8192, causal) a call runs at the table's fraction; shorter sequences pay the row-block
+    # prologue more often, a 197-token sequence computes 256 x 256 (two 128-tiles each way) for 197 x 197
+    from gpuwise.plan.speed.attention import REFERENCE, TILE, shape_factor
+
+    ref = attention_s(590 * TF, "cudnn", "forward", "hopper", 1000 * TF, REFERENCE)
+    assert ref == pytest.approx(attention_s(590 * TF, "cudnn", "forward", "hopper", 1000 * TF)) == pytest.approx(1.0)
+    times = [attention_s(TF, "cudnn", "forward", "hopper", 1000 * TF, (s, s, True)) for s in (8192, 2048, 1024, 256)]
+    assert times == sorted(times)  # per FLOP, shorter is slower
+    assert shape_factor(197, 197, False, 0.0) == pytest.approx(197 * 197 / (2 * TILE) ** 2)
+    # causal: 8 row-blocks of 128 compute 1 + 2 + ... + 8 = 36 tiles for 1024^2 / 2 (32 tiles) of work
+    assert shape_factor(1024, 1024, True, 0.0) == pytest.approx(32 / 36)
+    assert shape_factor(1024, 1024, True, 4.0) == pytest.approx(32 / 36 * 36 / (36 + 4 * 8))
+
+
+def test_cudnn_attention_runs_first_on_sm90_sm100_from_torch_2_11():
+    from gpuwise.plan.speed.attention import sdpa_kernel_on
+
+    assert sdpa_kernel_on((9, 0), "2.11.0+cu130", env={})[0] == "cudnn"
+    assert sdpa_kernel_on((10, 3), "2.13.0", env={})[0] == "cudnn"
+    assert sdpa_kernel_on((9, 0), "2.9.1+cu128", env={})[0] == "flash"  # bundled cuDNN < 9.15.1
+    assert sdpa_kernel_on((8, 0), "2.11.0", env={})[0] == "flash"
+    assert sdpa_kernel_on((12, 0), "2.11.0", env={})[0] == "flash"
+    assert sdpa_kernel_on((9, 0), "2.11.0", env={"TORCH_CUDNN_SDPA_DEPRIORITIZED": "1"})[0] == "flash"
+    assert sdpa_kernel_on((9, 0), env={"GPUWISE_GPU_TORCH_VERSION": "2.6.0"})[0] == "flash"
+    assert sdpa_kernel_on((9, 0), env={"GPUWISE_GPU_TORCH_VERSION": "2.11.0"})[0] == "cudnn"
+
+
+def test_sdpa_calls_are_priced_by_shape_and_as_the_kernel_the_gpu_runs():
+    from gpuwise.plan.speed.attention import as_gpu_runs
+
+    c = OpCosts()
+    for s, d in ((1024, 64), (256, 256)):
+        q = torch.empty(2, 4, s, d, dtype=torch.bfloat16)
+        c.record("aten._scaled_dot_product_flash_attention", "forward", (q, q, q), {"is_causal": True}, (q,), 1000)
+    assert c.attention[("forward", "flash", 2)] == 1000
+    assert c.attention_shapes == {("forward", "flash", 2, 1024, 1024, 64, True): 500,
+                                  ("forward", "flash", 2, 256, 256, 256, True): 500}
+    assert c.combine(c, 3).attention_shapes == c.attention_shapes and c.scaled(2).attention[("forward", "flash", 2)] == 2000
+    # head dim 256 is beyond cuDNN's 128 there: stays flash
+    r = c.relabel_attention("flash", "cudnn", max_head_dim=128)
+    assert dict(r.attention) == {("forward", "flash", 2): 500, ("forward", "cudnn", 2): 500}
+    assert set(r.attention_shapes) == {("forward", "cudnn", 2, 1024, 1024, 64, True),
+                                       ("forward", "flash", 2, 256, 256, 256, True)}
+    h200, a100 = lookup("h200"), lookup("a100-80gb")
+    priced, why = as_gpu_runs(c, (9, 0))
+    assert "cudnn" in why and priced.attention[("forward", "cudnn", 2)] == 500
+    assert as_gpu_runs(c, (9, 0), attn="flash") == (c, None) and as_gpu_runs(c, (8, 0)) == (c, None)
+    # priced per shape: the 256-token calls run further from the peak than the flat long-sequence fraction
+    t = predict(c, a100, "bf16", samples_per_rank=1, flops_per_step=1).breakdown["attention"]
+    flat = attention_s(1000, "flash", "forward", "ampere", a100.peak_flops("bf16"))
+    assert t > flat
+    assert predict(priced, h200, "bf16", samples_per_rank=1, flops_per_step=1).breakdown["attention"] > 0
+
+
 def test_ddp_hides_all_but_the_last_bucket_behind_backward():
     # 1 GB of gradients on 8 x NVLink4: all-reduce ~4.9 ms < 100 ms of backward: only the last 25 MiB show
     plan = comm_time("ddp", 8, "nvlink4", 1e9, 5e8, 0.05, 0.1)
@@ -82,15 +137,25 @@ def test_ddp_hides_all_but_the_last_bucket_behind_backward():
 
 def test_fsdp_exposes_one_block_each_way_when_compute_is_long():
     from gpuwise.plan.speed.comm import all_gather_s, reduce_scatter_s
-    ag, rs = all_gather_s(2e9, 8, "nvlink4"), reduce_scatter_s(4e9, 8, "nvlink4")
+    # one collective per block: 32 all-gathers of 2e9/32 bytes (forward and backward), 32 reduce-scatters
+    ag, rs = all_gather_s(2e9 / 32, 8, "nvlink4"), reduce_scatter_s(4e9 / 32, 8, "nvlink4")
     plan = comm_time("fsdp", 8, "nvlink4", 4e9, 2e9, 10.0, 20.0, blocks=32)
-    assert plan.exposed_s == pytest.approx(ag / 32 + rs / 32)
-    assert plan.total_s == pytest.approx(2 * ag + rs)
+    assert plan.exposed_s == pytest.approx(ag + rs)
+    assert plan.total_s == pytest.approx(32 * (2 * ag + rs))
+
+
+def test_fsdp_pays_a_collective_latency_per_block():
+    from gpuwise.plan.speed.comm import all_gather_s, reduce_scatter_s
+    # the bandwidth term is the same however the bytes are split; each of the 3 x 32 calls adds a latency
+    one = comm_time("fsdp", 128, "nvlink4", 4e9, 2e9, 10.0, 20.0, blocks=1)
+    many = comm_time("fsdp", 128, "nvlink4", 4e9, 2e9, 10.0, 20.0, blocks=32)
+    latency = all_gather_s(1e-9, 128, "nvlink4")  # a call of ~no bytes: the latency alone
+    assert latency == pytest.approx(reduce_scatter_s(1e-9, 128, "nvlink4"))
+    assert many.total_s - one.total_s == pytest.approx(3 * 31 * latency, rel=1e-6)
 
 
 def test_hsdp_reduces_across_nodes_behind_backward_over_the_stated_network():
     from gpuwise.plan.speed.comm import all_reduce_s, node_network, reduce_scatter_s
-    rs = reduce_scatter_s(4e9, 8, "nvlink4")
     # 16 nodes; each of the 8 shard positions all-reduces its 0.5 GB shard across nodes
     kw = {"gpus_per_node": 1, "nics_per_node": 1}
     default = all_reduce_s(4e9 / 8, 16, "ib-ndr", network="ib-ndr", **kw)  # one 400 Gb/s NIC per GPU
@@ -100,6 +165,9 @@ def test_hsdp_reduces_across_nodes_behind_backward_over_the_stated_network():
     long = comm_time("hsdp", 128, "nvlink4", 4e9, 2e9, 10.0, 20.0, blocks=32)
     assert long.exposed_s < default  # behind a long backward only the last block's share waits
     short = comm_time("hsdp", 128, "nvlink4", 4e9, 2e9, 10.0, 0.01, blocks=32, network_gbps=800)
+    # one reduce-scatter and one all-reduce across nodes per block
+    rs = 32 * reduce_scatter_s(4e9 / 32, 8, "nvlink4")
+    stated = 32 * all_reduce_s(4e9 / 8 / 32, 16, net, network=net, **kw)
     ag = comm_time("fsdp", 8, "nvlink4", 4e9, 2e9, 10.0, 20.0, blocks=32).total_s - rs
     assert short.total_s == pytest.approx(2 * ag / 2 + rs + stated)
     assert short.exposed_s > stated
@@ -118,10 +186,10 @@ def test_overlapped_collectives_slow_compute_by_the_sms_nccl_holds():
 
 def test_fsdp_gathers_every_micro_batch_and_reduces_once_per_step():
     from gpuwise.plan.speed.comm import all_gather_s, reduce_scatter_s
-    ag, rs = all_gather_s(2e9, 8, "nvlink4"), reduce_scatter_s(4e9, 8, "nvlink4")
+    ag, rs = all_gather_s(2e9 / 32, 8, "nvlink4"), reduce_scatter_s(4e9 / 32, 8, "nvlink4")
     four = comm_time("fsdp", 8, "nvlink4", 4e9, 2e9, 10.0, 20.0, blocks=32, micro_steps=4)
-    assert four.total_s == pytest.approx(4 * 2 * ag + rs)
-    assert four.exposed_s == pytest.approx(4 * ag / 32 + rs / 32)
+    assert four.total_s == pytest.approx(32 * (4 * 2 * ag + rs))
+    assert four.exposed_s == pytest.approx(4 * ag + rs)
     ddp = comm_time("ddp", 8, "nvlink4", 4e9, 2e9, 10.0, 20.0)
     assert comm_time("ddp", 8, "nvlink4", 4e9, 2e9, 10.0, 20.0, micro_steps=4) == ddp
 
