@@ -70,6 +70,61 @@ def test_relabel_attention_prices_flash_calls_as_another_kernel():
     assert r.kernels == c.kernels and c.attention[("forward", "flash")] == 10  # the original is untouched
 
 
+def test_attention_fraction_follows_the_problem_shape():
+    # at the reference (seq 8192, causal) a call runs at the table's fraction; shorter sequences pay the row-block
+    # prologue more often, a 197-token sequence computes 256 x 256 (two 128-tiles each way) for 197 x 197
+    from gpuwise.plan.speed.attention import REFERENCE, TILE, shape_factor
+
+    ref = attention_s(590 * TF, "cudnn", "forward", "hopper", 1000 * TF, REFERENCE)
+    assert ref == pytest.approx(attention_s(590 * TF, "cudnn", "forward", "hopper", 1000 * TF)) == pytest.approx(1.0)
+    times = [attention_s(TF, "cudnn", "forward", "hopper", 1000 * TF, (s, s, True)) for s in (8192, 2048, 1024, 256)]
+    assert times == sorted(times)  # per FLOP, shorter is slower
+    assert shape_factor(197, 197, False, 0.0) == pytest.approx(197 * 197 / (2 * TILE) ** 2)
+    # causal: 8 row-blocks of 128 compute 1 + 2 + ... + 8 = 36 tiles for 1024^2 / 2 (32 tiles) of work
+    assert shape_factor(1024, 1024, True, 0.0) == pytest.approx(32 / 36)
+    assert shape_factor(1024, 1024, True, 4.0) == pytest.approx(32 / 36 * 36 / (36 + 4 * 8))
+
+
+def test_cudnn_attention_runs_first_on_sm90_sm100_from_torch_2_11():
+    from gpuwise.plan.speed.attention import sdpa_kernel_on
+
+    assert sdpa_kernel_on((9, 0), "2.11.0+cu130", env={})[0] == "cudnn"
+    assert sdpa_kernel_on((10, 3), "2.13.0", env={})[0] == "cudnn"
+    assert sdpa_kernel_on((9, 0), "2.9.1+cu128", env={})[0] == "flash"  # bundled cuDNN < 9.15.1
+    assert sdpa_kernel_on((8, 0), "2.11.0", env={})[0] == "flash"
+    assert sdpa_kernel_on((12, 0), "2.11.0", env={})[0] == "flash"
+    assert sdpa_kernel_on((9, 0), "2.11.0", env={"TORCH_CUDNN_SDPA_DEPRIORITIZED": "1"})[0] == "flash"
+    assert sdpa_kernel_on((9, 0), env={"GPUWISE_GPU_TORCH_VERSION": "2.6.0"})[0] == "flash"
+    assert sdpa_kernel_on((9, 0), env={"GPUWISE_GPU_TORCH_VERSION": "2.11.0"})[0] == "cudnn"
+
+
+def test_sdpa_calls_are_priced_by_shape_and_as_the_kernel_the_gpu_runs():
+    from gpuwise.plan.speed.attention import as_gpu_runs
+
+    c = OpCosts()
+    for s, d in ((1024, 64), (256, 256)):
+        q = torch.empty(2, 4, s, d, dtype=torch.bfloat16)
+        c.record("aten._scaled_dot_product_flash_attention", "forward", (q, q, q), {"is_causal": True}, (q,), 1000)
+    assert c.attention[("forward", "flash", 2)] == 1000
+    assert c.attention_shapes == {("forward", "flash", 2, 1024, 1024, 64, True): 500,
+                                  ("forward", "flash", 2, 256, 256, 256, True): 500}
+    assert c.combine(c, 3).attention_shapes == c.attention_shapes and c.scaled(2).attention[("forward", "flash", 2)] == 2000
+    # head dim 256 is beyond cuDNN's 128 there: stays flash
+    r = c.relabel_attention("flash", "cudnn", max_head_dim=128)
+    assert dict(r.attention) == {("forward", "flash", 2): 500, ("forward", "cudnn", 2): 500}
+    assert set(r.attention_shapes) == {("forward", "cudnn", 2, 1024, 1024, 64, True),
+                                       ("forward", "flash", 2, 256, 256, 256, True)}
+    h200, a100 = lookup("h200"), lookup("a100-80gb")
+    priced, why = as_gpu_runs(c, (9, 0))
+    assert "cudnn" in why and priced.attention[("forward", "cudnn", 2)] == 500
+    assert as_gpu_runs(c, (9, 0), attn="flash") == (c, None) and as_gpu_runs(c, (8, 0)) == (c, None)
+    # priced per shape: the 256-token calls run further from the peak than the flat long-sequence fraction
+    t = predict(c, a100, "bf16", samples_per_rank=1, flops_per_step=1).breakdown["attention"]
+    flat = attention_s(1000, "flash", "forward", "ampere", a100.peak_flops("bf16"))
+    assert t > flat
+    assert predict(priced, h200, "bf16", samples_per_rank=1, flops_per_step=1).breakdown["attention"] > 0
+
+
 def test_ddp_hides_all_but_the_last_bucket_behind_backward():
     # 1 GB of gradients on 8 x NVLink4: all-reduce ~4.9 ms < 100 ms of backward: only the last 25 MiB show
     plan = comm_time("ddp", 8, "nvlink4", 1e9, 5e8, 0.05, 0.1)

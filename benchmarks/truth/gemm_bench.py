@@ -166,8 +166,9 @@ def compare(path: Path, gpu_name: str | None) -> int:
                   f"{r['tflops']:7.1f} TFLOP/s  model {err:+7.1%}")
         elif r.get("op") == "sdpa" and r["dtype"] == "bf16" and r["backend"] in ("flash", "efficient", "cudnn"):
             fl = r["forward_flops"] / (2 if r["causal"] else 1)  # the model's causal FLOPs (ops.py): half
-            pred_f = attention_s(fl, r["backend"], "forward", gpu.arch, gpu.flops["bf16"])
-            pred_fb = pred_f + attention_s(2.5 * fl, r["backend"], "backward", gpu.arch, gpu.flops["bf16"])
+            shape = (r["seq"], r["seq"], r["causal"])  # priced by problem shape, as ops.py records SDPA calls
+            pred_f = attention_s(fl, r["backend"], "forward", gpu.arch, gpu.flops["bf16"], shape)
+            pred_fb = pred_f + attention_s(2.5 * fl, r["backend"], "backward", gpu.arch, gpu.flops["bf16"], shape)
             for what, pred, meas in (("fwd", pred_f, r["forward_s"]), ("fwd+bwd", pred_fb, r["forward_backward_s"])):
                 err = (pred - meas) / meas
                 errs.append(abs(err))

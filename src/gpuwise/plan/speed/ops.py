@@ -53,6 +53,9 @@ class OpCosts:
     # (phase, batch, m, n, k, itemsize, aligned: every operand 16-byte aligned, gemm.py) -> calls
     gemms: Counter = field(default_factory=Counter)
     attention: Counter = field(default_factory=Counter)   # (phase, kernel, query itemsize) -> FLOPs
+    # the same FLOPs by problem, where the call's (batch, heads, seq, head dim) query says it (attention.py prices
+    # them by shape): (phase, kernel, query itemsize, seq_q, seq_k, head_dim, causal) -> FLOPs
+    attention_shapes: Counter = field(default_factory=Counter)
     # (phase, FLOPs, bytes read + written, bytes of its NCHW activations, operand itemsize) -> calls
     convs: Counter = field(default_factory=Counter)
     # depthwise convolutions (plan/speed/conv.py depthwise_s), one key per kernel:
@@ -66,8 +69,8 @@ class OpCosts:
     batch_norms: Counter = field(default_factory=Counter)
     input_bytes: Counter = field(default_factory=Counter)  # phase -> bytes of the batch copied host -> device
 
-    PARTS = ("gemms", "attention", "convs", "depthwise", "memory_bytes", "kernels", "host_ops", "batch_norms",
-             "input_bytes")
+    PARTS = ("gemms", "attention", "attention_shapes", "convs", "depthwise", "memory_bytes", "kernels", "host_ops",
+             "batch_norms", "input_bytes")
 
     def record(self, name: str, phase: str, args: tuple, kwargs: dict, out: Any, flops: int, func: Any = None) -> None:
         """One aten op of the steady step (`name` as 'aten.mm'; `flops` from torch's flop formulas; `func`
@@ -90,8 +93,12 @@ class OpCosts:
         elif name in ATTENTION_KERNELS:
             # torch's flop formulas count the full L x S score matrix; a causal kernel skips the masked half
             # (the FlashAttention papers count causal FLOPs as half of the full ones)
+            causal = _causal(func, args, kwargs)
             key = (phase, ATTENTION_KERNELS[name], _itemsize(args))
-            self.attention[key] += flops / 2 if _causal(func, args, kwargs) else flops
+            self.attention[key] += flops / 2 if causal else flops
+            shape = _attention_shape(name, args)
+            if shape is not None:
+                self.attention_shapes[(*key, *shape, causal)] += flops / 2 if causal else flops
             self.kernels[phase] += 1
         elif name in BATCH_NORM_FORWARD or name in BATCH_NORM_BACKWARD:
             impl, nbytes = batch_norm_traffic(name, args)
@@ -127,14 +134,28 @@ class OpCosts:
                                        for k in set(a) | set(b)})
         return out
 
-    def relabel_attention(self, kernel: str, as_kernel: str) -> OpCosts:
-        """A copy whose `kernel` attention FLOPs are priced as `as_kernel` (same tensors, another kernel's speed)."""
+    def relabel_attention(self, kernel: str, as_kernel: str, max_head_dim: int | None = None) -> OpCosts:
+        """A copy whose `kernel` attention FLOPs are priced as `as_kernel` (same tensors, another kernel's speed).
+        `max_head_dim`: only the calls of known head dim up to it (those of unknown shape stay `kernel`)."""
         out = OpCosts()
         for part in self.PARTS:
             getattr(out, part).update(getattr(self, part))
-        out.attention = Counter()
-        for (phase, k, *rest), flops in self.attention.items():
-            out.attention[(phase, as_kernel if k == kernel else k, *rest)] += flops
+        out.attention, out.attention_shapes = Counter(), Counter()
+        if max_head_dim is None:
+            for (phase, k, *rest), flops in self.attention.items():
+                out.attention[(phase, as_kernel if k == kernel else k, *rest)] += flops
+            for (phase, k, *rest), flops in self.attention_shapes.items():
+                out.attention_shapes[(phase, as_kernel if k == kernel else k, *rest)] += flops
+            return out
+        out.attention.update(self.attention)
+        for (phase, k, itemsize, seq_q, seq_k, head_dim, causal), flops in self.attention_shapes.items():
+            moved = k == kernel and head_dim <= max_head_dim
+            if moved and (phase, k, itemsize) in out.attention:
+                out.attention[(phase, k, itemsize)] -= flops
+                out.attention[(phase, as_kernel, itemsize)] += flops
+            out.attention_shapes[(phase, as_kernel if moved else k, itemsize, seq_q, seq_k, head_dim, causal)] += flops
+        for key in [key for key, flops in out.attention.items() if flops <= 0]:
+            del out.attention[key]
         return out
 
     def scaled(self, factor: float, phases: tuple[str, ...] = ("forward", "backward")) -> OpCosts:
@@ -239,6 +260,20 @@ def _aligned(t, align_bytes: int = ALIGN_BYTES) -> bool:
         return all(st * size % align_bytes == 0 for st in strides) and t.storage_offset() * size % align_bytes == 0
     except Exception:  # noqa: BLE001 - tensors without strides (sparse, nested): assume the common case
         return True
+
+
+def _attention_shape(name: str, args) -> tuple[int, int, int] | None:
+    """(seq_q, seq_k, head_dim) of an SDPA kernel call from its (batch, heads, seq, head dim) query and key:
+    forward (query, key, value, ...), backward (grad_out, query, key, ...); None for other layouts."""
+    import torch
+
+    k_at = 2 if name.endswith("_backward") else 1
+    if not name.startswith("aten._scaled_dot_product_") or len(args) <= k_at:
+        return None
+    q, k = args[0], args[k_at]
+    if not (isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and q.dim() == 4 and k.dim() == 4):
+        return None
+    return int(q.shape[2]), int(k.shape[2]), int(q.shape[3])
 
 
 def _itemsize(args) -> int:
