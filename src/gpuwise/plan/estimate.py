@@ -335,7 +335,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
         if est.attention_priced:  # the trace's flash tensors, the speed of the kernel the GPU runs (speed/attention.py)
             est.attention["priced_as"] = {"flash": "cudnn"}
             est.attention["why"].append(est.attention_priced)
-    est.notes = notes
+    est.notes = notes + est.notes  # after the trace's notes, those the speed model added (_speed)
     est.seconds = round(time.perf_counter() - started, 3)
     return est
 
