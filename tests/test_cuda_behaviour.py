@@ -100,6 +100,16 @@ def test_hf_decoder_without_padding_runs_causal_flash_as_on_a_gpu(tmp_path):
     assert triton.attention["kernels"] == ["flash"]
     assert triton.peak_allocated_bytes == est.peak_allocated_bytes
     assert triton.speed.breakdown["attention"] > est.speed.breakdown["attention"]
+    # an H100 under torch >= 2.11 runs these calls as cuDNN attention: flash's tensors, cuDNN's speed, said so
+    from gpuwise.plan.speed.attention import gpu_torch
+
+    with gpu_torch("2.11.0"):
+        h100 = estimate(str(path), attn="sdpa", **{**kw, "gpu": "h100"})
+    assert h100.attention["kernels"] == ["flash"] and h100.attention["priced_as"] == {"flash": "cudnn"}
+    assert any(n.startswith("attention speed: torch 2.11.0 on sm90") for n in h100.notes)
+    with gpu_torch("2.9.1"):
+        old = estimate(str(path), attn="sdpa", **{**kw, "gpu": "h100"})
+    assert "priced_as" not in old.attention and old.peak_allocated_bytes == h100.peak_allocated_bytes
 
 
 def test_math_fallback_is_the_same_kernel_when_checkpointing_recomputes_it():

@@ -86,6 +86,13 @@ def test_cuda_estimate_adds_allocator_rounding_workspaces_and_context(mlp_cuda):
     assert e.fits is True and e.roofline is not None and e.roofline.samples_per_s > 0
 
 
+def test_a_cuda_estimate_with_convolutions_says_their_workspaces_are_not_in_it(mlp_cuda):
+    """cuDNN's per-call convolution workspaces are not modelled: a convnet's estimate says so, an MLP's does not."""
+    conv = estimate("examples:lenet", 64, gpu="H200", search_max_batch=False)
+    assert any(n.startswith("cuDNN's per-call convolution workspaces are not in this peak") for n in conv.notes)
+    assert not any("convolution workspaces" in n for n in mlp_cuda.notes)
+
+
 def test_largest_batch_on_a_gpu_is_checked_by_tracing_it_and_its_neighbour(tmp_path):
     path = tmp_path / "wide.py"
     path.write_text(textwrap.dedent(WIDE))

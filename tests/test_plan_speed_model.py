@@ -7,7 +7,12 @@ from gpuwise.plan.catalog import lookup, speed_spec
 from gpuwise.plan.speed import launch
 from gpuwise.plan.speed.attention import attention_s
 from gpuwise.plan.speed.batchnorm import BYTES_PER_S_PER_SM, CUDNN, NATIVE, NATIVE_CHANNELS_LAST
-from gpuwise.plan.speed.conv import FP32_CONV_EFFICIENCY
+from gpuwise.plan.speed.conv import (
+    DEPTHWISE_EFFICIENCY,
+    DEPTHWISE_FP32_WEIGHT_GRAD_EFFICIENCY,
+    FP32_CONV_EFFICIENCY,
+    HALF_CONV_EFFICIENCY,
+)
 from gpuwise.plan.speed.gemm import gemm_s
 from gpuwise.plan.speed.model import predict
 from gpuwise.plan.speed.ops import OpCosts
@@ -65,6 +70,61 @@ def test_relabel_attention_prices_flash_calls_as_another_kernel():
     assert r.kernels == c.kernels and c.attention[("forward", "flash")] == 10  # the original is untouched
 
 
+def test_attention_fraction_follows_the_problem_shape():
+    # at the reference (seq 8192, causal) a call runs at the table's fraction; shorter sequences pay the row-block
+    # prologue more often, a 197-token sequence computes 256 x 256 (two 128-tiles each way) for 197 x 197
+    from gpuwise.plan.speed.attention import REFERENCE, TILE, shape_factor
+
+    ref = attention_s(590 * TF, "cudnn", "forward", "hopper", 1000 * TF, REFERENCE)
+    assert ref == pytest.approx(attention_s(590 * TF, "cudnn", "forward", "hopper", 1000 * TF)) == pytest.approx(1.0)
+    times = [attention_s(TF, "cudnn", "forward", "hopper", 1000 * TF, (s, s, True)) for s in (8192, 2048, 1024, 256)]
+    assert times == sorted(times)  # per FLOP, shorter is slower
+    assert shape_factor(197, 197, False, 0.0) == pytest.approx(197 * 197 / (2 * TILE) ** 2)
+    # causal: 8 row-blocks of 128 compute 1 + 2 + ... + 8 = 36 tiles for 1024^2 / 2 (32 tiles) of work
+    assert shape_factor(1024, 1024, True, 0.0) == pytest.approx(32 / 36)
+    assert shape_factor(1024, 1024, True, 4.0) == pytest.approx(32 / 36 * 36 / (36 + 4 * 8))
+
+
+def test_cudnn_attention_runs_first_on_sm90_sm100_from_torch_2_11():
+    from gpuwise.plan.speed.attention import sdpa_kernel_on
+
+    assert sdpa_kernel_on((9, 0), "2.11.0+cu130", env={})[0] == "cudnn"
+    assert sdpa_kernel_on((10, 3), "2.13.0", env={})[0] == "cudnn"
+    assert sdpa_kernel_on((9, 0), "2.9.1+cu128", env={})[0] == "flash"  # bundled cuDNN < 9.15.1
+    assert sdpa_kernel_on((8, 0), "2.11.0", env={})[0] == "flash"
+    assert sdpa_kernel_on((12, 0), "2.11.0", env={})[0] == "flash"
+    assert sdpa_kernel_on((9, 0), "2.11.0", env={"TORCH_CUDNN_SDPA_DEPRIORITIZED": "1"})[0] == "flash"
+    assert sdpa_kernel_on((9, 0), env={"GPUWISE_GPU_TORCH_VERSION": "2.6.0"})[0] == "flash"
+    assert sdpa_kernel_on((9, 0), env={"GPUWISE_GPU_TORCH_VERSION": "2.11.0"})[0] == "cudnn"
+
+
+def test_sdpa_calls_are_priced_by_shape_and_as_the_kernel_the_gpu_runs():
+    from gpuwise.plan.speed.attention import as_gpu_runs
+
+    c = OpCosts()
+    for s, d in ((1024, 64), (256, 256)):
+        q = torch.empty(2, 4, s, d, dtype=torch.bfloat16)
+        c.record("aten._scaled_dot_product_flash_attention", "forward", (q, q, q), {"is_causal": True}, (q,), 1000)
+    assert c.attention[("forward", "flash", 2)] == 1000
+    assert c.attention_shapes == {("forward", "flash", 2, 1024, 1024, 64, True): 500,
+                                  ("forward", "flash", 2, 256, 256, 256, True): 500}
+    assert c.combine(c, 3).attention_shapes == c.attention_shapes and c.scaled(2).attention[("forward", "flash", 2)] == 2000
+    # head dim 256 is beyond cuDNN's 128 there: stays flash
+    r = c.relabel_attention("flash", "cudnn", max_head_dim=128)
+    assert dict(r.attention) == {("forward", "flash", 2): 500, ("forward", "cudnn", 2): 500}
+    assert set(r.attention_shapes) == {("forward", "cudnn", 2, 1024, 1024, 64, True),
+                                       ("forward", "flash", 2, 256, 256, 256, True)}
+    h200, a100 = lookup("h200"), lookup("a100-80gb")
+    priced, why = as_gpu_runs(c, (9, 0))
+    assert "cudnn" in why and priced.attention[("forward", "cudnn", 2)] == 500
+    assert as_gpu_runs(c, (9, 0), attn="flash") == (c, None) and as_gpu_runs(c, (8, 0)) == (c, None)
+    # priced per shape: the 256-token calls run further from the peak than the flat long-sequence fraction
+    t = predict(c, a100, "bf16", samples_per_rank=1, flops_per_step=1).breakdown["attention"]
+    flat = attention_s(1000, "flash", "forward", "ampere", a100.peak_flops("bf16"))
+    assert t > flat
+    assert predict(priced, h200, "bf16", samples_per_rank=1, flops_per_step=1).breakdown["attention"] > 0
+
+
 def test_ddp_hides_all_but_the_last_bucket_behind_backward():
     # 1 GB of gradients on 8 x NVLink4: all-reduce ~4.9 ms < 100 ms of backward: only the last 25 MiB show
     plan = comm_time("ddp", 8, "nvlink4", 1e9, 5e8, 0.05, 0.1)
@@ -77,15 +137,25 @@ def test_ddp_hides_all_but_the_last_bucket_behind_backward():
 
 def test_fsdp_exposes_one_block_each_way_when_compute_is_long():
     from gpuwise.plan.speed.comm import all_gather_s, reduce_scatter_s
-    ag, rs = all_gather_s(2e9, 8, "nvlink4"), reduce_scatter_s(4e9, 8, "nvlink4")
+    # one collective per block: 32 all-gathers of 2e9/32 bytes (forward and backward), 32 reduce-scatters
+    ag, rs = all_gather_s(2e9 / 32, 8, "nvlink4"), reduce_scatter_s(4e9 / 32, 8, "nvlink4")
     plan = comm_time("fsdp", 8, "nvlink4", 4e9, 2e9, 10.0, 20.0, blocks=32)
-    assert plan.exposed_s == pytest.approx(ag / 32 + rs / 32)
-    assert plan.total_s == pytest.approx(2 * ag + rs)
+    assert plan.exposed_s == pytest.approx(ag + rs)
+    assert plan.total_s == pytest.approx(32 * (2 * ag + rs))
+
+
+def test_fsdp_pays_a_collective_latency_per_block():
+    from gpuwise.plan.speed.comm import all_gather_s, reduce_scatter_s
+    # the bandwidth term is the same however the bytes are split; each of the 3 x 32 calls adds a latency
+    one = comm_time("fsdp", 128, "nvlink4", 4e9, 2e9, 10.0, 20.0, blocks=1)
+    many = comm_time("fsdp", 128, "nvlink4", 4e9, 2e9, 10.0, 20.0, blocks=32)
+    ag, rs = all_gather_s(2e9 / 32, 128, "nvlink4"), reduce_scatter_s(4e9 / 32, 128, "nvlink4")
+    assert many.total_s == pytest.approx(32 * (2 * ag + rs))
+    assert many.total_s > one.total_s + 3 * 31 * 100e-6  # 16 nodes: each call waits hundreds of us
 
 
 def test_hsdp_reduces_across_nodes_behind_backward_over_the_stated_network():
     from gpuwise.plan.speed.comm import all_reduce_s, node_network, reduce_scatter_s
-    rs = reduce_scatter_s(4e9, 8, "nvlink4")
     # 16 nodes; each of the 8 shard positions all-reduces its 0.5 GB shard across nodes
     kw = {"gpus_per_node": 1, "nics_per_node": 1}
     default = all_reduce_s(4e9 / 8, 16, "ib-ndr", network="ib-ndr", **kw)  # one 400 Gb/s NIC per GPU
@@ -95,6 +165,9 @@ def test_hsdp_reduces_across_nodes_behind_backward_over_the_stated_network():
     long = comm_time("hsdp", 128, "nvlink4", 4e9, 2e9, 10.0, 20.0, blocks=32)
     assert long.exposed_s < default  # behind a long backward only the last block's share waits
     short = comm_time("hsdp", 128, "nvlink4", 4e9, 2e9, 10.0, 0.01, blocks=32, network_gbps=800)
+    # one reduce-scatter and one all-reduce across nodes per block
+    rs = 32 * reduce_scatter_s(4e9 / 32, 8, "nvlink4")
+    stated = 32 * all_reduce_s(4e9 / 8 / 32, 16, net, network=net, **kw)
     ag = comm_time("fsdp", 8, "nvlink4", 4e9, 2e9, 10.0, 20.0, blocks=32).total_s - rs
     assert short.total_s == pytest.approx(2 * ag / 2 + rs + stated)
     assert short.exposed_s > stated
@@ -113,10 +186,10 @@ def test_overlapped_collectives_slow_compute_by_the_sms_nccl_holds():
 
 def test_fsdp_gathers_every_micro_batch_and_reduces_once_per_step():
     from gpuwise.plan.speed.comm import all_gather_s, reduce_scatter_s
-    ag, rs = all_gather_s(2e9, 8, "nvlink4"), reduce_scatter_s(4e9, 8, "nvlink4")
+    ag, rs = all_gather_s(2e9 / 32, 8, "nvlink4"), reduce_scatter_s(4e9 / 32, 8, "nvlink4")
     four = comm_time("fsdp", 8, "nvlink4", 4e9, 2e9, 10.0, 20.0, blocks=32, micro_steps=4)
-    assert four.total_s == pytest.approx(4 * 2 * ag + rs)
-    assert four.exposed_s == pytest.approx(4 * ag / 32 + rs / 32)
+    assert four.total_s == pytest.approx(32 * (4 * 2 * ag + rs))
+    assert four.exposed_s == pytest.approx(4 * ag + rs)
     ddp = comm_time("ddp", 8, "nvlink4", 4e9, 2e9, 10.0, 20.0)
     assert comm_time("ddp", 8, "nvlink4", 4e9, 2e9, 10.0, 20.0, micro_steps=4) == ddp
 
@@ -364,17 +437,76 @@ def test_fp32_convolutions_on_hopper_run_at_the_fraction_cudnns_ffma_kernels_rea
         assert fp32 == pytest.approx(max(flops / (gpu.flops["fp32"] * eff), nbytes / bw))
 
 
-def test_a_depthwise_convolution_backward_counts_its_groups():
-    # torch's flop formula counts a grouped convolution's grad_input as if dense (C times too many FLOPs for
-    # a depthwise one); each of grad_input and grad_weight costs the forward's FLOPs
-    x, w = torch.randn(2, 96, 14, 14), torch.randn(96, 1, 7, 7)
-    out = torch.nn.functional.conv2d(x, w, padding=3, groups=96)
+def test_bf16_convolutions_on_hopper_run_at_the_fraction_cudnns_sm90_kernels_reached():
+    # ResNet-50's bf16 convs reached 0.281 of the H200's bf16 peak (its layout transposes apart); an A100
+    # keeps the matmul efficiency
+    x, w = torch.randn(64, 256, 28, 28, dtype=torch.bfloat16), torch.randn(256, 256, 3, 3, dtype=torch.bfloat16)
+    c = _conv_costs(x.to(memory_format=torch.channels_last), w)
+    [(_, flops, nbytes, _, _)] = c.convs
+    for name, eff in (("h200", HALF_CONV_EFFICIENCY["hopper"]), ("a100-80gb", None)):
+        gpu = lookup(name)
+        eff = eff or speed_spec(gpu).matmul_efficiency
+        bw = gpu.bandwidth_bytes_per_s * speed_spec(gpu).memory_efficiency
+        bf16 = predict(c, gpu, "bf16", samples_per_rank=64, flops_per_step=flops).breakdown["matmul"]
+        assert bf16 == pytest.approx(max(flops / (gpu.flops["bf16"] * eff), nbytes / bw))
+
+
+def test_a_grouped_convolution_backward_counts_its_groups():
+    # torch's flop formula counts a grouped convolution's grad_input as if dense (C / groups times too many
+    # FLOPs); each of grad_input and grad_weight costs the forward's FLOPs
+    x, w = torch.randn(2, 96, 14, 14), torch.randn(96, 4, 7, 7)
+    out = torch.nn.functional.conv2d(x, w, padding=3, groups=24)
     forward = 2 * out.numel() * w[0].numel()
     c = OpCosts()
-    args = (out, x, w, None, [1, 1], [3, 3], [1, 1], False, [0, 0], 96, [True, True, False])
-    c.record("aten.convolution_backward", "backward", args, {}, (x, w, None), 357_729_792)
+    args = (out, x, w, None, [1, 1], [3, 3], [1, 1], False, [0, 0], 24, [True, True, False])
+    c.record("aten.convolution_backward", "backward", args, {}, (x, w, None), 24 * forward)
     c.record("aten.convolution_backward", "backward", args[:-1] + ([False, True, False],), {}, (None, w, None), 1)
     assert sorted(k[1] for k in c.convs) == [forward, 2 * forward]
+
+
+def test_a_depthwise_convolution_is_priced_per_kernel_on_the_cuda_cores():
+    # no GEMM to speak of (49 taps): cuDNN's direct kernels at a measured fraction of the fp32 peak, one key per
+    # kernel (forward; backward data and weight gradients), the fp32 weight gradient's kernel far slower
+    x, w = torch.randn(32, 96, 56, 56), torch.randn(96, 1, 7, 7)
+    out = torch.nn.functional.conv2d(x, w, padding=3, groups=96)
+    forward = 2 * out.numel() * w[0].numel()
+    h200 = lookup("h200")
+    for dtype in (torch.float32, torch.bfloat16):
+        xs, ws, outs = x.to(dtype), w.to(dtype), out.to(dtype)
+        c = OpCosts()
+        c.record("aten.convolution", "forward", (xs, ws, None, [1, 1], [3, 3], [1, 1], False, [0, 0], 96), {}, outs,
+                 forward)
+        c.record("aten.convolution_backward", "backward",
+                 (outs, xs, ws, None, [1, 1], [3, 3], [1, 1], False, [0, 0], 96, [True, True, False]), {},
+                 (xs, ws, None), 97 * forward)
+        assert not c.convs and c.kernels == {"forward": 1, "backward": 2}
+        size = xs.element_size()
+        assert c.depthwise == {("forward", "forward", forward, 2 * xs.nbytes + ws.nbytes, size): 1,
+                               ("backward", "data", forward, 2 * xs.nbytes + ws.nbytes, size): 1,
+                               ("backward", "weight", forward, 2 * xs.nbytes + ws.nbytes, size): 1}
+        s = predict(c, h200, "bf16" if size == 2 else "fp32", samples_per_rank=32, flops_per_step=3 * forward)
+        rate = h200.flops["fp32"] * DEPTHWISE_EFFICIENCY[size]
+        weight = forward / (h200.flops["fp32"] * DEPTHWISE_FP32_WEIGHT_GRAD_EFFICIENCY) if size == 4 else forward / rate
+        assert s.breakdown["matmul"] == pytest.approx(2 * forward / rate + weight)
+    # one input channel (a first layer on grey images) is a dense convolution, not a depthwise one
+    grey, w1 = torch.randn(8, 1, 28, 28), torch.randn(6, 1, 5, 5)
+    c = _conv_costs(grey, w1)
+    assert len(c.convs) == 1 and not c.depthwise
+
+
+def test_a_convolution_bias_is_its_own_kernel_inside_the_op():
+    # cuDNN convolves without the bias: ATen adds it after (a broadcast add_, the strided loop) and sums
+    # grad_output for its gradient, inside aten.convolution / convolution_backward, so the trace never sees them
+    x, w, b = torch.randn(8, 64, 28, 28), torch.randn(64, 64, 3, 3), torch.randn(64)
+    out = torch.nn.functional.conv2d(x, w, b, padding=1)
+    c = OpCosts()
+    c.record("aten.convolution", "forward", (x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 1), {}, out, 1)
+    c.record("aten.convolution_backward", "backward",
+             (out, x, w, [64], [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [True, True, True]), {}, (x, w, b), 1)
+    assert c.memory_bytes == {("forward", "strided"): 2 * out.nbytes + b.nbytes, "backward": out.nbytes + b.nbytes}
+    assert c.kernels == {"forward": 2, "backward": 2}
+    c = _conv_costs(x, w)  # no bias, no kernel
+    assert not c.memory_bytes and c.kernels == {"forward": 1}
 
 
 def _batch_norm(c: OpCosts, x: torch.Tensor, weight_dtype=torch.float32) -> None:

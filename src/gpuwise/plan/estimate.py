@@ -33,6 +33,7 @@ from .memory.events import CATEGORIES, MemoryTrace, check_target, live_peak
 from .memory.overheads import DEFAULT_ARCH, Overheads
 from .memory.sharding import block_param_bytes, fsdp_units_of, make_split, rank_trace
 from .memory.synth import interpolate, pairing
+from .speed.attention import as_gpu_runs, gpu_torch
 from .speed.model import Speed, predict
 from .tracer import Progress, trace_workload
 from .tracing.modes import apply_modes, make_modes
@@ -79,6 +80,7 @@ class Estimate:
     strategy: str = "single"          # how the job is split over them (plan/memory/sharding.py)
     trace: MemoryTrace | None = field(default=None, repr=False)
     attention: dict[str, Any] | None = None  # cuda: attention implementation, kernels chosen and why
+    attention_priced: str | None = None      # why the speed model prices flash calls as another kernel (cuDNN)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {k: getattr(self, k) for k in (
@@ -275,6 +277,10 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
         peak = live_peak(cuda.trace, round_to=512)  # breakdown in allocator-rounded sizes, workspaces included
         if spec is None:
             notes.append(f"no GPU named: context and workspaces of a {arch} GPU assumed")
+        if cuda.overheads.cudnn_bytes:
+            notes.append("cuDNN's per-call convolution workspaces are not in this peak (their size depends on the "
+                         "engine its heuristics pick): measured on an H200, a small fp32 VGG-style convnet peaked at "
+                         "2.5x the prediction, large nets within 2 % (docs/cuda-target.md 'Library workspaces')")
         est = Estimate(wl.spec, batch_size, target, opt_name, config.precision, trace.method,
                        cuda.result.peak_allocated_bytes, cuda.result.peak_reserved_bytes, cuda.device_used_bytes,
                        dict(peak.by_category), flops, None, spec.name if spec else None, checkpointing,
@@ -326,7 +332,10 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
         est.fits = est.device_used_bytes <= limit
     if target == "cuda":
         est.attention = attention_summary(attention)
-    est.notes = notes
+        if est.attention_priced:  # the trace's flash tensors, the speed of the kernel the GPU runs (speed/attention.py)
+            est.attention["priced_as"] = {"flash": "cudnn"}
+            est.attention["why"].append(est.attention_priced)
+    est.notes = notes + est.notes  # after the trace's notes, those the speed model added (_speed)
     est.seconds = round(time.perf_counter() - started, 3)
     return est
 
@@ -343,6 +352,10 @@ def _speed(trace: MemoryTrace, est: Estimate, spec: GpuSpec, wl: Workload, modes
         return None
     if attn == "triton":
         costs = costs.relabel_attention("flash", "triton")
+    costs, why = as_gpu_runs(costs, gpu_capability(spec), attn)
+    if why:
+        est.attention_priced = why
+        est.notes.append(f"attention speed: {why}")
     if modes.grad_accum > modes.traced_micro_steps:
         costs = costs.scaled(modes.grad_accum / modes.traced_micro_steps)
     steady = trace.events[trace.steady_start:]
@@ -369,10 +382,11 @@ def _speed(trace: MemoryTrace, est: Estimate, spec: GpuSpec, wl: Workload, modes
 def truth_errors(record: dict[str, Any]) -> dict[str, Any]:
     """Recompute `record`'s estimate (target cuda, its GPU) and return signed errors in percent of the truth."""
     optimizer = record.get("optimizer")
-    est = estimate(record_workload(record), int(record["batch_size"]),
-                   optimizer=optimizer if optimizer in OPTIMIZERS else None,
-                   precision=record.get("precision", "fp32"), checkpointing=bool(record.get("checkpointing")),
-                   target="cuda", gpu=record.get("gpu_name"), search_max_batch=False)
+    with gpu_torch(record.get("torch")):  # the record's torch decides the attention kernel (speed/attention.py)
+        est = estimate(record_workload(record), int(record["batch_size"]),
+                       optimizer=optimizer if optimizer in OPTIMIZERS else None,
+                       precision=record.get("precision", "fp32"), checkpointing=bool(record.get("checkpointing")),
+                       target="cuda", gpu=record.get("gpu_name"), search_max_batch=False)
 
     def err_against(predicted: float | None, truth: float | None) -> float | None:
         return round(100 * (predicted - truth) / truth, 3) if truth and predicted is not None else None

@@ -48,6 +48,7 @@ from .flops import roofline, traffic_bytes
 from .inputs import resolve_inputs
 from .memory.sharding import Split, comm_bytes_per_step
 from .scaled import Evaluator, Point, idle_cpus
+from .speed.attention import as_gpu_runs
 from .speed.cost import TrainingCost, training_cost
 from .speed.model import predict
 from .tracing.modes import TrainingModes
@@ -124,11 +125,12 @@ def _step_time_s(point: Point, v: Variant, spec: GpuSpec, samples: int, nproc: i
     them, else the roofline bound plus the split's communication; pipeline bubble and offload added."""
     rl = roofline(point.flops_per_step, traffic_bytes(point.by_category), samples, spec, v.config.precision)
     if point.op_costs is not None and spec.bandwidth_bytes_per_s > 0:
+        costs, _ = as_gpu_runs(point.op_costs, gpu_capability(spec))  # flash calls the GPU runs as cuDNN
         shards = v.split.shards if v.split.strategy in ("fsdp", "hsdp") else 1
         params = point.by_category.get("parameters", 0) * shards
         gathered = params // 2 if v.config.precision in ("bf16", "fp16") else params
         strategy = v.split.strategy if v.split.nproc > 1 else "single"
-        t = predict(point.op_costs, spec, v.config.precision, samples_per_rank=samples,
+        t = predict(costs, spec, v.config.precision, samples_per_rank=samples,
                     flops_per_step=point.flops_per_step, nproc=v.split.nproc, strategy=strategy,
                     grad_bytes=point.trainable_bytes, param_bytes=gathered, blocks=blocks,
                     roofline_step_s=rl.time_s).step_time_s

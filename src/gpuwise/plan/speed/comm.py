@@ -17,8 +17,11 @@ busbw is what a link sustains, independent of n, so the time of a collective is
 it (LINKS below, each number cited). Across nodes the ring crosses each node's NICs once per channel
 (rail-optimised fabrics: one NIC per GPU), so the inter-node busbw is the node's NIC bandwidth over
 NICs (NCCL runs one ring per channel, each through its own NIC): busbw = min(intra-node busbw, NICs per
-node x NIC busbw); the slower of the two bounds the ring. The tree algorithm (NCCL >= 2.4, multi-node all-reduce)
-has the same bandwidth term and a latency growing with log2(nodes) instead of n.
+node x NIC busbw); the slower of the two bounds the ring. The ring's latency on NCCL's links is NCCL's own
+tuning model (`nccl_ring_s`: a base plus a per-step latency by protocol and hop, the steps that leave a node
+at the network's; the protocol of least time, as NCCL picks it), so it grows with ranks and nodes. The tree
+algorithm (NCCL >= 2.4, multi-node all-reduce) has the same bandwidth term and a latency growing with
+log2(nodes) instead of n.
 
 Public entry points: `all_reduce_s`, `reduce_scatter_s`, `all_gather_s`, `collective_s`, and
 `link_for_gpu` (the link a catalog GPU uses between its ranks).
@@ -45,6 +48,7 @@ class Link:
     efficiency: float          # achieved nccl-tests busbw / datasheet, for large messages (>= 256 MiB)
     latency_s: float           # per-collective base latency (small-message time in nccl-tests)
     source: str
+    nccl_hw: str | None = None  # NCCL's hardware class for its latency model: nvlink, pci, net (None: not NCCL)
 
     @property
     def busbw_bytes_per_s(self) -> float:
@@ -75,22 +79,22 @@ LINKS: dict[str, Link] = {link.name: link for link in [
     # NVLink per-GPU per-direction bandwidth: V100 SXM2 NVLink2 300 GB/s total (150 each way), A100 SXM4
     # NVLink3 600 GB/s (300), H100/H200 SXM5 NVLink4 900 GB/s (450), B200 NVLink5 1.8 TB/s (900)
     # (NVIDIA V100, A100, H100, HGX B200 datasheets)
-    Link("nvlink2", 150 * GB, NVLINK_EFFICIENCY, INTRA_NODE_LATENCY_S, "NVIDIA V100 datasheet (NVLink 300 GB/s)"),
-    Link("nvlink3", 300 * GB, NVLINK_EFFICIENCY, INTRA_NODE_LATENCY_S, "NVIDIA A100 datasheet (NVLink 600 GB/s)"),
-    Link("nvlink4", 450 * GB, NVLINK_EFFICIENCY, INTRA_NODE_LATENCY_S, "NVIDIA H100 datasheet (NVLink 900 GB/s)"),
-    Link("nvlink5", 900 * GB, NVLINK_EFFICIENCY, INTRA_NODE_LATENCY_S, "NVIDIA HGX B200 datasheet (NVLink 1.8 TB/s)"),
+    Link("nvlink2", 150 * GB, NVLINK_EFFICIENCY, INTRA_NODE_LATENCY_S, "NVIDIA V100 datasheet (NVLink 300 GB/s)", "nvlink"),
+    Link("nvlink3", 300 * GB, NVLINK_EFFICIENCY, INTRA_NODE_LATENCY_S, "NVIDIA A100 datasheet (NVLink 600 GB/s)", "nvlink"),
+    Link("nvlink4", 450 * GB, NVLINK_EFFICIENCY, INTRA_NODE_LATENCY_S, "NVIDIA H100 datasheet (NVLink 900 GB/s)", "nvlink"),
+    Link("nvlink5", 900 * GB, NVLINK_EFFICIENCY, INTRA_NODE_LATENCY_S, "NVIDIA HGX B200 datasheet (NVLink 1.8 TB/s)", "nvlink"),
     # PCIe x16 per direction: Gen3 16 GB/s, Gen4 32 GB/s, Gen5 64 GB/s (PCI-SIG specifications, rounded)
-    Link("pcie3", 16 * GB, PCIE_EFFICIENCY, INTRA_NODE_LATENCY_S, "PCI-SIG PCIe 3.0 x16"),
-    Link("pcie4", 32 * GB, PCIE_EFFICIENCY, INTRA_NODE_LATENCY_S, "PCI-SIG PCIe 4.0 x16"),
-    Link("pcie5", 64 * GB, PCIE_EFFICIENCY, INTRA_NODE_LATENCY_S, "PCI-SIG PCIe 5.0 x16"),
+    Link("pcie3", 16 * GB, PCIE_EFFICIENCY, INTRA_NODE_LATENCY_S, "PCI-SIG PCIe 3.0 x16", "pci"),
+    Link("pcie4", 32 * GB, PCIE_EFFICIENCY, INTRA_NODE_LATENCY_S, "PCI-SIG PCIe 4.0 x16", "pci"),
+    Link("pcie5", 64 * GB, PCIE_EFFICIENCY, INTRA_NODE_LATENCY_S, "PCI-SIG PCIe 5.0 x16", "pci"),
     # InfiniBand per NIC (one per GPU on rail-optimised DGX/HGX nodes): EDR 100 Gb/s, HDR 200 Gb/s,
     # NDR 400 Gb/s, XDR 800 Gb/s (NVIDIA ConnectX-5/6/7/8 datasheets); 8 bits per byte
-    Link("ib-edr", 100 / 8 * GB, NETWORK_EFFICIENCY, INTER_NODE_LATENCY_S, "NVIDIA ConnectX-5 (EDR 100 Gb/s)"),
-    Link("ib-hdr", 200 / 8 * GB, NETWORK_EFFICIENCY, INTER_NODE_LATENCY_S, "NVIDIA ConnectX-6 (HDR 200 Gb/s)"),
-    Link("ib-ndr", 400 / 8 * GB, NETWORK_EFFICIENCY, INTER_NODE_LATENCY_S, "NVIDIA ConnectX-7 (NDR 400 Gb/s)"),
-    Link("ib-xdr", 800 / 8 * GB, NETWORK_EFFICIENCY, INTER_NODE_LATENCY_S, "NVIDIA ConnectX-8 (XDR 800 Gb/s)"),
+    Link("ib-edr", 100 / 8 * GB, NETWORK_EFFICIENCY, INTER_NODE_LATENCY_S, "NVIDIA ConnectX-5 (EDR 100 Gb/s)", "net"),
+    Link("ib-hdr", 200 / 8 * GB, NETWORK_EFFICIENCY, INTER_NODE_LATENCY_S, "NVIDIA ConnectX-6 (HDR 200 Gb/s)", "net"),
+    Link("ib-ndr", 400 / 8 * GB, NETWORK_EFFICIENCY, INTER_NODE_LATENCY_S, "NVIDIA ConnectX-7 (NDR 400 Gb/s)", "net"),
+    Link("ib-xdr", 800 / 8 * GB, NETWORK_EFFICIENCY, INTER_NODE_LATENCY_S, "NVIDIA ConnectX-8 (XDR 800 Gb/s)", "net"),
     # Ethernet without RDMA (NCCL's socket transport): 100 GbE, efficiency as IB (an upper bound)
-    Link("eth-100g", 100 / 8 * GB, NETWORK_EFFICIENCY, 2 * INTER_NODE_LATENCY_S, "IEEE 802.3 100GbE"),
+    Link("eth-100g", 100 / 8 * GB, NETWORK_EFFICIENCY, 2 * INTER_NODE_LATENCY_S, "IEEE 802.3 100GbE", "net"),
 ]}
 
 # busbw factor per collective, ring algorithm (nccl-tests doc/PERFORMANCE.md)
@@ -104,6 +108,43 @@ BUSBW_FACTORS = {
 
 DEFAULT_NETWORK = {"nvlink2": "ib-edr", "nvlink3": "ib-hdr", "nvlink4": "ib-ndr", "nvlink5": "ib-xdr"}
 GPUS_PER_NODE = 8
+
+
+# NCCL's own latency model of a ring collective (src/graph/tuning.cc, ncclTopoTuneModel; the ring constants
+# are the same from NCCL 2.18, PyTorch 2.1's, through 2.29), in us, per protocol (LL, LL128, Simple):
+#   latency = baseLat + (steps - interSteps) x intraLat + interSteps x interLat
+# steps = n-1 (all-gather, reduce-scatter), 2(n-1) (all-reduce), n (broadcast, reduce); interSteps the steps
+# that leave a node: nodes-1, 2(nodes-1) for all-reduce. Across nodes each intra-node step costs at least the
+# network post overhead (getNetOverhead: 1 us on x86 Intel and other CPUs, 2 us on AMD; x3 for Simple).
+# NCCL runs the protocol of least `latency + bytes / bw`: Simple at the busbw, LL128 at 0.92 of it (enabled by
+# default only on NVLink: "Enable LL128 by default only on Volta/Ampere/Hopper+NVLink"), LL at a quarter (across
+# nodes or all-reduce; a third otherwise), at most llMaxBw (one node: 87.7 GB/s on Ampere/Hopper, 39 on Volta;
+# two nodes 39, more 20.4, x86 Intel).
+NCCL_RING_BASE_US = {"LL": 6.6, "LL128": 14.0, "Simple": 8.4}
+NCCL_RING_HW_US = {"nvlink": {"LL": 0.6, "LL128": 1.9, "Simple": 3.4},
+                   "pci": {"LL": 1.0, "LL128": 2.5, "Simple": 5.7},
+                   "net": {"LL": 2.7, "LL128": 4.0, "Simple": 14.0}}
+NCCL_NET_OVERHEAD_US = 1.0
+
+
+def nccl_ring_s(op: str, nbytes: float, nranks: int, nodes: int, busbw: float, hw: str, volta: bool = False) -> float:
+    """A ring collective's time under NCCL's tuning model (above): the least over the enabled protocols."""
+    steps = {"all_reduce": 2 * (nranks - 1), "reduce_scatter": nranks - 1, "all_gather": nranks - 1}.get(op, nranks)
+    inter = 0 if nodes == 1 else {"all_reduce": 2 * (nodes - 1)}.get(op, nodes - 1)
+    ll_max = (39 if volta else 87.7) * GB if nodes == 1 else (39 if nodes == 2 else 20.4) * GB
+    bandwidth = {"Simple": busbw, "LL128": 0.92 * busbw,
+                 "LL": min(ll_max, busbw / (4 if nodes > 1 or op == "all_reduce" else 3))}
+    best = math.inf
+    for proto, bw in bandwidth.items():
+        if proto == "LL128" and hw != "nvlink":
+            continue
+        intra_us = NCCL_RING_HW_US[hw][proto]
+        if nodes > 1:
+            intra_us = max(intra_us, NCCL_NET_OVERHEAD_US * (3 if proto == "Simple" else 1))
+        latency_us = (NCCL_RING_BASE_US[proto] + (steps - inter) * intra_us
+                      + inter * NCCL_RING_HW_US["net"][proto])
+        best = min(best, latency_us * US + nbytes * BUSBW_FACTORS[op](nranks) / bw)
+    return best
 
 
 # NVLink links per GPU (datasheets: V100 SXM2 6, A100 SXM4 12 third-generation, H100 SXM5 18 fourth-generation,
@@ -131,7 +172,7 @@ def node_network(gbps_per_node: float) -> Link:
     if gbps_per_node <= 0:
         raise GpuwiseError(f"node network bandwidth must be > 0 Gb/s, got {gbps_per_node}")
     return Link(f"node-{gbps_per_node:g}gbps", gbps_per_node / 8 * GB, NETWORK_EFFICIENCY, INTER_NODE_LATENCY_S,
-                "the job's stated node-to-node bandwidth")
+                "the job's stated node-to-node bandwidth", "net")
 
 
 def get_link(link: str | Link) -> Link:
@@ -183,6 +224,8 @@ def collective_s(op: str, nbytes: float, nranks: int, link: str | Link = "nvlink
         # x 0.9 = 360 GB/s, as multi-node DGX H100 all_reduce_perf runs report)
         busbw = min(busbw, nics * net.busbw_bytes_per_s)
         latency = max(latency, net.latency_s)
+    if algorithm == "ring" and intra.nccl_hw is not None:
+        return nccl_ring_s(op, nbytes, nranks, nodes, busbw, intra.nccl_hw, volta=intra.name == "nvlink2")
     if algorithm == "ring":
         steps = nranks - 1
     elif algorithm == "tree":

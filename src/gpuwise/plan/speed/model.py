@@ -21,7 +21,7 @@ from ..catalog import GpuSpec, speed_spec
 from . import launch
 from .attention import attention_peak, attention_s
 from .batchnorm import batch_norm_s
-from .conv import conv_s
+from .conv import conv_s, depthwise_s
 from .gemm import gemm_s
 from .memory_bound import memory_bound_s
 from .ops import OpCosts
@@ -104,13 +104,24 @@ def predict(costs: OpCosts, gpu: GpuSpec, precision: str, *, samples_per_rank: i
         add(phase, "matmul", calls * gemm_s(batch, m, n, k, itemsize, peak_for(gpu, itemsize, precision),
                                             sp.sm_count, sp.matmul_efficiency, bw * sp.memory_efficiency,
                                             aligned=aligned[0] if aligned else True))
-    for (phase, kernel, *itemsize), flops in costs.attention.items():
-        peak = attention_peak(gpu, itemsize[0] if itemsize else 2, half_peak)
-        add(phase, "attention", attention_s(flops, kernel, phase, gpu.arch, peak))
+    shaped: dict[tuple, float] = {}  # attention FLOPs priced by their problem shape (attention.py shape_factor)
+    for (phase, kernel, itemsize, seq_q, seq_k, _head_dim, causal), flops in costs.attention_shapes.items():
+        peak = attention_peak(gpu, itemsize, half_peak)
+        add(phase, "attention", attention_s(flops, kernel, phase, gpu.arch, peak, (seq_q, seq_k, causal)))
+        shaped[(phase, kernel, itemsize)] = shaped.get((phase, kernel, itemsize), 0.0) + flops
+    for key, flops in costs.attention.items():
+        phase, kernel, *itemsize = key
+        rest = flops - shaped.get(key, 0.0)  # calls of unknown shape: the kernel's long-sequence fraction
+        if rest > 1e-9 * flops:
+            peak = attention_peak(gpu, itemsize[0] if itemsize else 2, half_peak)
+            add(phase, "attention", attention_s(rest, kernel, phase, gpu.arch, peak))
     for (phase, flops, nbytes, nchw_bytes, itemsize), calls in costs.convs.items():
         add(phase, "matmul", calls * conv_s(flops, nbytes, nchw_bytes, itemsize, half_peak, tf32_peak,
                                             gpu.peak_flops("fp32"), sp.matmul_efficiency, bw, sp.memory_efficiency,
                                             gpu.arch))
+    for (phase, pass_, flops, nbytes, itemsize), calls in costs.depthwise.items():
+        add(phase, "matmul", calls * depthwise_s(flops, nbytes, pass_, itemsize, gpu.peak_flops("fp32"), bw,
+                                                 sp.memory_efficiency))
     for key, nbytes in costs.memory_bytes.items():
         phase, path = key if isinstance(key, tuple) else (key, "vectorized")
         add(phase, "memory_bound", memory_bound_s(nbytes, bw, sp.memory_efficiency, path))

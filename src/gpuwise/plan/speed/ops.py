@@ -37,6 +37,8 @@ BATCH_NORM_FORWARD = {"aten.native_batch_norm", "aten._native_batch_norm_legit",
                       "aten.cudnn_batch_norm", "aten.miopen_batch_norm"}
 BATCH_NORM_BACKWARD = {"aten.native_batch_norm_backward", "aten.batch_norm_backward", "aten.cudnn_batch_norm_backward",
                        "aten.miopen_batch_norm_backward"}
+# cuDNN's RNN (plan/tracing/cudnn_rnn.py): priced as the GEMMs and pointwise kernels it runs (cudnn_rnn_gemms)
+CUDNN_RNN_OPS = {"aten._cudnn_rnn", "aten._cudnn_rnn_backward"}
 # no kernel at all: allocation or a host-side read
 NO_KERNEL_OPS = {"aten.empty", "aten.empty_strided", "aten.empty_like", "aten._local_scalar_dense",
                  "aten.lift_fresh", "aten.set_", "aten.resize_", "aten.sym_size", "aten.sym_stride"}
@@ -51,8 +53,14 @@ class OpCosts:
     # (phase, batch, m, n, k, itemsize, aligned: every operand 16-byte aligned, gemm.py) -> calls
     gemms: Counter = field(default_factory=Counter)
     attention: Counter = field(default_factory=Counter)   # (phase, kernel, query itemsize) -> FLOPs
+    # the same FLOPs by problem, where the call's (batch, heads, seq, head dim) query says it (attention.py prices
+    # them by shape): (phase, kernel, query itemsize, seq_q, seq_k, head_dim, causal) -> FLOPs
+    attention_shapes: Counter = field(default_factory=Counter)
     # (phase, FLOPs, bytes read + written, bytes of its NCHW activations, operand itemsize) -> calls
     convs: Counter = field(default_factory=Counter)
+    # depthwise convolutions (plan/speed/conv.py depthwise_s), one key per kernel:
+    # (phase, pass: "forward" | "data" | "weight", FLOPs, bytes read + written, operand itemsize) -> calls
+    depthwise: Counter = field(default_factory=Counter)
     # phase -> bytes read + written by other kernels; (phase, path) -> those of the slower paths (_kernel_path)
     memory_bytes: Counter = field(default_factory=Counter)
     kernels: Counter = field(default_factory=Counter)     # phase -> kernels launched (all kinds)
@@ -61,7 +69,8 @@ class OpCosts:
     batch_norms: Counter = field(default_factory=Counter)
     input_bytes: Counter = field(default_factory=Counter)  # phase -> bytes of the batch copied host -> device
 
-    PARTS = ("gemms", "attention", "convs", "memory_bytes", "kernels", "host_ops", "batch_norms", "input_bytes")
+    PARTS = ("gemms", "attention", "attention_shapes", "convs", "depthwise", "memory_bytes", "kernels", "host_ops",
+             "batch_norms", "input_bytes")
 
     def record(self, name: str, phase: str, args: tuple, kwargs: dict, out: Any, flops: int, func: Any = None) -> None:
         """One aten op of the steady step (`name` as 'aten.mm'; `flops` from torch's flop formulas; `func`
@@ -74,21 +83,42 @@ class OpCosts:
         if name in GEMM_OPS:
             self.gemms[(phase, *_gemm_shape(name, args, out))] += 1
             self.kernels[phase] += 1
+        elif name in CUDNN_RNN_OPS:
+            for shape, calls in cudnn_rnn_gemms(name, args).items():
+                self.gemms[(phase, *shape)] += calls
+                self.kernels[phase] += calls
+            steps, nbytes = cudnn_rnn_pointwise(name, args)
+            self.memory_bytes[phase] += nbytes
+            self.kernels[phase] += steps
         elif name in ATTENTION_KERNELS:
             # torch's flop formulas count the full L x S score matrix; a causal kernel skips the masked half
             # (the FlashAttention papers count causal FLOPs as half of the full ones)
+            causal = _causal(func, args, kwargs)
             key = (phase, ATTENTION_KERNELS[name], _itemsize(args))
-            self.attention[key] += flops / 2 if _causal(func, args, kwargs) else flops
+            self.attention[key] += flops / 2 if causal else flops
+            shape = _attention_shape(name, args)
+            if shape is not None:
+                self.attention_shapes[(*key, *shape, causal)] += flops / 2 if causal else flops
             self.kernels[phase] += 1
         elif name in BATCH_NORM_FORWARD or name in BATCH_NORM_BACKWARD:
             impl, nbytes = batch_norm_traffic(name, args)
             self.batch_norms[(phase, impl)] += nbytes
             self.kernels[phase] += 1
         elif name in CONV_OPS or flops:
-            if name == "aten.convolution_backward":
-                flops = _conv_backward_flops(args, flops)
-            self.convs[(phase, flops, *_conv_bytes(name, args, out))] += 1
-            self.kernels[phase] += 1
+            if name in CONV_OPS and _depthwise(name, args):
+                for key in _depthwise_kernels(name, phase, args, out):
+                    self.depthwise[key] += 1
+                    self.kernels[phase] += 1
+            else:
+                if name == "aten.convolution_backward":
+                    flops = _conv_backward_flops(args, flops)
+                self.convs[(phase, flops, *_conv_bytes(name, args, out))] += 1
+                self.kernels[phase] += 1
+            bias = _conv_bias(name, args, out)
+            if bias:
+                path, nbytes = bias
+                self.memory_bytes[phase if path == "vectorized" else (phase, path)] += nbytes
+                self.kernels[phase] += 1
         else:
             tensors = _tensors((args, kwargs)) + _tensors(out)
             path = _kernel_path(name, func, tensors, out)
@@ -104,14 +134,28 @@ class OpCosts:
                                        for k in set(a) | set(b)})
         return out
 
-    def relabel_attention(self, kernel: str, as_kernel: str) -> OpCosts:
-        """A copy whose `kernel` attention FLOPs are priced as `as_kernel` (same tensors, another kernel's speed)."""
+    def relabel_attention(self, kernel: str, as_kernel: str, max_head_dim: int | None = None) -> OpCosts:
+        """A copy whose `kernel` attention FLOPs are priced as `as_kernel` (same tensors, another kernel's speed).
+        `max_head_dim`: only the calls of known head dim up to it (those of unknown shape stay `kernel`)."""
         out = OpCosts()
         for part in self.PARTS:
             getattr(out, part).update(getattr(self, part))
-        out.attention = Counter()
-        for (phase, k, *rest), flops in self.attention.items():
-            out.attention[(phase, as_kernel if k == kernel else k, *rest)] += flops
+        out.attention, out.attention_shapes = Counter(), Counter()
+        if max_head_dim is None:
+            for (phase, k, *rest), flops in self.attention.items():
+                out.attention[(phase, as_kernel if k == kernel else k, *rest)] += flops
+            for (phase, k, *rest), flops in self.attention_shapes.items():
+                out.attention_shapes[(phase, as_kernel if k == kernel else k, *rest)] += flops
+            return out
+        out.attention.update(self.attention)
+        for (phase, k, itemsize, seq_q, seq_k, head_dim, causal), flops in self.attention_shapes.items():
+            moved = k == kernel and head_dim <= max_head_dim
+            if moved and (phase, k, itemsize) in out.attention:
+                out.attention[(phase, k, itemsize)] -= flops
+                out.attention[(phase, as_kernel, itemsize)] += flops
+            out.attention_shapes[(phase, as_kernel if moved else k, itemsize, seq_q, seq_k, head_dim, causal)] += flops
+        for key in [key for key, flops in out.attention.items() if flops <= 0]:
+            del out.attention[key]
         return out
 
     def scaled(self, factor: float, phases: tuple[str, ...] = ("forward", "backward")) -> OpCosts:
@@ -218,6 +262,20 @@ def _aligned(t, align_bytes: int = ALIGN_BYTES) -> bool:
         return True
 
 
+def _attention_shape(name: str, args) -> tuple[int, int, int] | None:
+    """(seq_q, seq_k, head_dim) of an SDPA kernel call from its (batch, heads, seq, head dim) query and key:
+    forward (query, key, value, ...), backward (grad_out, query, key, ...); None for other layouts."""
+    import torch
+
+    k_at = 2 if name.endswith("_backward") else 1
+    if not name.startswith("aten._scaled_dot_product_") or len(args) <= k_at:
+        return None
+    q, k = args[0], args[k_at]
+    if not (isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and q.dim() == 4 and k.dim() == 4):
+        return None
+    return int(q.shape[2]), int(k.shape[2]), int(q.shape[3])
+
+
 def _itemsize(args) -> int:
     tensors = _tensors(args[:1])
     return tensors[0].element_size() if tensors else 2
@@ -259,6 +317,58 @@ def _conv_backward_flops(args, counted: int) -> int:
         return counted
 
 
+def _conv_bias(name: str, args, out) -> tuple[str, int] | None:
+    """The bias kernel ATen runs inside a convolution op, beside cuDNN's (aten/src/ATen/native/Convolution.cpp;
+    the trace sees only the op): forward `output.add_(reshape_bias(input.dim(), bias))`, a broadcast add (the
+    "strided" loop: output read and written, bias read); backward with output_mask[2], `grad_output.sum({0, 2,
+    3})` (grad_output read, grad_bias written). (path, bytes), None without a bias. torch's own NCHW depthwise
+    kernel adds the bias itself: charged all the same (one output pass)."""
+    import torch
+
+    try:
+        if name == "aten.convolution" and isinstance(args[2], torch.Tensor):
+            return "strided", 2 * _bytes(out) + _bytes(args[2])
+        if name == "aten.convolution_backward" and args[10][2] and isinstance(out[2], torch.Tensor):
+            return "vectorized", _bytes(args[0]) + _bytes(out[2])
+    except (IndexError, TypeError, AttributeError):
+        pass
+    return None
+
+
+def _depthwise(name: str, args) -> bool:
+    """A depthwise convolution: one input channel per group (weight [C_out, 1, *kernel]) over more than one
+    input channel (groups = C_in), not transposed. aten.convolution(input, weight, bias, stride, padding,
+    dilation, transposed, ...); aten.convolution_backward(grad_output, input, weight, bias_sizes, stride, padding,
+    dilation, transposed, ...); aten.cudnn_convolution(input, weight, ...) has no transposed flag."""
+    backward = name == "aten.convolution_backward"
+    try:
+        inp, weight = args[int(backward)], args[1 + int(backward)]
+        transposed = bool(args[6 + backward]) if name != "aten.cudnn_convolution" else False
+        return weight.dim() >= 3 and weight.shape[1] == 1 and inp.shape[1] > 1 and not transposed
+    except (IndexError, TypeError, AttributeError):
+        return False
+
+
+def _depthwise_kernels(name: str, phase: str, args, out) -> list[tuple]:
+    """The kernels of a depthwise convolution call, as OpCosts.depthwise keys: the forward, or the backward's
+    data and weight gradients (separate kernels: cuDNN's dgrad2d_* and wgrad2d_*), each with the FLOPs of the
+    forward, 2 x output elements x kernel taps, and the bytes of the tensors it reads and writes."""
+    if name != "aten.convolution_backward":
+        inp, weight = args[0], args[1]
+        tensors = [inp, weight, *_tensors(out)]
+        flops = 2 * _tensors(out)[0].numel() * weight[0].numel()
+        return [(phase, "forward", flops, sum(_bytes(t) for t in tensors), inp.element_size())]
+    grad_out, inp, weight, mask = args[0], args[1], args[2], args[10]
+    outs = list(out) if isinstance(out, (list, tuple)) else [out]
+    flops = 2 * grad_out.numel() * weight[0].numel()
+    keys = []
+    for i, (pass_, operand) in enumerate((("data", weight), ("weight", inp))):
+        if mask[i] and i < len(outs) and outs[i] is not None:
+            nbytes = sum(_bytes(t) for t in (grad_out, operand, outs[i]))
+            keys.append((phase, pass_, flops, nbytes, grad_out.element_size()))
+    return keys
+
+
 def _foreach_launches(name: str, args) -> int:
     if not name.startswith("aten._foreach_") and not name.startswith("aten._fused_"):
         return 1
@@ -267,3 +377,66 @@ def _foreach_launches(name: str, args) -> int:
         return 1
     depth = min(len(lists), len(FOREACH_MAX_TENSORS))
     return max(1, math.ceil(len(lists[0]) / FOREACH_MAX_TENSORS[depth - 1]))
+
+
+def _rnn_args(name: str, args) -> tuple:
+    """(x, weights, stride0, mode, hidden, proj, layers, batch_first, bidirectional, packed) of aten._cudnn_rnn /
+    _cudnn_rnn_backward (native_functions.yaml schemas)."""
+    if name == "aten._cudnn_rnn":
+        return (args[0], args[1], args[2], args[6], args[7], args[8], args[9], args[10], args[13], len(args[14]) > 0)
+    return (args[0], args[1], args[2], args[10], args[11], args[12], args[13], args[14], args[17], len(args[18]) > 0)
+
+
+def _rnn_dims(name: str, args) -> tuple[int, int, int, int, int, int, int, list[int]]:
+    x, weights, stride0, mode, hidden, proj, layers, batch_first, bidirectional, packed = _rnn_args(name, args)
+    gates = {0: 1, 1: 1, 2: 4, 3: 3}.get(int(mode), 4)
+    dirs = 2 if bidirectional else 1
+    if packed:  # (sum of batch sizes, features): priced as one sequence of that many steps of batch 1
+        steps, batch = int(x.shape[0]), 1
+    else:
+        steps, batch = (int(x.shape[1]), int(x.shape[0])) if batch_first else (int(x.shape[0]), int(x.shape[1]))
+    out = int(proj) or int(hidden)
+    inputs = [int(x.shape[-1])] + [out * dirs] * (int(layers) - 1)
+    return gates, dirs, steps, batch, int(hidden), out, x.element_size(), inputs
+
+
+def cudnn_rnn_gemms(name: str, args) -> dict[tuple, int]:
+    """{(batch, m, n, k, itemsize, aligned): calls} of one cuDNN RNN call, per layer and direction, as the
+    standard algorithm runs it (cuDNN developer guide, "Features of RNN Functions": CUDNN_RNN_ALGO_STANDARD runs
+    each layer as a sequence of operations; Appleyard, Kocisky & Blunsom, "Optimizing Performance of Recurrent
+    Neural Networks on GPUs", arXiv:1604.01946, sections 3.1-3.2: the input projection of all timesteps is one
+    GEMM per layer, the recurrent GEMM one per timestep):
+    forward: x W_ih^T over all T x N rows once; h W_hh^T once per step (m = N: small and serial).
+    backward (about twice the forward): dh W_hh once per step; dx = dgates W_ih, dW_ih = dgates^T x and
+    dW_hh = dgates^T h once each, over all steps."""
+    gates, dirs, steps, batch, hidden, out, itemsize, inputs = _rnn_dims(name, args)
+    calls: dict[tuple, int] = {}
+
+    def add(m, n, k, c):
+        key = (1, m, n, k, itemsize, True)
+        calls[key] = calls.get(key, 0) + c * dirs
+
+    for features in inputs:
+        if name == "aten._cudnn_rnn":
+            add(steps * batch, gates * hidden, features, 1)
+            add(batch, gates * hidden, out, steps)
+        else:
+            add(batch, out, gates * hidden, steps)
+            add(steps * batch, features, gates * hidden, 1)
+            add(gates * hidden, features, steps * batch, 1)
+            add(gates * hidden, out, steps * batch, 1)
+    return calls
+
+
+def cudnn_rnn_pointwise(name: str, args) -> tuple[int, int]:
+    """(kernels, bytes) of the per-step gate kernels: one per layer, direction and step, reading the two
+    projected gate blocks and the previous states and writing the states and the kept gates (reserve space):
+    (3 x gates + 3) hidden-wide vectors per sample; the backward the same again."""
+    gates, dirs, steps, batch, hidden, out, itemsize, inputs = _rnn_dims(name, args)
+    kernels = len(inputs) * dirs * steps
+    return kernels, kernels * batch * hidden * (3 * gates + 3) * itemsize
+
+
+def cudnn_rnn_flops(name: str, args) -> int:
+    """FLOPs of the GEMMs of `cudnn_rnn_gemms` (torch's flop counter has no formula for these ops)."""
+    return sum(2 * b * m * n * k * c for (b, m, n, k, _, _), c in cudnn_rnn_gemms(name, args).items())

@@ -7,7 +7,8 @@
     zero2         reduce-scatter of the gradients during backward (last bucket exposed), then the
                   all-gather of the updated parameters after the optimizer (DeepSpeed ZeRO-2; exposed)
     fsdp-grad-op  all-gather of each block's parameters in forward, prefetched one block ahead (the first
-                  block's is exposed), reduce-scatter of the gradients in backward (the last block's exposed)
+                  block's is exposed), reduce-scatter of the gradients in backward (the last block's exposed);
+                  one collective per block and pass, each paying NCCL's per-call latency
     fsdp / zero3  as fsdp-grad-op plus a second all-gather in backward (FSDP2 reshard_after_forward=True;
                   backward prefetch one block ahead)
     hsdp          fsdp within a node, then an all-reduce of each rank's gradient shard across nodes, issued
@@ -75,16 +76,18 @@ def comm_time(strategy: str, nproc: int, link: str, grad_bytes: float, param_byt
         ag = comm.all_gather_s(param_bytes, nproc, link, **kw)
         return CommPlan(rs + ag, max(0.0, rs - backward_s) + last + ag, share * min(rs, backward_s))
     micro = max(1, micro_steps)
-    ag = micro * comm.all_gather_s(param_bytes, shard_ranks, link, **kw)
-    rs = comm.reduce_scatter_s(grad_bytes, shard_ranks, link, **kw)
+    # one NCCL call per unit and pass (FSDP gathers / reduces each wrapped block on its own), so each pays
+    # the collective's latency: `blocks` calls of a block's bytes, not one call of the model's
+    ag = micro * blocks * comm.all_gather_s(param_bytes / blocks, shard_ranks, link, **kw)
+    rs = blocks * comm.reduce_scatter_s(grad_bytes / blocks, shard_ranks, link, **kw)
     across = 0.0
     if s == "hsdp" and nproc > shard_ranks:
         if network_gbps:  # the node's network shared by its shard positions' rings
             net = comm.node_network(network_gbps / shard_ranks)
         else:  # one NIC per GPU: each shard position's ring has its own
             net = comm.get_link(comm.network_for_link(link))
-        across = comm.all_reduce_s(grad_bytes / shard_ranks, nproc // shard_ranks, net, gpus_per_node=1,
-                                   network=net, nics_per_node=1)
+        across = blocks * comm.all_reduce_s(grad_bytes / shard_ranks / blocks, nproc // shard_ranks, net,
+                                            gpus_per_node=1, network=net, nics_per_node=1)
     # each micro-batch waits for its first unit's gather; the step for its last unit's reduction
     ag_block, rs_block = ag / blocks, (rs + across) / blocks
     fwd_comm, bwd_comm = ag, rs + across + (ag if s in ("fsdp", "hsdp") else 0.0)

@@ -260,3 +260,66 @@ def promotion_copies_bytes(func, name: str, target: str, args: tuple) -> int:
             common = torch.promote_types(common, t.dtype)
     itemsize = torch.empty((), dtype=common).element_size()
     return sum(t.numel() * itemsize for t in dims if t.dtype != common)
+
+
+# cuDNN RNN (aten._cudnn_rnn, routed there for the cuda target by plan/tracing/cudnn_rnn.py).
+# Reserve space (output 3, kept by autograd for the backward; the meta kernel says 0 bytes): cuDNN does not
+# document its layout (cudnnGetRNNTempSpaceSizes only returns the size). What the backward of the standard
+# algorithm must read, per layer, direction, timestep and sample, in hidden-wide vectors of the input's dtype:
+# - LSTM: the four gate activations (i, f, g, o), the cell state c_t and the hidden state h_t: 6;
+# - GRU: the input projections (3) and recurrent projections (3) kept apart, because the candidate is
+#   n = tanh(W_in x + b_in + r * (W_hn h + b_hn)) and dr needs the recurrent part alone, the three gate
+#   activations (r, z, n) and h_t: 10;
+# - RNN_RELU / RNN_TANH: the activation and h_t: 2.
+# LSTM's 6 is what the records' per-sample slope gives (6.0 between batch 64 and 256); GRU's 10 was read off
+# its records (10.0-10.4 per sample at batch 16-256, fp32 and float16) and then matched to the composition above.
+# Checked against benchmarks/truth/nvidia-h200.jsonl (H200, torch 2.11.0+cu130, cuDNN 9): the LSTM LM
+# (2 x 1024, 64 steps) and the bidirectional GRU (2 x 512, 256 steps) at batch 64 and 256, sgd / momentum /
+# adamw, fp32 and bf16 autocast (which runs cuDNN in float16): all 24 rows within -2.2 .. +1.3 % peak allocated.
+RESERVE_UNITS = {0: 2, 1: 2, 2: 6, 3: 10}
+
+
+def _rnn_dims(x, batch_first: bool) -> tuple[int, int]:
+    return (x.shape[1], x.shape[0]) if batch_first else (x.shape[0], x.shape[1])
+
+
+def cudnn_rnn_reserve_bytes(x, mode: int, hidden: int, num_layers: int, bidirectional: bool, batch_first: bool,
+                            train: bool) -> int:
+    """The reserve space of a training-mode cuDNN RNN call on a padded (T, N, ...) input: `RESERVE_UNITS[mode]`
+    hidden-wide vectors per layer, direction, step and sample, in the input's dtype (0 when not training)."""
+    if not train:
+        return 0
+    steps, batch = _rnn_dims(x, batch_first)
+    units = RESERVE_UNITS.get(int(mode), 6)
+    return int(num_layers * (2 if bidirectional else 1) * steps * batch * units * hidden * x.element_size())
+
+
+@register_output_bytes("aten::_cudnn_rnn")
+def _cudnn_rnn_reserve(target, args, kwargs) -> dict[int, int]:
+    if target != "cuda":
+        return {}
+    x, mode, hidden, num_layers, batch_first, train, bidirectional, batch_sizes = (
+        args[0], args[6], args[7], args[9], args[10], args[12], args[13], args[14])
+    if len(batch_sizes):
+        return {}
+    return {3: cudnn_rnn_reserve_bytes(x, mode, hidden, num_layers, bidirectional, batch_first, train)}
+
+
+# RNN.cpp `_cudnn_rnn`: with batch_first the input is transposed to (T, N, I) and made contiguous (a copy,
+# alive through the call); `_cudnn_rnn_backward_input` / `_weight` copy the input again and the output
+# gradient (`grad_output.contiguous()` of the transposed view).
+@register_workspace("aten::_cudnn_rnn")
+def _cudnn_rnn_forward_ws(target, args, kwargs) -> Workspace:
+    if target != "cuda" or len(args[14]) or not args[10]:
+        return NONE
+    x = args[0]
+    return Workspace(during_bytes=x.numel() * x.element_size())
+
+
+@register_workspace("aten::_cudnn_rnn_backward")
+def _cudnn_rnn_backward_ws(target, args, kwargs) -> Workspace:
+    if target != "cuda" or len(args[18]) or not args[14]:
+        return NONE
+    x, grad_out = args[0], args[7]
+    dy = grad_out.numel() * grad_out.element_size() if grad_out is not None else 0
+    return Workspace(during_bytes=x.numel() * x.element_size() + dy)

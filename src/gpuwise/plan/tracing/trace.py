@@ -25,10 +25,11 @@ from ...step import StepConfig, TrainStep, tensors_in, warm_optimizer
 from ...workload import load_workload
 from ..memory.events import MemEvent, MemoryTrace, check_target
 from ..memory.warmup import DeferredWarmUp, NotCopyable, warm_up_step_from_steady
-from ..speed.ops import OpCosts
+from ..speed.ops import CUDNN_RNN_OPS, OpCosts, cudnn_rnn_flops
 from .accumulation import InputBufferSums, node_prehooks
 from .compiled import compiled_notes
 from .cuda_autocast import cuda_autocast_policy
+from .cudnn_rnn import rnn_as_gpu_runs_it
 from .fallback import trace_with_fallback
 from .kernels import FRESH_ZEROS_OPS, INPLACE_WITHOUT_MODE, output_bytes, promotion_copies_bytes, workspace
 from .probe import probe, probed
@@ -223,6 +224,8 @@ class _TraceMode(_dispatch_mode_base()):
         if self.count_flops:
             formula = self._flop_registry.get(func.overloadpacket)
             op_flops = int(formula(*args, **kwargs, out_val=out)) if formula is not None else 0
+            if formula is None and name in CUDNN_RNN_OPS:  # no torch formula: the GEMMs cuDNN runs
+                op_flops = cudnn_rnn_flops(name, args)
             self.flops += op_flops
             self.costs.record(name, self.phase, args, kwargs, out, op_flops, func)
         if isinstance(out, torch.Tensor):
@@ -449,6 +452,7 @@ def _trace_once(workload, batch_size: int, config: StepConfig, target: str, fake
             stack.enter_context(sdpa_as_gpu_runs_it(catch_builtin=False))  # caught in the forward only
             stack.enter_context(foreach_by_default())
             stack.enter_context(dropout_as_cuda_runs_it())
+            stack.enter_context(rnn_as_gpu_runs_it())
             if config.precision in ("fp16", "bf16"):
                 stack.enter_context(cuda_autocast_policy())
         stack.enter_context(softmax_saves_input(config.softmax_saves_input))
