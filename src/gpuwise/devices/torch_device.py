@@ -31,11 +31,12 @@ def resolve_device(device: str | None, *, other_types: bool = False) -> str:
 
 
 def with_index(device):
-    """`device` (a torch.device) with an index: a bare "cuda" means the current default, GPU 0 of those this
-    process sees. torch.cuda.set_device(torch.device("cuda")) raises since torch 2.11 ("Expected a
-    torch.device with a specified index"); other device types are returned as they are."""
+    """`device` (a torch.device) with an index: a bare "cuda" means the current CUDA device, as in torch (GPU 0
+    of those this process sees unless it set another). torch.cuda.set_device(torch.device("cuda")) raises
+    since torch 2.11 ("Expected a torch.device with a specified index"); other device types are returned as
+    they are."""
     import torch
 
     if device.type == "cuda" and device.index is None:
-        return torch.device("cuda", 0)
+        return torch.device("cuda", torch.cuda.current_device())
     return device

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..bootstrap import noise
 from ..bootstrap.hooks import thread_demand_s
-from ..devices.torch_device import resolve_device
+from ..devices.torch_device import resolve_device, with_index
 from ..plan.hint import planner_max_batch
 from ..step import batch_bytes, move_to, tensors_in
 from . import cuda
@@ -346,7 +346,4 @@ def _resolve_device(device):
     """devices.resolve_device's answer as a torch.device; plain "cuda" is the current CUDA device."""
     import torch
 
-    d = torch.device(resolve_device(None if device is None else str(device), other_types=True))
-    if d.type == "cuda" and d.index is None:
-        d = torch.device("cuda", cuda.current_index())
-    return d
+    return with_index(torch.device(resolve_device(None if device is None else str(device), other_types=True)))
