@@ -27,6 +27,7 @@ from .catalog import GpuSpec, lookup, tensor_core_capability
 from .curve import DEFAULT_MARGIN_PCT, CurvePoint
 from .flops import Roofline, count_flops, roofline, traffic_bytes
 from .inputs import resolve_inputs
+from .lengths import apply_run_peak, at_run_lengths
 from .memory.allocator import AllocatorResult
 from .memory.cuda import CudaMemory, cuda_memory
 from .memory.events import CATEGORIES, MemoryTrace, check_target, live_peak
@@ -82,6 +83,7 @@ class Estimate:
     trace: MemoryTrace | None = field(default=None, repr=False)
     attention: dict[str, Any] | None = None  # cuda: attention implementation, kernels chosen and why
     attention_priced: str | None = None      # why the speed model prices flash calls as another kernel (cuDNN)
+    lengths: dict[str, Any] | None = None    # with a length distribution: the run's lengths and peaks (lengths.py)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {k: getattr(self, k) for k in (
@@ -109,6 +111,8 @@ class Estimate:
             d["speed"] = self.speed.to_dict()
         if self.attention is not None:
             d["attention"] = self.attention
+        if self.lengths is not None:
+            d["lengths"] = self.lengths
         return d
 
 
@@ -164,7 +168,8 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
              softmax_saves_input: bool = False,
              layer_checkpointing: int | None = None, on_progress: Progress | None = None,
              network_gbps: float | None = None, fsdp_param_dtype: str | None = None,
-             fsdp_reduce_dtype: str | None = None, accum_sync: str | None = None) -> Estimate:
+             fsdp_reduce_dtype: str | None = None, seq_len_dist: Any = None,
+             micro_steps: int | None = None, accum_sync: str | None = None) -> Estimate:
     """Predict the memory and compute of one steady-state training step of `workload` at `batch_size`.
 
     `workload`: a workload file / module / `examples:NAME`, `hf:ORG/NAME` or a config.json (built with
@@ -202,11 +207,22 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     communication (plan/speed/overlap.py). `layer_checkpointing` N (torchtitan's layer-level selective
     checkpointing: every N-th block checkpointed) adds that recomputation to the predicted speed only;
     the memory is modelled as without it (an upper bound).
+    `seq_len_dist` (a `plan/lengths.py` LengthDist or a length file) and `micro_steps` (forward + backward
+    iterations per rank): a dataset of varying lengths, each micro-batch padded to its longest sample; the
+    peaks are the run's, the larger of the first micro-step at the longest sample and the later ones at the
+    expected longest padded length they reach (plan/lengths.py). Without them every step is at the
+    workload's (or `seq_len`'s) length: for a dataset of varying lengths traced at its longest, an upper bound.
     `on_progress(stage)` is called as each stage starts (the CLI shows it on stderr for long estimates).
     """
     started = time.perf_counter()
     checkpointing = checkpointing_mode(checkpointing)
-    workload, batch_size = resolve_inputs(workload, batch_size, model, batch, loss, seq_len, task)
+    source = workload
+    workload, batch_size = resolve_inputs(workload, batch_size, model, batch, loss,
+                                          None if seq_len_dist is not None else seq_len, task)
+    run_len = first_wl = None
+    if seq_len_dist is not None or micro_steps is not None:
+        run_len, workload, first_wl = at_run_lengths(seq_len_dist, micro_steps, batch_size, source, workload,
+                                                     seq_len, task)
     modes = make_modes(grad_accum, lora, qlora, freeze, offload_optimizer, lora_targets=lora_targets,
                        lora_alpha=lora_alpha, lora_dropout=lora_dropout, base_dtype=base_dtype,
                        qlora_quant=qlora_quant, bnb_version=bnb_version, qlora_by=qlora_by)
@@ -294,6 +310,17 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     est.peak_phase, est.peak_op, est.peak_module = peak.phase, peak.op, peak.module
     est.by_module = dict(list(peak.by_module.items())[:TOP_MODULES])
     est.trace = trace
+    if run_len is not None:
+        def first_trace() -> MemoryTrace:
+            with using_target(attention):
+                return per_rank(trace_workload(load_workload(first_wl), batch_size, config, target, repeat=True,
+                                               progress=on_progress, modes=modes))
+
+        apply_run_peak(est, run_len, first_trace, arch, module_loading)
+        if spec is not None and search_max_batch:
+            notes.append(f"run lengths: the largest batch is searched at the later micro-steps' "
+                         f"{run_len.later or run_len.first} tokens; the first micro-step at the longest sample "
+                         "only at -b")
 
     est.grad_accum, est.effective_batch_size, est.modes = modes.grad_accum, batch_size * modes.grad_accum, modes.describe()
     est.nproc, est.strategy = split.nproc, "fsdp1" if split.flat_params else split.strategy

@@ -479,8 +479,80 @@ def _flat_gradients(events: list[MemEvent], steady: int, trace: MemoryTrace, par
         return events, steady
     notes.append(f"fsdp1: frozen parameters in the blocks' flat parameters get gradients too: + {nbytes} bytes "
                  f"({'unsharded, accumulating' if no_sync else f'/ {n}'}) from backward to zero_grad")
+    if no_sync and units.blocks_path:
+        return _hold_growing(events, steady, nbytes, units.blocks_path)
     return _hold_between(events, steady, nbytes, "gradients", lambda ph: ph == "backward",
                          lambda ph: ph == "zero_grad", ("FSDP1 flat gradients", "FSDP1 flat gradients"), "zero_grad")
+
+
+def _unit_of(module: str, blocks_path: str) -> str | None:
+    """The block unit (`blocks_path`'s child name) `module` is in, also under a wrapper's prefix (peft's
+    `base_model.model.`); None outside the blocks."""
+    at = f".{module}.".find(f".{blocks_path}.")
+    if at < 0:
+        return None
+    return module[at + len(blocks_path) + 1:].split(".")[0] or None
+
+
+def _hold_growing(events: list[MemEvent], steady: int, nbytes: int, blocks_path: str) -> tuple[list[MemEvent], int]:
+    """FSDP1's accumulated flat gradients (`no_sync`), `nbytes` over the blocks: in a step's first backward
+    (no gradient accumulated yet) each block's share is allocated as that backward reaches the block (its
+    flat gradient is formed when the block's backward runs), so they build up through it; the later
+    micro-steps hold them whole from their start; freed at zero_grad (every step: warm-up and steady).
+    A first backward that reaches no block of `blocks_path` allocates them whole at its start."""
+    runs: dict[int, list[str]] = {}  # each backward run's block units in the order it reaches them
+    start = None
+    for i, e in enumerate(events):
+        if e.phase == "backward":
+            if start is None:
+                start = i
+                runs[i] = []
+            unit = _unit_of(e.module, blocks_path)
+            if unit is not None and unit not in runs[start]:
+                runs[start].append(unit)
+        else:
+            start = None
+    out: list[MemEvent] = []
+    block = _new_block(events)
+    held: list[tuple[int, int]] = []  # (block, bytes) of this step's pieces
+    pending: dict[str, int] = {}      # the first backward's units not reached yet -> their share
+    new_steady = steady
+
+    def alloc(size: int) -> None:
+        nonlocal block
+        out.append(MemEvent("alloc", block, size, "gradients", "backward", "", "FSDP1 flat gradients"))
+        held.append((block, size))
+        block += 1
+
+    for i, e in enumerate(events):
+        if i == steady:
+            new_steady = len(out)
+        if i in runs and not held and not pending:  # the step's first backward
+            units = runs[i]
+            if not units:
+                alloc(nbytes)
+            else:
+                share = nbytes // len(units)
+                pending = {u: share for u in units}
+                pending[units[-1]] += nbytes - share * len(units)
+        if pending and e.phase == "backward":
+            unit = _unit_of(e.module, blocks_path)
+            if unit in pending:
+                alloc(pending.pop(unit))
+        elif pending and e.phase != "backward":  # left over (a unit the run did not reach again)
+            for size in pending.values():
+                alloc(size)
+            pending = {}
+        if e.phase == "zero_grad" and held:
+            for b, size in held:
+                out.append(MemEvent("free", b, size, "gradients", "zero_grad", "", "FSDP1 flat gradients"))
+            held = []
+        out.append(e)
+    for size in pending.values():
+        alloc(size)
+    for b, size in held:
+        out.append(MemEvent("free", b, size, "gradients", "zero_grad", "", "FSDP1 flat gradients"))
+    return out, new_steady
 
 
 def _flat_root_gradient_bytes(param_total: int, units: FsdpUnits, notes: list[str]) -> int:
