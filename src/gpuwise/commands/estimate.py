@@ -15,7 +15,13 @@ from ..report import console
 from ..report.plan import plot_estimate, render_estimate
 from ..report.progress import StageProgress
 from ..units import fmt_bytes
-from .common import add_gpu_argument, add_workload_arguments, positive_int, refuse_gpu_all
+from .common import (
+    add_accum_sync_argument,
+    add_gpu_argument,
+    add_workload_arguments,
+    positive_int,
+    refuse_gpu_all,
+)
 
 QUICK_EXIT = True  # nothing is left running or open when run() returns (cli.run exits at once)
 HELP = "predict a training step's GPU memory, FLOPs and largest batch (no GPU needed)"
@@ -121,6 +127,7 @@ def add_split_arguments(p) -> None:
     p.add_argument("--fsdp-reduce-dtype", choices=["fp32", "bf16"], default=None,
                    help="MixedPrecisionPolicy(reduce_dtype=...): the dtype gradients are reduce-scattered in "
                    "(default fp32, as torchtitan)")
+    add_accum_sync_argument(p)
     p.add_argument("--network-gbps", type=_positive_gbps, default=None, metavar="GBPS",
                    help="node-to-node bandwidth of one node, all its NICs together, in Gb/s (speed only; default: "
                    "one InfiniBand NIC per GPU of the GPU's DGX generation)")
@@ -202,7 +209,8 @@ def run(args) -> int:
                        search_max_batch=not args.no_max_batch, nproc=args.nproc, strategy=args.strategy,
                        layer_checkpointing=args.layer_checkpointing, network_gbps=args.network_gbps,
                        fsdp_param_dtype=args.fsdp_param_dtype, fsdp_reduce_dtype=args.fsdp_reduce_dtype,
-                       seq_len_dist=args.seq_len_dist, micro_steps=args.micro_steps, on_progress=progress, **mode_kwargs(args), **version_kwargs(args))
+                       seq_len_dist=args.seq_len_dist, micro_steps=args.micro_steps, accum_sync=args.accum_sync,
+                       on_progress=progress, **mode_kwargs(args), **version_kwargs(args))
     if args.plot:
         try:
             plot_estimate(est, args.plot)

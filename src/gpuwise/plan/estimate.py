@@ -79,6 +79,7 @@ class Estimate:
     modes: list[str] = field(default_factory=list)  # training modes applied (LoRA, QLoRA, offload, ...)
     nproc: int = 1                    # GPUs the job runs on; the memory numbers are one rank's
     strategy: str = "single"          # how the job is split over them (plan/memory/sharding.py)
+    accum_sync: str = "last"          # with accumulation: gradients reduced on the last micro-batch or every one
     trace: MemoryTrace | None = field(default=None, repr=False)
     attention: dict[str, Any] | None = None  # cuda: attention implementation, kernels chosen and why
     attention_priced: str | None = None      # why the speed model prices flash calls as another kernel (cuDNN)
@@ -90,7 +91,7 @@ class Estimate:
             "peak_reserved_bytes", "device_used_bytes", "by_category", "flops_per_step", "max_batch_size", "gpu",
             "checkpointing", "peak_phase", "peak_op", "peak_module", "by_module", "tensor_peak_bytes", "fits",
             "gpu_memory_bytes", "notes", "seconds", "grad_accum", "effective_batch_size", "modes", "nproc",
-            "strategy")}
+            "strategy", "accum_sync")}
         d["by_category"] = {c: int(self.by_category.get(c, 0)) for c in CATEGORIES}
         if self.overheads is not None:
             o = self.overheads
@@ -168,7 +169,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
              layer_checkpointing: int | None = None, on_progress: Progress | None = None,
              network_gbps: float | None = None, fsdp_param_dtype: str | None = None,
              fsdp_reduce_dtype: str | None = None, seq_len_dist: Any = None,
-             micro_steps: int | None = None) -> Estimate:
+             micro_steps: int | None = None, accum_sync: str | None = None) -> Estimate:
     """Predict the memory and compute of one steady-state training step of `workload` at `batch_size`.
 
     `workload`: a workload file / module / `examples:NAME`, `hf:ORG/NAME` or a config.json (built with
@@ -199,6 +200,9 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     roofline bound and the largest batch that fits with `margin_pct` percent of its memory kept free.
     `fsdp_param_dtype` ("bf16") / `fsdp_reduce_dtype` ("fp32", "bf16"): FSDP2's MixedPrecisionPolicy (with
     strategy fsdp / hsdp): the step is traced with bf16 weights and no autocast, the rank's shards are fp32.
+    `accum_sync` ("last" / "every", plan/memory/sharding.py ACCUM_SYNCS): with `grad_accum` over `nproc` > 1,
+    whether the gradients are reduced on the last micro-batch only (no_sync; the default) or on every one
+    (Composer under FSDP): memory (FSDP: unsharded or sharded gradients between micro-batches) and speed.
     With `gpu`, `speed` is the predicted step (plan/speed/model.py); `nproc` and `strategy` set its
     communication (plan/speed/overlap.py). `layer_checkpointing` N (torchtitan's layer-level selective
     checkpointing: every N-th block checkpointed) adds that recomputation to the predicted speed only;
@@ -223,7 +227,8 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
                        lora_alpha=lora_alpha, lora_dropout=lora_dropout, base_dtype=base_dtype,
                        qlora_quant=qlora_quant, bnb_version=bnb_version, qlora_by=qlora_by)
     check_target(target)
-    split = make_split(nproc, strategy, param_dtype=fsdp_param_dtype, reduce_dtype=fsdp_reduce_dtype)
+    split = make_split(nproc, strategy, param_dtype=fsdp_param_dtype, reduce_dtype=fsdp_reduce_dtype,
+                       accum_sync=accum_sync)
     if split.param_dtype:  # MixedPrecisionPolicy: the step runs 16-bit weights without autocast
         if precision != "fp32":
             raise GpuwiseError(f"--fsdp-param-dtype {split.param_dtype}: the model's weights are fp32 and FSDP2 "
@@ -319,6 +324,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
 
     est.grad_accum, est.effective_batch_size, est.modes = modes.grad_accum, batch_size * modes.grad_accum, modes.describe()
     est.nproc, est.strategy = split.nproc, "fsdp1" if split.flat_params else split.strategy
+    est.accum_sync = split.accum_sync
     if modes.grad_accum > 1:  # the trace ran min(N, 2) micro-steps: scale to N
         flops = est.flops_per_step = flops * modes.grad_accum // modes.traced_micro_steps
     if spec is not None:
@@ -328,7 +334,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
                                     config.precision)
             est.speed = _speed(whole, est, spec, wl, modes, config.precision, split.nproc, split.strategy,
                                str(layer_checkpointing) if layer_checkpointing else None, attention.attn,
-                               network_gbps, split.reduce_factor)
+                               network_gbps, split.reduce_factor, split.sync_every_micro_step)
         else:
             notes.append(f"{spec.name}: memory only (no FLOP/s or bandwidth given): no roofline")
         if search_max_batch:
@@ -369,10 +375,11 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
 
 def _speed(trace: MemoryTrace, est: Estimate, spec: GpuSpec, wl: Workload, modes, precision: str, nproc: int,
            strategy: str, selective: str | None = None, attn: str | None = None,
-           network_gbps: float | None = None, reduce_factor: int = 1) -> Speed | None:
+           network_gbps: float | None = None, reduce_factor: int = 1, sync_every: bool = False) -> Speed | None:
     """The step-time model over the traced ops (plan/speed/); None when the trace recorded none. `attn`
     "triton": the flash calls are priced as the Triton FlashAttention kernel. `reduce_factor`: the reduced
-    gradients' bytes over the traced ones (2: MixedPrecisionPolicy reduces bf16 gradients in fp32)."""
+    gradients' bytes over the traced ones (2: MixedPrecisionPolicy reduces bf16 gradients in fp32).
+    `sync_every`: the gradients are reduced on every micro-batch (--accum-sync every)."""
     costs = trace.op_costs
     if costs is None:
         est.notes.append("no per-op record (the trace fell back): no speed prediction")
@@ -399,7 +406,7 @@ def _speed(trace: MemoryTrace, est: Estimate, spec: GpuSpec, wl: Workload, modes
                    flops_per_step=est.flops_per_step, tokens_per_sample=seq_len, nproc=nproc, strategy=strategy,
                    grad_bytes=grad_bytes, param_bytes=gathered, blocks=blocks,
                    roofline_step_s=est.roofline.time_s if est.roofline else None, selective=selective,
-                   network_gbps=network_gbps, micro_steps=modes.grad_accum)
+                   network_gbps=network_gbps, micro_steps=modes.grad_accum, sync_every=sync_every)
 
 
 # -- GPU truth records (docs/contracts.md contract; read by gpuwise/truth.py): the estimate recomputed on the CPU
