@@ -77,6 +77,8 @@ def test_run_lengths_draws_per_rank():
     r = run_lengths(d, 11, 4)  # the later 10 micro-steps of 4 samples: 40 draws
     assert r.draws == 40 and r.later == math.ceil(expected_max(d, 40)) and r.later_q10 <= r.later <= r.later_q90
     assert run_lengths(from_lengths([64] * 5), 1000, 2).later == 64
+    rand = run_lengths(d, 11, 4, longest_first=False)  # no forced first step: all 44 draws
+    assert rand.first is None and rand.draws == 44 and rand.later == math.ceil(expected_max(d, 44))
 
 
 def test_fsdp1_flat_gradients_build_up_in_the_first_backward_only():
@@ -127,6 +129,11 @@ def test_run_peak_fsdp1_accumulation_below_the_bound_single_gpu_is_iteration_0(t
     assert one["lengths"]["peak_from"] == "first_micro_step"
     assert one["peak_allocated_bytes"] == one["lengths"]["first_peak_allocated_bytes"] <= one_bound
     assert one["peak_allocated_bytes"] >= one_bound - 4 * 2 * 7 * 4 * (64 + 64) * 4  # LoRA's grads + AdamW state
+
+    rand = _est(capsys, "--seq-len-dist", str(lengths), "--micro-steps", "50", "--first-batch", "random", *fsdp1)
+    assert rand["lengths"]["first_seq_len"] is None and rand["lengths"]["draws"] == 50 * 2
+    later = rand["lengths"]["later_seq_len"]
+    assert rand["peak_allocated_bytes"] == _est(capsys, "--seq-len", str(later), *fsdp1)["peak_allocated_bytes"]
 
     same = tmp_path / "same.txt"
     same.write_text("64 500\n")
