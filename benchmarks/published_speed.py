@@ -61,6 +61,7 @@ def parse_args(argv: list[str]) -> dict:
     p.add_argument("--network-gbps", type=float)
     p.add_argument("--fsdp-param-dtype")
     p.add_argument("--fsdp-reduce-dtype")
+    p.add_argument("--accum-sync")
     a = p.parse_args(argv)
     return {"batch_size": a.batch_size, "seq_len": a.seq_len, "precision": a.precision, "gpu": a.gpu,
             "nproc": a.nproc, "strategy": a.strategy, "checkpointing": a.checkpointing, "lora": a.lora,
@@ -69,7 +70,7 @@ def parse_args(argv: list[str]) -> dict:
             "optimizer_impl": a.optimizer_impl, "zero_grad": a.zero_grad, "module_loading": a.module_loading,
             "softmax_saves_input": a.softmax_saves_input, "network_gbps": a.network_gbps,
             "fsdp_param_dtype": a.fsdp_param_dtype,
-            "fsdp_reduce_dtype": a.fsdp_reduce_dtype}
+            "fsdp_reduce_dtype": a.fsdp_reduce_dtype, "accum_sync": a.accum_sync}
 
 
 def predict_row(row: dict) -> dict:

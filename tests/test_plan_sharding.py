@@ -255,3 +255,34 @@ def test_fsdp1_accumulating_root_flat_gradient_matches_real_fsdp1(tmp_path, caps
     plan = json.loads(capsys.readouterr().out)["peak_allocated_bytes"]
     for measured in truth:
         assert abs(plan - measured) <= 0.03 * measured, (plan, truth)
+
+
+def test_fsdp1_accumulating_with_a_reduce_scatter_every_micro_batch_matches_real_fsdp1(tmp_path, capsys):
+    """Composer's loop under FSDP (it enters no_sync only for a DDP model): every micro-batch's backward
+    reduce-scatters, each rank keeps only its gradient shard between micro-batches, the new shard added
+    into it. `--accum-sync every` plans that; the default (no_sync) plans unsharded gradients. Measured:
+    46157940 B on both ranks at accumulation 2, 3 and 4 (41963636 B without accumulation); the plan 46157936,
+    of which root / 2 = 4 MiB is the root's reduce-scatter output beside the accumulated shard (without it:
+    41963632, -9.1 %)."""
+    from gpuwise.cli import main
+
+    script = tmp_path / "fsdp1_every.py"
+    script.write_text(FSDP1_WORKER.replace("if i < ACCUM - 1:", "if False:  # no no_sync: sync every micro-batch"))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                          env={"PYTHONPATH": "src", "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    truth = json.loads(proc.stdout.strip().splitlines()[-1])
+    job = tmp_path / "job.py"
+    job.write_text(FSDP1_WORKER.split("def worker")[0])
+
+    def plan(*extra: str) -> dict:
+        assert main(["estimate", str(job), "-b", "1", "--target", "cpu", "-n", "2", "--strategy", "fsdp1",
+                     "--grad-accum", "3", *extra, "--json"]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    every, last = plan("--accum-sync", "every"), plan()
+    assert every["accum_sync"] == "every" and last["accum_sync"] == "last"
+    assert every["by_category"]["gradients"] * 2 <= last["by_category"]["gradients"] + 4096
+    for measured in truth:
+        assert abs(every["peak_allocated_bytes"] - measured) <= 0.03 * measured, (every["peak_allocated_bytes"], truth)
+    assert last["peak_allocated_bytes"] > 1.1 * max(truth)

@@ -194,6 +194,36 @@ def test_fsdp_gathers_every_micro_batch_and_reduces_once_per_step():
     assert comm_time("ddp", 8, "nvlink4", 4e9, 2e9, 10.0, 20.0, micro_steps=4) == ddp
 
 
+def test_syncing_every_micro_batch_reduces_every_micro_batch_and_waits_for_each_last_reduction():
+    # --accum-sync every (Composer under FSDP: no no_sync): 4 micro-batches, 4 reduce-scatters of every unit,
+    # each micro-batch's last one exposed; DDP likewise all-reduces every micro-batch
+    from gpuwise.plan.speed.comm import all_gather_s, all_reduce_s, reduce_scatter_s
+    ag, rs = all_gather_s(2e9 / 32, 8, "nvlink4"), reduce_scatter_s(4e9 / 32, 8, "nvlink4")
+    every = comm_time("fsdp", 8, "nvlink4", 4e9, 2e9, 10.0, 20.0, blocks=32, micro_steps=4, sync_every=True)
+    assert every.total_s == pytest.approx(32 * 4 * (2 * ag + rs))
+    assert every.exposed_s == pytest.approx(4 * ag + 4 * rs)
+    assert comm_time("fsdp", 8, "nvlink4", 4e9, 2e9, 10.0, 20.0, blocks=32, sync_every=True) == \
+        comm_time("fsdp", 8, "nvlink4", 4e9, 2e9, 10.0, 20.0, blocks=32)  # one micro-batch: nothing changes
+    ddp = comm_time("ddp", 8, "nvlink4", 4e9, 2e9, 10.0, 20.0, micro_steps=4, sync_every=True)
+    assert ddp.total_s == pytest.approx(4 * all_reduce_s(4e9, 8, "nvlink4"))
+    assert ddp.exposed_s == pytest.approx(4 * all_reduce_s(DDP_BUCKET_BYTES, 8, "nvlink4"))
+
+
+def test_the_speed_breakdown_prices_a_reduction_per_micro_batch():
+    c = OpCosts()
+    c.gemms[("forward", 1, 4096, 4096, 4096, 2)] = 400
+    c.gemms[("backward", 1, 4096, 4096, 4096, 2)] = 800
+    gpu = lookup("H100")
+    kw = dict(samples_per_rank=8, flops_per_step=1e15, nproc=64, strategy="fsdp", grad_bytes=4e10, param_bytes=2e10,
+              blocks=32, micro_steps=8)
+    last, every = predict(c, gpu, "bf16", **kw), predict(c, gpu, "bf16", **kw, sync_every=True)
+    assert every.breakdown["communication"] > last.breakdown["communication"]
+    assert every.step_time_s - last.step_time_s == pytest.approx(
+        every.breakdown["communication"] - last.breakdown["communication"])
+    assert {k: v for k, v in every.breakdown.items() if k != "communication"} == \
+        {k: v for k, v in last.breakdown.items() if k != "communication"}
+
+
 def test_host_bound_step_when_the_gpu_outruns_python():
     # 10 000 aten ops x 4 us = 40 ms of host dispatch; 1000 tiny kernels on the GPU are far less
     c = OpCosts()

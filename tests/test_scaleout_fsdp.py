@@ -133,6 +133,21 @@ def test_every_runnable_fit_option_carries_a_train_cmd_the_parser_takes():
     assert train_args(source, offload, 1, 1) is None  # train does not offload the optimizer
 
 
+def test_accum_sync_every_is_in_the_estimate_cmd_and_needs_a_data_parallel_job(capsys):
+    from gpuwise.plan.fit_options import estimate_args
+
+    v = Variant("x", StepConfig("adamw", "bf16", False), TrainingModes(), make_split(4, "fsdp", accum_sync="every"), ())
+    args = estimate_args(TINY, "H100", v, 2, 4, 5.0)
+    ns = build_parser().parse_args(args[1:])
+    assert (ns.accum_sync, ns.grad_accum, ns.nproc, ns.strategy) == ("every", 4, 4, "fsdp")
+    assert train_args([TINY], v, 2, 4) is None  # train reduces on the last micro-batch only
+    last = Variant("x", v.config, v.modes, make_split(4, "fsdp"), ())
+    assert "--accum-sync" not in estimate_args(TINY, "H100", last, 2, 4, 5.0)
+    assert main(["estimate", TINY, "-b", "1", "--seq-len", "16", "--accum-sync", "every"]) == 2  # one GPU
+    assert "--accum-sync every" in capsys.readouterr().err
+    assert main(["fit", TINY, "--gpu", "H100", "-b", "2", "--seq-len", "16", "--accum-sync", "every"]) == 2
+
+
 def test_fit_json_options_carry_train_cmd(capsys):
     assert main(["fit", "examples:gpt-mini", "--gpu", "L4", "-n", "2", "-b", "8", "--json"]) == 0
     options = json.loads(capsys.readouterr().out)["options"]

@@ -104,8 +104,11 @@ def test_user_code_raising_is_one_line(tmp_path):
 def test_unknown_example_and_missing_file():
     with pytest.raises(WorkloadError, match="no bundled example 'nope'; choose from"):
         load_workload("examples:nope")
-    with pytest.raises(WorkloadError, match="no workload file"):
+    with pytest.raises(WorkloadError, match=r"no workload file '/.*exist.py'$"):
         load_workload("does/not/exist.py")
+    # a Hub model id typed without its prefix: the message says how to name it
+    with pytest.raises(WorkloadError, match=r"no workload file 'meta-llama/Llama-3.1-8B'; .* write hf:meta-llama/"):
+        load_workload("meta-llama/Llama-3.1-8B")
 
 
 @pytest.mark.parametrize("name", ["sgd", "momentum", "adam", "adamw", "adagrad", "rmsprop"])

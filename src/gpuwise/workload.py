@@ -12,6 +12,7 @@ import importlib
 import importlib.util
 import inspect
 import os
+import re
 import sys
 from collections.abc import Callable
 from types import ModuleType
@@ -81,6 +82,9 @@ def _check_arity(spec: str, name: str, fn: Callable, n: int) -> None:
         raise WorkloadError(f"workload {spec!r}: {name}() must take {n} argument(s), its signature is {name}{sig}") from None
 
 
+_HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")  # ORG/NAME as the Hub spells a model id
+
+
 def _import(spec: str) -> ModuleType:
     if spec.startswith(EXAMPLES_PREFIX):
         from . import examples
@@ -90,6 +94,8 @@ def _import(spec: str) -> ModuleType:
             raise WorkloadError(f"no bundled example {name!r}; choose from: {', '.join(sorted(examples.EXAMPLES))}")
         return importlib.import_module(examples.EXAMPLES[name])
     if spec.endswith(".py") or os.sep in spec or os.path.exists(spec):
+        if not spec.endswith(".py") and not os.path.exists(spec) and _HUB_NAME.fullmatch(spec):
+            raise WorkloadError(f"no workload file {spec!r}; for the Hugging Face model, write hf:{spec}")
         return _import_file(spec)
     try:
         return importlib.import_module(spec)

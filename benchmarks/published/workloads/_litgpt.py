@@ -87,8 +87,12 @@ def workload(name: str, method: str, seq_len: int, quantize: str | None = None, 
                                  double_quant=double_quant, keep_head=False, from_dtype=torch.float16)
         return m
 
-    def batch(batch_size: int):
-        ids = torch.randint(0, 32000, (batch_size, seq_len))
+    longest = seq_len  # model.max_seq_length: finetune/*.py sets it to the longest training sample
+
+    def batch(batch_size: int, seq_len: int | None = None):
+        """A micro-batch padded to `seq_len` tokens (default the longest sample; gpuwise's --seq-len-dist
+        asks for the lengths a run reaches, plan/lengths.py)."""
+        ids = torch.randint(0, 32000, (batch_size, seq_len or longest))
         return {"input_ids": ids, "labels": ids.clone()}
 
     kept = [None]  # the loop's `logits` (finetune/*.py: `logits = model(...)` in the training loop)

@@ -6,6 +6,7 @@ import argparse
 
 from ..errors import GpuwiseError
 from ..hf import TASKS
+from ..plan.memory.sharding import ACCUM_SYNCS
 from ..step import OPTIMIZERS, PRECISIONS, StepConfig, checkpointing_mode
 from ..workload import Workload, load_workload
 
@@ -103,3 +104,17 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return value
+
+
+ACCUM_SYNC_HELP = (
+    "with --grad-accum over -n 2 or more: when the gradients are reduced. last (default): once, on the last "
+    "micro-batch (torch DDP/FSDP1 no_sync(), FSDP2 set_requires_gradient_sync(False), Lightning Fabric / litgpt, "
+    "HF accelerate and the HF Trainer: GradientAccumulationPlugin sync_each_batch=False); under FSDP the "
+    "gradients accumulate unsharded. every: on every micro-batch, only sharded gradients kept (under FSDP: "
+    "Composer / llm-foundry and the Lightning Trainer, which enter no_sync for a DDP model only; accelerate's "
+    "sync_each_batch=True)")
+
+
+def add_accum_sync_argument(p) -> None:
+    """--accum-sync (estimate and fit)."""
+    p.add_argument("--accum-sync", choices=list(ACCUM_SYNCS), default=None, help=ACCUM_SYNC_HELP)

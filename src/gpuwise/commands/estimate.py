@@ -15,7 +15,13 @@ from ..report import console
 from ..report.plan import plot_estimate, render_estimate
 from ..report.progress import StageProgress
 from ..units import fmt_bytes
-from .common import add_gpu_argument, add_workload_arguments, positive_int, refuse_gpu_all
+from .common import (
+    add_accum_sync_argument,
+    add_gpu_argument,
+    add_workload_arguments,
+    positive_int,
+    refuse_gpu_all,
+)
 
 QUICK_EXIT = True  # nothing is left running or open when run() returns (cli.run exits at once)
 HELP = "predict a training step's GPU memory, FLOPs and largest batch (no GPU needed)"
@@ -48,6 +54,21 @@ def add_arguments(p) -> None:
     add_mode_arguments(p)
     add_version_arguments(p)
     add_split_arguments(p)
+    add_length_arguments(p)
+
+
+def add_length_arguments(p) -> None:
+    """A dataset of varying sample lengths over a run (plan/lengths.py)."""
+    p.add_argument("--seq-len-dist", metavar="FILE", help="the dataset's sample lengths in tokens: a text file, "
+                   "one LENGTH (a sample) or LENGTH COUNT (a histogram bin) a line (docs/contracts.md); with "
+                   "--micro-steps the peak is the run's: the first micro-step at the longest sample, the later ones "
+                   "at the longest padded length they are expected to reach. Without it every step is at the "
+                   "workload's length (for a varying dataset traced at its longest: an upper bound)")
+    p.add_argument("--micro-steps", type=positive_int, metavar="N", help="--seq-len-dist: the run's forward + "
+                   "backward iterations per rank (optimizer steps x --grad-accum; litgpt's iterations)")
+    p.add_argument("--first-batch", choices=["longest", "random"], default="longest", help="--seq-len-dist: the "
+                   "run's first micro-batch: longest (default; litgpt forces its longest sample into iteration 0, "
+                   "transformers' group_by_length its longest batch) or random (a plain shuffled loader)")
 
 
 def add_version_arguments(p) -> None:
@@ -109,6 +130,7 @@ def add_split_arguments(p) -> None:
     p.add_argument("--fsdp-reduce-dtype", choices=["fp32", "bf16"], default=None,
                    help="MixedPrecisionPolicy(reduce_dtype=...): the dtype gradients are reduce-scattered in "
                    "(default fp32, as torchtitan)")
+    add_accum_sync_argument(p)
     p.add_argument("--network-gbps", type=_positive_gbps, default=None, metavar="GBPS",
                    help="node-to-node bandwidth of one node, all its NICs together, in Gb/s (speed only; default: "
                    "one InfiniBand NIC per GPU of the GPU's DGX generation)")
@@ -178,6 +200,8 @@ def run(args) -> int:
     if args.plot and not Path(args.plot).resolve().parent.is_dir():  # before the trace, not after it
         raise GpuwiseError(f"--plot {args.plot}: the folder {Path(args.plot).resolve().parent} does not exist")
     if args.inference:
+        if args.seq_len_dist or args.micro_steps:
+            raise GpuwiseError("--seq-len-dist / --micro-steps are for training runs (the run's peak over its steps)")
         if args.nproc > 1 or args.strategy not in (None, "single"):
             raise GpuwiseError("--inference: -n/--strategy are for training (one rank's memory)")
         return _run_inference(args)
@@ -188,6 +212,8 @@ def run(args) -> int:
                        search_max_batch=not args.no_max_batch, nproc=args.nproc, strategy=args.strategy,
                        layer_checkpointing=args.layer_checkpointing, network_gbps=args.network_gbps,
                        fsdp_param_dtype=args.fsdp_param_dtype, fsdp_reduce_dtype=args.fsdp_reduce_dtype,
+                       seq_len_dist=args.seq_len_dist, micro_steps=args.micro_steps,
+                       first_batch=args.first_batch, accum_sync=args.accum_sync,
                        on_progress=progress, **mode_kwargs(args), **version_kwargs(args))
     if args.plot:
         try:

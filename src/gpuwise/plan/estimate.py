@@ -27,6 +27,7 @@ from .catalog import GpuSpec, lookup, tensor_core_capability
 from .curve import DEFAULT_MARGIN_PCT, CurvePoint
 from .flops import Roofline, count_flops, roofline, traffic_bytes
 from .inputs import resolve_inputs
+from .lengths import apply_run_peak, at_run_lengths
 from .memory.allocator import AllocatorResult
 from .memory.cuda import CudaMemory, cuda_memory
 from .memory.events import CATEGORIES, MemoryTrace, check_target, live_peak
@@ -78,9 +79,11 @@ class Estimate:
     modes: list[str] = field(default_factory=list)  # training modes applied (LoRA, QLoRA, offload, ...)
     nproc: int = 1                    # GPUs the job runs on; the memory numbers are one rank's
     strategy: str = "single"          # how the job is split over them (plan/memory/sharding.py)
+    accum_sync: str = "last"          # with accumulation: gradients reduced on the last micro-batch or every one
     trace: MemoryTrace | None = field(default=None, repr=False)
     attention: dict[str, Any] | None = None  # cuda: attention implementation, kernels chosen and why
     attention_priced: str | None = None      # why the speed model prices flash calls as another kernel (cuDNN)
+    lengths: dict[str, Any] | None = None    # with a length distribution: the run's lengths and peaks (lengths.py)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {k: getattr(self, k) for k in (
@@ -88,7 +91,7 @@ class Estimate:
             "peak_reserved_bytes", "device_used_bytes", "by_category", "flops_per_step", "max_batch_size", "gpu",
             "checkpointing", "peak_phase", "peak_op", "peak_module", "by_module", "tensor_peak_bytes", "fits",
             "gpu_memory_bytes", "notes", "seconds", "grad_accum", "effective_batch_size", "modes", "nproc",
-            "strategy")}
+            "strategy", "accum_sync")}
         d["by_category"] = {c: int(self.by_category.get(c, 0)) for c in CATEGORIES}
         if self.overheads is not None:
             o = self.overheads
@@ -108,6 +111,8 @@ class Estimate:
             d["speed"] = self.speed.to_dict()
         if self.attention is not None:
             d["attention"] = self.attention
+        if self.lengths is not None:
+            d["lengths"] = self.lengths
         return d
 
 
@@ -163,7 +168,9 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
              softmax_saves_input: bool = False,
              layer_checkpointing: int | None = None, on_progress: Progress | None = None,
              network_gbps: float | None = None, fsdp_param_dtype: str | None = None,
-             fsdp_reduce_dtype: str | None = None) -> Estimate:
+             fsdp_reduce_dtype: str | None = None, seq_len_dist: Any = None,
+             micro_steps: int | None = None, accum_sync: str | None = None,
+             first_batch: str = "longest") -> Estimate:
     """Predict the memory and compute of one steady-state training step of `workload` at `batch_size`.
 
     `workload`: a workload file / module / `examples:NAME`, `hf:ORG/NAME` or a config.json (built with
@@ -194,20 +201,38 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     roofline bound and the largest batch that fits with `margin_pct` percent of its memory kept free.
     `fsdp_param_dtype` ("bf16") / `fsdp_reduce_dtype` ("fp32", "bf16"): FSDP2's MixedPrecisionPolicy (with
     strategy fsdp / hsdp): the step is traced with bf16 weights and no autocast, the rank's shards are fp32.
+    `accum_sync` ("last" / "every", plan/memory/sharding.py ACCUM_SYNCS): with `grad_accum` over `nproc` > 1,
+    whether the gradients are reduced on the last micro-batch only (no_sync; the default) or on every one
+    (Composer under FSDP): memory (FSDP: unsharded or sharded gradients between micro-batches) and speed.
     With `gpu`, `speed` is the predicted step (plan/speed/model.py); `nproc` and `strategy` set its
     communication (plan/speed/overlap.py). `layer_checkpointing` N (torchtitan's layer-level selective
     checkpointing: every N-th block checkpointed) adds that recomputation to the predicted speed only;
     the memory is modelled as without it (an upper bound).
+    `seq_len_dist` (a `plan/lengths.py` LengthDist or a length file) and `micro_steps` (forward + backward
+    iterations per rank): a dataset of varying lengths, each micro-batch padded to its longest sample; the
+    peaks are the run's, the larger of the first micro-step at the longest sample and the later ones at the
+    expected longest padded length they reach (plan/lengths.py); `first_batch` "random": no forced longest
+    first step, every step at the expected longest padded length of all of them. Without them every step is at the
+    workload's (or `seq_len`'s) length: for a dataset of varying lengths traced at its longest, an upper bound.
     `on_progress(stage)` is called as each stage starts (the CLI shows it on stderr for long estimates).
     """
     started = time.perf_counter()
     checkpointing = checkpointing_mode(checkpointing)
-    workload, batch_size = resolve_inputs(workload, batch_size, model, batch, loss, seq_len, task)
+    source = workload
+    workload, batch_size = resolve_inputs(workload, batch_size, model, batch, loss,
+                                          None if seq_len_dist is not None else seq_len, task)
+    run_len = first_wl = None
+    if seq_len_dist is not None or micro_steps is not None:
+        if first_batch not in ("longest", "random"):
+            raise GpuwiseError(f"--first-batch {first_batch!r}: expected longest or random")
+        run_len, workload, first_wl = at_run_lengths(seq_len_dist, micro_steps, batch_size, source, workload,
+                                                     seq_len, task, longest_first=first_batch == "longest")
     modes = make_modes(grad_accum, lora, qlora, freeze, offload_optimizer, lora_targets=lora_targets,
                        lora_alpha=lora_alpha, lora_dropout=lora_dropout, base_dtype=base_dtype,
                        qlora_quant=qlora_quant, bnb_version=bnb_version, qlora_by=qlora_by)
     check_target(target)
-    split = make_split(nproc, strategy, param_dtype=fsdp_param_dtype, reduce_dtype=fsdp_reduce_dtype)
+    split = make_split(nproc, strategy, param_dtype=fsdp_param_dtype, reduce_dtype=fsdp_reduce_dtype,
+                       accum_sync=accum_sync)
     if split.param_dtype:  # MixedPrecisionPolicy: the step runs 16-bit weights without autocast
         if precision != "fp32":
             raise GpuwiseError(f"--fsdp-param-dtype {split.param_dtype}: the model's weights are fp32 and FSDP2 "
@@ -289,9 +314,21 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     est.peak_phase, est.peak_op, est.peak_module = peak.phase, peak.op, peak.module
     est.by_module = dict(list(peak.by_module.items())[:TOP_MODULES])
     est.trace = trace
+    if run_len is not None:
+        def first_trace() -> MemoryTrace:
+            with using_target(attention):
+                return per_rank(trace_workload(load_workload(first_wl), batch_size, config, target, repeat=True,
+                                               progress=on_progress, modes=modes))
+
+        apply_run_peak(est, run_len, first_trace, arch, module_loading)
+        if spec is not None and search_max_batch:
+            notes.append(f"run lengths: the largest batch is searched at the later micro-steps' "
+                         f"{run_len.later or run_len.first} tokens; the first micro-step at the longest sample "
+                         "only at -b")
 
     est.grad_accum, est.effective_batch_size, est.modes = modes.grad_accum, batch_size * modes.grad_accum, modes.describe()
     est.nproc, est.strategy = split.nproc, "fsdp1" if split.flat_params else split.strategy
+    est.accum_sync = split.accum_sync
     if modes.grad_accum > 1:  # the trace ran min(N, 2) micro-steps: scale to N
         flops = est.flops_per_step = flops * modes.grad_accum // modes.traced_micro_steps
     if spec is not None:
@@ -301,7 +338,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
                                     config.precision)
             est.speed = _speed(whole, est, spec, wl, modes, config.precision, split.nproc, split.strategy,
                                str(layer_checkpointing) if layer_checkpointing else None, attention.attn,
-                               network_gbps, split.reduce_factor)
+                               network_gbps, split.reduce_factor, split.sync_every_micro_step)
         else:
             notes.append(f"{spec.name}: memory only (no FLOP/s or bandwidth given): no roofline")
         if search_max_batch:
@@ -342,10 +379,11 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
 
 def _speed(trace: MemoryTrace, est: Estimate, spec: GpuSpec, wl: Workload, modes, precision: str, nproc: int,
            strategy: str, selective: str | None = None, attn: str | None = None,
-           network_gbps: float | None = None, reduce_factor: int = 1) -> Speed | None:
+           network_gbps: float | None = None, reduce_factor: int = 1, sync_every: bool = False) -> Speed | None:
     """The step-time model over the traced ops (plan/speed/); None when the trace recorded none. `attn`
     "triton": the flash calls are priced as the Triton FlashAttention kernel. `reduce_factor`: the reduced
-    gradients' bytes over the traced ones (2: MixedPrecisionPolicy reduces bf16 gradients in fp32)."""
+    gradients' bytes over the traced ones (2: MixedPrecisionPolicy reduces bf16 gradients in fp32).
+    `sync_every`: the gradients are reduced on every micro-batch (--accum-sync every)."""
     costs = trace.op_costs
     if costs is None:
         est.notes.append("no per-op record (the trace fell back): no speed prediction")
@@ -372,7 +410,7 @@ def _speed(trace: MemoryTrace, est: Estimate, spec: GpuSpec, wl: Workload, modes
                    flops_per_step=est.flops_per_step, tokens_per_sample=seq_len, nproc=nproc, strategy=strategy,
                    grad_bytes=grad_bytes, param_bytes=gathered, blocks=blocks,
                    roofline_step_s=est.roofline.time_s if est.roofline else None, selective=selective,
-                   network_gbps=network_gbps, micro_steps=modes.grad_accum)
+                   network_gbps=network_gbps, micro_steps=modes.grad_accum, sync_every=sync_every)
 
 
 # -- GPU truth records (docs/contracts.md contract; read by gpuwise/truth.py): the estimate recomputed on the CPU

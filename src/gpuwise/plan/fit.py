@@ -46,7 +46,7 @@ from .fit_options import (
 )
 from .flops import roofline, traffic_bytes
 from .inputs import resolve_inputs
-from .memory.sharding import Split, comm_bytes_per_step
+from .memory.sharding import Split, comm_bytes_per_step, make_split
 from .scaled import Evaluator, Point, idle_cpus
 from .speed.attention import as_gpu_runs
 from .speed.cost import TrainingCost, training_cost
@@ -133,7 +133,8 @@ def _step_time_s(point: Point, v: Variant, spec: GpuSpec, samples: int, nproc: i
         t = predict(costs, spec, v.config.precision, samples_per_rank=samples,
                     flops_per_step=point.flops_per_step, nproc=v.split.nproc, strategy=strategy,
                     grad_bytes=point.trainable_bytes, param_bytes=gathered, blocks=blocks,
-                    roofline_step_s=rl.time_s).step_time_s
+                    roofline_step_s=rl.time_s, micro_steps=v.modes.grad_accum,
+                    sync_every=v.split.sync_every_micro_step).step_time_s
     else:
         t = rl.time_s
         link = LINK_BYTES_PER_S.get(spec.id, 0.8 * 32 * GB)
@@ -179,11 +180,13 @@ def _collector_paused(fn):
 def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, *, precision: str = "fp32",
         optimizer: str | None = None, checkpointing: bool = False, seq_len: int | None = None,
         task: str | None = None, margin_pct: float = DEFAULT_MARGIN_PCT, evaluator: Evaluator | None = None,
-        source: str | None = None, progress: Callable[[str], None] | None = None) -> FitResult:
+        source: str | None = None, progress: Callable[[str], None] | None = None,
+        accum_sync: str | None = None) -> FitResult:
     """Rank the ways to run `workload` at `batch_size` samples per optimizer step (per rank) on `nproc`
     x `gpu`: options that fit first, fastest first. Each option carries `estimate_cmd`, the `gpuwise
     estimate` command of its step (`source`: the workload as the command line names it, when `workload`
-    is already loaded). `progress` is told each option as its sizing starts."""
+    is already loaded). `progress` is told each option as its sizing starts. `accum_sync` ("last" / "every",
+    plan/memory/sharding.py ACCUM_SYNCS): how the multi-GPU options reduce gradients under accumulation."""
     started = time.perf_counter()
     if progress is not None:
         progress("loading the workload and its libraries")
@@ -200,7 +203,8 @@ def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, 
     named = source_args(source if source is not None else workload, ev.wl)
     gpu_arg = gpu if isinstance(gpu, str) else spec.id
     options = []
-    candidates = variants(spec, nproc, precision, optimizer, checkpointing, adapters)
+    accum_sync = make_split(nproc, None if nproc > 1 else "single", accum_sync=accum_sync).accum_sync
+    candidates = variants(spec, nproc, precision, optimizer, checkpointing, adapters, accum_sync)
     floor_of = {v.name: state_floor(ev, v) for v in candidates}
     floors = {name: f for name, f in floor_of.items() if f is not None and f > limit}
     whole = {v.name: _whole_first(v, floor_of[v.name], limit) for v in candidates}

@@ -74,8 +74,9 @@ def mixed_precision(spec: GpuSpec) -> str:
 
 
 def variants(spec: GpuSpec, nproc: int, precision: str, optimizer: str | None, checkpointing: bool,
-             adapters: bool = True) -> list[Variant]:
-    """The candidates, as given first. `adapters`: the model has linear layers for LoRA / QLoRA."""
+             adapters: bool = True, accum_sync: str = "last") -> list[Variant]:
+    """The candidates, as given first. `adapters`: the model has linear layers for LoRA / QLoRA.
+    `accum_sync`: when the multi-GPU options reduce their gradients under accumulation (sharding.py ACCUM_SYNCS)."""
     mixed = mixed_precision(spec)
     one = Split()
     opt = optimizer or "adamw"
@@ -106,13 +107,13 @@ def variants(spec: GpuSpec, nproc: int, precision: str, optimizer: str | None, c
         if nproc > DEFAULT_NODE_SIZE:
             strategies.append("hsdp")
         for s in strategies:
-            split = Split(s, nproc)
+            split = Split(s, nproc, accum_sync=accum_sync if s != "pipeline" else "last")
             for ckpt in (False, True):
                 label = f"{s} x{nproc} ({mixed}{' + checkpointing' if ckpt else ''})"
                 add(label, mixed, ckpt, opt, split=split, keys=(mixed, s) + (("checkpointing",) if ckpt else ()))
         if adapters:
             add(f"ddp x{nproc} + LoRA r16 ({mixed})", mixed, False, opt, TrainingModes(lora_rank=16),
-                Split("ddp", nproc), keys=(mixed, "lora", "ddp"))
+                Split("ddp", nproc, accum_sync=accum_sync), keys=(mixed, "lora", "ddp"))
     return out
 
 
@@ -171,6 +172,8 @@ def estimate_args(source: str, gpu: str, v: Variant, micro: int, accum: int, mar
     args = ["gpuwise", "estimate", source, *step_flags(v, micro, accum)]
     if v.split.nproc > 1:
         args += ["-n", str(v.split.nproc), "--strategy", v.split.strategy]
+        if v.split.accum_sync != "last":
+            args += ["--accum-sync", v.split.accum_sync]
     args += ["--gpu", gpu]
     if margin_pct != DEFAULT_MARGIN_PCT:
         args += ["--margin", f"{margin_pct:g}"]
@@ -182,8 +185,11 @@ TRAINABLE_STRATEGIES = ("single", "ddp", "fsdp", "fsdp-grad-op", "hsdp")  # scal
 
 def train_args(source: list[str], v: Variant, micro: int, accum: int) -> list[str] | None:
     """The `gpuwise train` arguments that run one option (None where train does not: ZeRO-1/2 without FSDP,
-    pipeline, optimizer offload). `source` as `source_args` gives it (estimate's --task is not train's)."""
+    pipeline, optimizer offload, accumulation reducing every micro-batch: train syncs on the last one only).
+    `source` as `source_args` gives it (estimate's --task is not train's)."""
     if v.split.strategy not in TRAINABLE_STRATEGIES or v.modes.offload_optimizer:
+        return None
+    if accum > 1 and v.split.sync_every_micro_step:
         return None
     named = list(source)
     if "--task" in named:

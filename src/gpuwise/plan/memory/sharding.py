@@ -20,8 +20,12 @@ its events are the same with the sharded categories shrunk, plus what the librar
                accelerate wrap: as fsdp, but each unit's parameters are one flat parameter, so a unit holding
                any trainable parameter (a block with LoRA) keeps gradients for all of them
     accumulation (fsdp, fsdp1, fsdp-grad-op, hsdp, micro-steps without gradient sync: FSDP2's
-               `set_requires_gradient_sync(False)`, FSDP1's `no_sync()`): gradients accumulate unsharded
-               on every rank until the last micro-step's reduce-scatter (FSDP1 docs, `no_sync`)
+               `set_requires_gradient_sync(False)`, FSDP1's `no_sync()`; `accum_sync="last"`, the default):
+               gradients accumulate unsharded on every rank until the last micro-step's reduce-scatter
+               (FSDP1 docs, `no_sync`). `accum_sync="every"` (a reduce-scatter every micro-step, as Composer
+               runs FSDP: it enters `no_sync` only for a DDP model): only the sharded gradients persist, each
+               micro-step's reduce-scatter output added into them (FSDP1 `_accumulate_sharded_grad`, FSDP2
+               `foreach_reduce`), as without accumulation
     fsdp-grad-op  FSDP2 `fully_shard(reshard_after_forward=False)`: parameters sharded at rest but all
                unsharded from forward until backward has used them; gradients and state / N
     hsdp       FSDP within a node of `node_size` GPUs, replicated across nodes (HYBRID_SHARD)
@@ -40,6 +44,14 @@ from ...errors import GpuwiseError
 from .events import MemEvent, MemoryTrace, Peak, live_peak
 
 STRATEGIES = ("single", "ddp", "zero1", "zero2", "fsdp", "fsdp-grad-op", "hsdp", "pipeline")
+# when a data-parallel job with gradient accumulation reduces its gradients: on the last micro-step only
+# ("last": torch DDP / FSDP1 `no_sync()`, FSDP2 `set_requires_gradient_sync(False)`, Lightning Fabric's
+# `no_backward_sync`, HF accelerate's `accumulate()` and the HF Trainer: GradientAccumulationPlugin
+# `sync_each_batch=False`, the default) or on every one ("every": accelerate's `sync_each_batch=True`; under
+# FSDP, Composer / llm-foundry (composer/trainer/dist_strategy.py `ddp_sync_context`, trainer.py
+# `_train_microbatch`) and the Lightning Trainer (`ParallelStrategy.block_backward_sync`), which enter
+# `no_sync` only for a DDP model)
+ACCUM_SYNCS = ("last", "every")
 DEFAULT_NODE_SIZE = 8
 FSDP_BLOCKS_IN_FLIGHT = 2  # the block in use and the one prefetched (FSDP2 implicit prefetching)
 
@@ -54,6 +66,11 @@ class Split:
     # copies (param_dtype set); reduce_dtype: the dtype of the reduce-scatter input (fp32 doubles it)
     param_dtype: str | None = None
     reduce_dtype: str = "fp32"
+    accum_sync: str = "last"  # ACCUM_SYNCS: gradients reduced on the last micro-step or on every one
+
+    @property
+    def sync_every_micro_step(self) -> bool:
+        return self.accum_sync == "every"
 
     @property
     def master_factor(self) -> int:
@@ -92,9 +109,24 @@ SHARDED = {
 
 
 def make_split(nproc: int = 1, strategy: str | None = None, node_size: int = DEFAULT_NODE_SIZE,
-               param_dtype: str | None = None, reduce_dtype: str | None = None) -> Split:
+               param_dtype: str | None = None, reduce_dtype: str | None = None,
+               accum_sync: str | None = None) -> Split:
     """The split that `-n/--nproc N --strategy S` names (S defaults to ddp over N > 1 GPUs). `param_dtype`
-    / `reduce_dtype`: FSDP2's MixedPrecisionPolicy (fsdp, hsdp only)."""
+    / `reduce_dtype`: FSDP2's MixedPrecisionPolicy (fsdp, hsdp only). `accum_sync`: ACCUM_SYNCS (default
+    "last")."""
+    split = _make_split(nproc, strategy, node_size, param_dtype, reduce_dtype)
+    if accum_sync is None or accum_sync == "last":
+        return split
+    if accum_sync not in ACCUM_SYNCS:
+        raise GpuwiseError(f"--accum-sync {accum_sync!r}: expected one of {', '.join(ACCUM_SYNCS)}")
+    if _whole(split):
+        raise GpuwiseError(f"--accum-sync {accum_sync}: when a data-parallel job reduces its gradients; use -n 2 or "
+                           "more with a data-parallel --strategy")
+    return replace(split, accum_sync=accum_sync)
+
+
+def _make_split(nproc: int, strategy: str | None, node_size: int, param_dtype: str | None,
+                reduce_dtype: str | None) -> Split:
     if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
         raise GpuwiseError(f"-n must be a positive integer, got {nproc!r}")
     if strategy is None:
@@ -179,7 +211,7 @@ def rank_trace(trace: MemoryTrace, split: Split, block_param_bytes: int = 0,
     model; `fit` and `estimate -n N --strategy S` both call it). `units` (`fsdp_units`) sizes FSDP's
     gathered root and blocks exactly; without it every block is `block_param_bytes`. `param_bytes`: the
     whole model's parameter bytes when the trace has fewer layers (fit's 1- and 2-layer traces).
-    `accumulating`: micro-steps without gradient sync (--grad-accum > 1)."""
+    `accumulating`: more than one micro-step (--grad-accum > 1), reduced as `split.accum_sync` says."""
     if _whole(split):  # one GPU's step as traced: no pass over the events for the gradients
         return trace
     return shard_trace(trace, split, block_param_bytes, trainable_bytes(trace), units, param_bytes, accumulating)
@@ -192,7 +224,7 @@ def _whole(split: Split) -> bool:
 
 def fsdp_gathered_bytes(param_bytes: int, units: FsdpUnits, n: int,
                         device_type: str, root_grads: bool = True, block_grads: bool = True,
-                        reduce_factor: int = 1) -> dict[str, int]:
+                        reduce_factor: int = 1, accumulate_shards: bool = False) -> dict[str, int]:
     """Bytes FSDP2 holds beyond the shards, by phase (torch 2.x `_fully_shard/_fsdp_param_group.py`
     `pre_forward` / `pre_backward` / `post_backward`, `_fsdp_collectives.py` `foreach_reduce`):
       forward: the root's gathered parameters (all-gathered in the root's pre-forward) + the block in use
@@ -217,19 +249,29 @@ def fsdp_gathered_bytes(param_bytes: int, units: FsdpUnits, n: int,
     root reduce-scatter), `block_grads=False` (FSDP2: a block's frozen parameters get no gradient, its
     adapters' are negligible; FSDP1's flat parameters do get them: True). `reduce_factor`: a reduce-scatter
     input's bytes over the gradient's (2: MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), whose
-    `foreach_reduce` copies the bf16 gradients into an fp32 input)."""
+    `foreach_reduce` copies the bf16 gradients into an fp32 input).
+    `accumulate_shards`: a micro-step after the first that reduce-scatters (accumulation, `--accum-sync
+    every`): a sharded gradient already exists, so each unit's reduce-scatter output (its input / N) is a
+    buffer of its own, added into it and then freed (FSDP1 `_reduce_grad` -> `_accumulate_sharded_grad`:
+    `_saved_grad_shard += new_sharded_grad`; FSDP2 `foreach_reduce`: `grad += new_sharded_grad`); without an
+    accumulated gradient the output becomes the gradient. Measured on 2 gloo ranks (FSDP1, use_orig_params,
+    accumulation 2-4 without no_sync): the peak at the root's reduce-scatter is the single step's + root / N."""
     root, after, block = (int(param_bytes * u) for u in units[:3])
     after = after if root_grads else 0
     grad = block if block_grads else 0  # a block's unsharded gradients
     rs = grad * reduce_factor  # ... and its reduce-scatter input
+    out = -(-rs // n) if accumulate_shards else 0  # ... and its output, beside the accumulated shard
+    end = _root_reduce_bytes(root, n, device_type, reduce_factor) if root_grads else 0
+    if root_grads and accumulate_shards:
+        end += -(-root * reduce_factor // n)
     return {"forward": root + FSDP_BLOCKS_IN_FLIGHT * block,
             "backward_head": root + after + block,
             "backward_first": root + after + FSDP_BLOCKS_IN_FLIGHT * block + grad,
-            "backward": root + after + FSDP_BLOCKS_IN_FLIGHT * block + grad + rs,
-            "backward_last": root + after + block + grad + rs,
+            "backward": root + after + FSDP_BLOCKS_IN_FLIGHT * block + grad + rs + out,
+            "backward_last": root + after + block + grad + rs + out,
             "backward_only": root + after + block + grad,
-            "backward_tail": root + after + rs,
-            "end": _root_reduce_bytes(root, n, device_type, reduce_factor) if root_grads else 0}
+            "backward_tail": root + after + rs + out,
+            "end": end}
 
 
 def _root_reduce_bytes(root: int, n: int, device_type: str, reduce_factor: int) -> int:
@@ -354,7 +396,10 @@ def shard_trace(trace: MemoryTrace, split: Split, block_param_bytes: int = 0,
     else:
         n = split.shards
         cats = SHARDED[s]
-        no_sync = accumulating and s in ("fsdp", "fsdp-grad-op", "hsdp")
+        no_sync = accumulating and not split.sync_every_micro_step and s in ("fsdp", "fsdp-grad-op", "hsdp")
+        if accumulating and split.sync_every_micro_step and s in ("fsdp", "fsdp-grad-op", "hsdp"):
+            notes.append(f"{'fsdp1' if split.flat_params else s} with accumulation, gradients reduce-scattered every "
+                         "micro-step (--accum-sync every): only the sharded gradients persist between micro-steps")
         if no_sync:  # FSDP accumulates unsharded gradients until the last micro-step reduce-scatters them
             cats = tuple(c for c in cats if c != "gradients")
             notes.append(f"{'fsdp1' if split.flat_params else s} with accumulation: gradients accumulate unsharded "
@@ -383,7 +428,8 @@ def shard_trace(trace: MemoryTrace, split: Split, block_param_bytes: int = 0,
             frozen = trainable_bytes(trace) < param_total // max(n, 1)  # LoRA, freezing: most of it frozen
             sizes = fsdp_gathered_bytes(param_total, units, n, trace.device_type, root_grads=not frozen,
                                         block_grads=split.flat_params or not frozen,
-                                        reduce_factor=split.reduce_factor)
+                                        reduce_factor=split.reduce_factor,
+                                        accumulate_shards=accumulating and split.sync_every_micro_step)
             if param_bytes:  # a 1- or 2-layer trace standing for the whole model: each of its blocks at the
                 for edge in ("backward_last", "backward_only"):  # level of a middle one
                     sizes[edge] = sizes["backward"]
@@ -433,8 +479,80 @@ def _flat_gradients(events: list[MemEvent], steady: int, trace: MemoryTrace, par
         return events, steady
     notes.append(f"fsdp1: frozen parameters in the blocks' flat parameters get gradients too: + {nbytes} bytes "
                  f"({'unsharded, accumulating' if no_sync else f'/ {n}'}) from backward to zero_grad")
+    if no_sync and units.blocks_path:
+        return _hold_growing(events, steady, nbytes, units.blocks_path)
     return _hold_between(events, steady, nbytes, "gradients", lambda ph: ph == "backward",
                          lambda ph: ph == "zero_grad", ("FSDP1 flat gradients", "FSDP1 flat gradients"), "zero_grad")
+
+
+def _unit_of(module: str, blocks_path: str) -> str | None:
+    """The block unit (`blocks_path`'s child name) `module` is in, also under a wrapper's prefix (peft's
+    `base_model.model.`); None outside the blocks."""
+    at = f".{module}.".find(f".{blocks_path}.")
+    if at < 0:
+        return None
+    return module[at + len(blocks_path) + 1:].split(".")[0] or None
+
+
+def _hold_growing(events: list[MemEvent], steady: int, nbytes: int, blocks_path: str) -> tuple[list[MemEvent], int]:
+    """FSDP1's accumulated flat gradients (`no_sync`), `nbytes` over the blocks: in a step's first backward
+    (no gradient accumulated yet) each block's share is allocated as that backward reaches the block (its
+    flat gradient is formed when the block's backward runs), so they build up through it; the later
+    micro-steps hold them whole from their start; freed at zero_grad (every step: warm-up and steady).
+    A first backward that reaches no block of `blocks_path` allocates them whole at its start."""
+    runs: dict[int, list[str]] = {}  # each backward run's block units in the order it reaches them
+    start = None
+    for i, e in enumerate(events):
+        if e.phase == "backward":
+            if start is None:
+                start = i
+                runs[i] = []
+            unit = _unit_of(e.module, blocks_path)
+            if unit is not None and unit not in runs[start]:
+                runs[start].append(unit)
+        else:
+            start = None
+    out: list[MemEvent] = []
+    block = _new_block(events)
+    held: list[tuple[int, int]] = []  # (block, bytes) of this step's pieces
+    pending: dict[str, int] = {}      # the first backward's units not reached yet -> their share
+    new_steady = steady
+
+    def alloc(size: int) -> None:
+        nonlocal block
+        out.append(MemEvent("alloc", block, size, "gradients", "backward", "", "FSDP1 flat gradients"))
+        held.append((block, size))
+        block += 1
+
+    for i, e in enumerate(events):
+        if i == steady:
+            new_steady = len(out)
+        if i in runs and not held and not pending:  # the step's first backward
+            units = runs[i]
+            if not units:
+                alloc(nbytes)
+            else:
+                share = nbytes // len(units)
+                pending = {u: share for u in units}
+                pending[units[-1]] += nbytes - share * len(units)
+        if pending and e.phase == "backward":
+            unit = _unit_of(e.module, blocks_path)
+            if unit in pending:
+                alloc(pending.pop(unit))
+        elif pending and e.phase != "backward":  # left over (a unit the run did not reach again)
+            for size in pending.values():
+                alloc(size)
+            pending = {}
+        if e.phase == "zero_grad" and held:
+            for b, size in held:
+                out.append(MemEvent("free", b, size, "gradients", "zero_grad", "", "FSDP1 flat gradients"))
+            held = []
+        out.append(e)
+    for size in pending.values():
+        alloc(size)
+    for b, size in held:
+        out.append(MemEvent("free", b, size, "gradients", "zero_grad", "", "FSDP1 flat gradients"))
+    return out, new_steady
 
 
 def _flat_root_gradient_bytes(param_total: int, units: FsdpUnits, notes: list[str]) -> int:

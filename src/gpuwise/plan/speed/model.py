@@ -86,9 +86,11 @@ def predict(costs: OpCosts, gpu: GpuSpec, precision: str, *, samples_per_rank: i
             tokens_per_sample: int | None = None, nproc: int = 1, strategy: str = "single",
             grad_bytes: float = 0, param_bytes: float = 0, blocks: int = 1,
             roofline_step_s: float | None = None, selective: str | None = None,
-            network_gbps: float | None = None, micro_steps: int = 1) -> Speed:
+            network_gbps: float | None = None, micro_steps: int = 1, sync_every: bool = False) -> Speed:
     """Predicted steady-state step of one rank on `gpu` (see the module docstring). `selective`: selective
-    activation checkpointing the trace did not run, added as backward recomputation (`recompute_parts`)."""
+    activation checkpointing the trace did not run, added as backward recomputation (`recompute_parts`).
+    `micro_steps`, `sync_every`: gradient accumulation's micro-batches and whether each one reduces the
+    gradients (overlap.py `comm_time`)."""
     sp = speed_spec(gpu)
     bw = gpu.bandwidth_bytes_per_s
     half_peak = peak_for(gpu, 2, precision)
@@ -147,7 +149,8 @@ def predict(costs: OpCosts, gpu: GpuSpec, precision: str, *, samples_per_rank: i
     bwd_s = sum(phases.get("backward", {}).values())
     opt_s = sum(phases.get("optimizer", {}).values())
     plan = comm_time(strategy, nproc, sp.link, grad_bytes, param_bytes, fwd_s, bwd_s, blocks,
-                     network_gbps=network_gbps, sm_count=sp.sm_count, micro_steps=micro_steps)
+                     network_gbps=network_gbps, sm_count=sp.sm_count, micro_steps=micro_steps,
+                     sync_every=sync_every)
     gpu_s = fwd_s + bwd_s + opt_s + plan.exposed_s + plan.contention_s
     # a pageable copy first waits for the stream and blocks the host until staged (transfer.py): both timelines
     # start after it; then the host issues each phase while the GPU runs what it was given (launch.py)

@@ -141,16 +141,12 @@ class OpCosts:
         for part in self.PARTS:
             getattr(out, part).update(getattr(self, part))
         out.attention, out.attention_shapes = Counter(), Counter()
-        if max_head_dim is None:
-            for (phase, k, *rest), flops in self.attention.items():
-                out.attention[(phase, as_kernel if k == kernel else k, *rest)] += flops
-            for (phase, k, *rest), flops in self.attention_shapes.items():
-                out.attention_shapes[(phase, as_kernel if k == kernel else k, *rest)] += flops
-            return out
-        out.attention.update(self.attention)
+        every = max_head_dim is None  # no bound: every `kernel` call moves, those of unknown shape too
+        for (phase, k, *rest), flops in self.attention.items():
+            out.attention[(phase, as_kernel if every and k == kernel else k, *rest)] += flops
         for (phase, k, itemsize, seq_q, seq_k, head_dim, causal), flops in self.attention_shapes.items():
-            moved = k == kernel and head_dim <= max_head_dim
-            if moved and (phase, k, itemsize) in out.attention:
+            moved = k == kernel and (every or head_dim <= max_head_dim)
+            if moved and not every and (phase, k, itemsize) in out.attention:
                 out.attention[(phase, k, itemsize)] -= flops
                 out.attention[(phase, as_kernel, itemsize)] += flops
             out.attention_shapes[(phase, as_kernel if moved else k, itemsize, seq_q, seq_k, head_dim, causal)] += flops

@@ -1,0 +1,171 @@
+"""Variable-length batches over a run (plan/lengths.py): the length file, the order statistic, the run's peak."""
+
+import json
+import math
+
+import pytest
+
+from gpuwise.cli import main
+from gpuwise.errors import GpuwiseError
+from gpuwise.plan.lengths import (
+    LengthDist,
+    expected_max,
+    from_lengths,
+    max_quantile,
+    read_length_file,
+    run_lengths,
+)
+from gpuwise.plan.memory.events import MemEvent
+from gpuwise.plan.memory.sharding import _hold_growing
+
+CONFIG = "tests/data/configs/tiny-llama.json"
+
+
+def test_length_file_samples_histogram_and_comments(tmp_path):
+    f = tmp_path / "lengths.txt"
+    f.write_text("# Alpaca under some tokenizer\n12\n\n30 3   # a bin of three\n12\n7 1\n")
+    d = read_length_file(f)
+    assert d.lengths == (7, 12, 30) and d.counts == (1, 2, 3) and d.samples == 6 and d.longest == 30
+    assert from_lengths([30, 12, 7, 30, 12, 30]).counts == d.counts
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n", "12\nabc\n", "0\n", "12 -1\n", "1 2 3\n", "1.5\n"])
+def test_length_file_bad_input_is_one_line(tmp_path, text):
+    f = tmp_path / "bad.txt"
+    f.write_text(text)
+    with pytest.raises(GpuwiseError) as exc:
+        read_length_file(f)
+    assert "\n" not in str(exc.value)
+
+
+def test_cli_bad_length_file_and_missing_steps_exit_2(tmp_path, capsys):
+    bad = tmp_path / "bad.txt"
+    bad.write_text("12\ntwelve\n")
+    assert main(["estimate", CONFIG, "--seq-len-dist", str(bad), "--micro-steps", "3", "--target", "cpu"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "line 2" in err and len(err.splitlines()) == 1
+    good = tmp_path / "good.txt"
+    good.write_text("12\n")
+    assert main(["estimate", CONFIG, "--seq-len-dist", str(good), "--target", "cpu"]) == 2
+    assert "--micro-steps" in capsys.readouterr().err
+    assert main(["estimate", CONFIG, "--seq-len-dist", str(good), "--micro-steps", "2", "--seq-len", "8",
+                 "--target", "cpu"]) == 2
+    assert "--seq-len" in capsys.readouterr().err
+    assert main(["estimate", str(tmp_path / "none.txt"), "-b", "1", "--seq-len-dist", str(tmp_path / "none.txt"),
+                 "--micro-steps", "2"]) == 2  # not a workload either: still one line, exit 2
+    capsys.readouterr()
+
+
+def test_expected_max_is_the_order_statistic():
+    uniform = from_lengths(range(1, 11))
+    assert expected_max(uniform, 1) == pytest.approx(5.5)
+    for n in (2, 7, 100):  # E[max] = sum over t of P(max >= t) = sum_t 1 - ((t - 1) / 10)^n
+        assert expected_max(uniform, n) == pytest.approx(sum(1 - ((t - 1) / 10) ** n for t in range(1, 11)))
+    hist = LengthDist((10, 20), (3, 1))
+    assert expected_max(hist, 2) == pytest.approx(10 * 9 / 16 + 20 * 7 / 16)  # P(max = 10) = (3/4)^2
+    assert max_quantile(hist, 2, 0.5) == 10 and max_quantile(hist, 2, 0.6) == 20
+    big = from_lengths([100] * 49_999 + [1000])  # one long sample in 50k: E[max of n] = 100 + 900 (1 - F^n)
+    assert expected_max(big, 4000) == pytest.approx(100 + 900 * (1 - (49_999 / 50_000) ** 4000))
+    with pytest.raises(GpuwiseError):
+        expected_max(hist, 0)
+
+
+def test_run_lengths_draws_per_rank():
+    d = from_lengths(range(1, 101))
+    one = run_lengths(d, 1, 4)
+    assert one.first == 100 and one.later is None and one.draws == 0
+    r = run_lengths(d, 11, 4)  # the later 10 micro-steps of 4 samples: 40 draws
+    assert r.draws == 40 and r.later == math.ceil(expected_max(d, 40)) and r.later_q10 <= r.later <= r.later_q90
+    assert run_lengths(from_lengths([64] * 5), 1000, 2).later == 64
+    rand = run_lengths(d, 11, 4, longest_first=False)  # no forced first step: all 44 draws
+    assert rand.first is None and rand.draws == 44 and rand.later == math.ceil(expected_max(d, 44))
+
+
+def test_fsdp1_flat_gradients_build_up_in_the_first_backward_only():
+    """Under no_sync the first micro-step's flat gradients appear block by block as its backward reaches each
+    block; the second micro-step holds them whole from its start; zero_grad frees them."""
+    ev = [MemEvent("alloc", 0, 8, "parameters", "setup")]
+    for _step in range(2):
+        ev += [MemEvent("alloc", 1, 4, "activations", "forward", "h.0"), MemEvent("free", 1, 4, "activations",
+                                                                                     "forward", "h.0")]
+        ev += [MemEvent("alloc", 2, 4, "temporary", "backward", "head"),
+               MemEvent("free", 2, 4, "temporary", "backward", "h.1.attn"),
+               MemEvent("free", 2, 4, "temporary", "backward", "h.0.mlp")]
+    ev += [MemEvent("alloc", 3, 1, "temporary", "zero_grad"), MemEvent("free", 3, 1, "temporary", "zero_grad")]
+    out, _ = _hold_growing(ev, 1, 100, "h")
+    flat = [(i, e.action, e.nbytes) for i, e in enumerate(out) if e.op == "FSDP1 flat gradients"]
+    assert [(a, n) for _, a, n in flat] == [("alloc", 50), ("alloc", 50), ("free", 50), ("free", 50)]
+    first_backward = next(i for i, e in enumerate(out) if e.phase == "backward")
+    assert flat[0][0] > first_backward  # not before the head's backward: at block h.1's
+    second_forward = [i for i, e in enumerate(out) if e.phase == "forward"][2]
+    assert flat[1][0] < second_forward  # all there before the second micro-step
+    assert out[flat[2][0]].phase == "zero_grad"
+
+
+def _est(capsys, *args) -> dict:
+    assert main(["estimate", CONFIG, "-b", "2", "--lora", "4", "--target", "cpu", "--json", *args]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_run_peak_fsdp1_accumulation_below_the_bound_single_gpu_is_iteration_0(tmp_path, capsys):
+    """FSDP1 accumulating (no_sync, LoRA): the later micro-steps hold the unsharded flat gradients; they run at
+    the shorter lengths the run reaches, so the run's peak is below the bound (every step at the longest with
+    the accumulated gradients). One GPU, LoRA: the first micro-step at the longest is the run's peak. A
+    dataset of one length: the run's peak is the bound."""
+    lengths = tmp_path / "lengths.txt"
+    lengths.write_text("".join(f"{8 + i % 24}\n" for i in range(2000)) + "64 1\n")
+    fsdp1 = ["-n", "2", "--strategy", "fsdp1", "--grad-accum", "4"]
+    bound = _est(capsys, "--seq-len", "64", *fsdp1)["peak_allocated_bytes"]
+    run = _est(capsys, "--seq-len-dist", str(lengths), "--micro-steps", "50", *fsdp1)
+    first = _est(capsys, "--seq-len-dist", str(lengths), "--micro-steps", "1", *fsdp1)
+    assert run["lengths"]["later_seq_len"] < 64 and run["lengths"]["draws"] == 49 * 2
+    assert run["peak_allocated_bytes"] < bound
+    assert first["peak_allocated_bytes"] == run["lengths"]["first_peak_allocated_bytes"] < bound
+    assert run["peak_allocated_bytes"] == max(run["lengths"]["first_peak_allocated_bytes"],
+                                              run["lengths"]["later_peak_allocated_bytes"])
+
+    one_bound = _est(capsys, "--seq-len", "64")["peak_allocated_bytes"]
+    one = _est(capsys, "--seq-len-dist", str(lengths), "--micro-steps", "50")
+    assert one["lengths"]["peak_from"] == "first_micro_step"
+    assert one["peak_allocated_bytes"] == one["lengths"]["first_peak_allocated_bytes"] <= one_bound
+    assert one["peak_allocated_bytes"] >= one_bound - 4 * 2 * 7 * 4 * (64 + 64) * 4  # LoRA's grads + AdamW state
+
+    rand = _est(capsys, "--seq-len-dist", str(lengths), "--micro-steps", "50", "--first-batch", "random", *fsdp1)
+    assert rand["lengths"]["first_seq_len"] is None and rand["lengths"]["draws"] == 50 * 2
+    later = rand["lengths"]["later_seq_len"]
+    assert rand["peak_allocated_bytes"] == _est(capsys, "--seq-len", str(later), *fsdp1)["peak_allocated_bytes"]
+
+    same = tmp_path / "same.txt"
+    same.write_text("64 500\n")
+    assert _est(capsys, "--seq-len-dist", str(same), "--micro-steps", "50", *fsdp1)["peak_allocated_bytes"] == bound
+
+
+def test_alpaca_length_file_from_litgpt_prompt_split_and_tokenizer(tmp_path, monkeypatch):
+    """benchmarks/published/alpaca_lengths.py on a small Alpaca-shaped file with a word-level tokenizer: the
+    training split prepare_alpaca.py keeps, prompt + response + EOS per sample, a length file gpuwise reads;
+    a stated longest it does not reproduce writes nothing."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    monkeypatch.syspath_prepend("benchmarks/published")
+    import alpaca_lengths as al
+
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    tok = Tokenizer(models.WordLevel({"<unk>": 0, "<eos>": 1}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(ckpt / "tokenizer.json"))
+    (ckpt / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<eos>"}))
+    data = [{"instruction": "Say it", "input": "x " * (i % 3), "output": "word " * i} for i in range(60)]
+    (tmp_path / "alpaca.json").write_text(json.dumps(data))
+    out = tmp_path / "lengths.txt"
+    assert al.main([str(tmp_path / "alpaca.json"), str(ckpt), "-o", str(out)]) == 0
+    d = read_length_file(out)
+    train = al.train_split(data)
+    assert d.samples == len(train) == 58  # 60 x (1 - 0.03865) rounded as random_split does
+    # each: the prompt's and the response's words and punctuation, then the EOS
+    assert sorted(al.lengths(data, ckpt)) == sorted(
+        len(pre_tokenizers.Whitespace().pre_tokenize_str(al.prompt(ex) + ex["output"])) + 1 for ex in train)
+    assert "sha256" in out.read_text().splitlines()[1]
+    out.unlink()
+    assert al.main([str(tmp_path / "alpaca.json"), str(ckpt), "-o", str(out), "--expect-longest", "7"]) == 1
+    assert not out.exists()
