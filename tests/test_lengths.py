@@ -77,6 +77,8 @@ def test_run_lengths_draws_per_rank():
     r = run_lengths(d, 11, 4)  # the later 10 micro-steps of 4 samples: 40 draws
     assert r.draws == 40 and r.later == math.ceil(expected_max(d, 40)) and r.later_q10 <= r.later <= r.later_q90
     assert run_lengths(from_lengths([64] * 5), 1000, 2).later == 64
+    rand = run_lengths(d, 11, 4, longest_first=False)  # no forced first step: all 44 draws
+    assert rand.first is None and rand.draws == 44 and rand.later == math.ceil(expected_max(d, 44))
 
 
 def test_fsdp1_flat_gradients_build_up_in_the_first_backward_only():
@@ -128,6 +130,42 @@ def test_run_peak_fsdp1_accumulation_below_the_bound_single_gpu_is_iteration_0(t
     assert one["peak_allocated_bytes"] == one["lengths"]["first_peak_allocated_bytes"] <= one_bound
     assert one["peak_allocated_bytes"] >= one_bound - 4 * 2 * 7 * 4 * (64 + 64) * 4  # LoRA's grads + AdamW state
 
+    rand = _est(capsys, "--seq-len-dist", str(lengths), "--micro-steps", "50", "--first-batch", "random", *fsdp1)
+    assert rand["lengths"]["first_seq_len"] is None and rand["lengths"]["draws"] == 50 * 2
+    later = rand["lengths"]["later_seq_len"]
+    assert rand["peak_allocated_bytes"] == _est(capsys, "--seq-len", str(later), *fsdp1)["peak_allocated_bytes"]
+
     same = tmp_path / "same.txt"
     same.write_text("64 500\n")
     assert _est(capsys, "--seq-len-dist", str(same), "--micro-steps", "50", *fsdp1)["peak_allocated_bytes"] == bound
+
+
+def test_alpaca_length_file_from_litgpt_prompt_split_and_tokenizer(tmp_path, monkeypatch):
+    """benchmarks/published/alpaca_lengths.py on a small Alpaca-shaped file with a word-level tokenizer: the
+    training split prepare_alpaca.py keeps, prompt + response + EOS per sample, a length file gpuwise reads;
+    a stated longest it does not reproduce writes nothing."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    monkeypatch.syspath_prepend("benchmarks/published")
+    import alpaca_lengths as al
+
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    tok = Tokenizer(models.WordLevel({"<unk>": 0, "<eos>": 1}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(ckpt / "tokenizer.json"))
+    (ckpt / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<eos>"}))
+    data = [{"instruction": "Say it", "input": "x " * (i % 3), "output": "word " * i} for i in range(60)]
+    (tmp_path / "alpaca.json").write_text(json.dumps(data))
+    out = tmp_path / "lengths.txt"
+    assert al.main([str(tmp_path / "alpaca.json"), str(ckpt), "-o", str(out)]) == 0
+    d = read_length_file(out)
+    train = al.train_split(data)
+    assert d.samples == len(train) == 58  # 60 x (1 - 0.03865) rounded as random_split does
+    # each: the prompt's and the response's words and punctuation, then the EOS
+    assert sorted(al.lengths(data, ckpt)) == sorted(
+        len(pre_tokenizers.Whitespace().pre_tokenize_str(al.prompt(ex) + ex["output"])) + 1 for ex in train)
+    assert "sha256" in out.read_text().splitlines()[1]
+    out.unlink()
+    assert al.main([str(tmp_path / "alpaca.json"), str(ckpt), "-o", str(out), "--expect-longest", "7"]) == 1
+    assert not out.exists()

@@ -66,6 +66,9 @@ def add_length_arguments(p) -> None:
                    "workload's length (for a varying dataset traced at its longest: an upper bound)")
     p.add_argument("--micro-steps", type=positive_int, metavar="N", help="--seq-len-dist: the run's forward + "
                    "backward iterations per rank (optimizer steps x --grad-accum; litgpt's iterations)")
+    p.add_argument("--first-batch", choices=["longest", "random"], default="longest", help="--seq-len-dist: the "
+                   "run's first micro-batch: longest (default; litgpt forces its longest sample into iteration 0, "
+                   "transformers' group_by_length its longest batch) or random (a plain shuffled loader)")
 
 
 def add_version_arguments(p) -> None:
@@ -209,7 +212,8 @@ def run(args) -> int:
                        search_max_batch=not args.no_max_batch, nproc=args.nproc, strategy=args.strategy,
                        layer_checkpointing=args.layer_checkpointing, network_gbps=args.network_gbps,
                        fsdp_param_dtype=args.fsdp_param_dtype, fsdp_reduce_dtype=args.fsdp_reduce_dtype,
-                       seq_len_dist=args.seq_len_dist, micro_steps=args.micro_steps, accum_sync=args.accum_sync,
+                       seq_len_dist=args.seq_len_dist, micro_steps=args.micro_steps,
+                       first_batch=args.first_batch, accum_sync=args.accum_sync,
                        on_progress=progress, **mode_kwargs(args), **version_kwargs(args))
     if args.plot:
         try:

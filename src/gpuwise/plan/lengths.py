@@ -16,6 +16,12 @@ micro-steps, the run's peak is the larger of
     its own samples: litgpt seeds every rank differently, `seed_everything(1337 + global_rank)`, and its
     `get_batch` draws with `torch.randint`, with replacement).
 
+A loop whose first batch is as random as the others (`longest_first=False`, `--first-batch random`: a plain
+shuffled DataLoader) has no such first step: every micro-step is taken at the expected longest padded length
+of all steps x micro_batch draws, with the gradients and optimizer state of a later step (whichever step draws
+the longest: an upper bound for the one case where that is iteration 0). Draws without replacement (a shuffled
+epoch) differ from these only when a rank's draws approach the dataset's size; not modelled.
+
 Which length: `expected_max` is the exact expectation of the largest of n draws (the n-th order statistic
 of the empirical distribution), sum over lengths L of L x (F(L)^n - F(L-)^n). A step's memory is about
 linear in its length (SDPA/flash attention keeps no L x L matrix), so the peak at the expected length is the
@@ -131,7 +137,7 @@ def max_quantile(dist: LengthDist, draws: int, q: float) -> int:
 class RunLengths:
     """The lengths a run's micro-steps are traced at (per rank)."""
 
-    first: int                 # the first micro-step: the longest sample
+    first: int | None          # the first micro-step: the longest sample (None: the first batch is random)
     later: int | None          # the later micro-steps: ceil(E[max of `draws` draws]); None when steps == 1
     draws: int                 # (steps - 1) x micro_batch
     steps: int
@@ -146,12 +152,18 @@ class RunLengths:
                 "draws": self.draws, "steps": self.steps}
 
 
-def run_lengths(dist: LengthDist, steps: int, micro_batch: int) -> RunLengths:
+def run_lengths(dist: LengthDist, steps: int, micro_batch: int, longest_first: bool = True) -> RunLengths:
     """The first micro-step's length (the longest) and the later ones' (the expected largest padded length
-    over the (steps - 1) later micro-batches of `micro_batch` samples each, rounded up to a whole token)."""
-    for name, v in (("--steps", steps), ("micro batch", micro_batch)):
+    over the (steps - 1) later micro-batches of `micro_batch` samples each, rounded up to a whole token).
+    `longest_first=False`: no forced first step; every step at the expected longest of steps x micro_batch."""
+    for name, v in (("--micro-steps", steps), ("micro batch", micro_batch)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise GpuwiseError(f"{name} must be a positive integer, got {v!r}")
+    if not longest_first:
+        draws = steps * micro_batch
+        e = expected_max(dist, draws)
+        return RunLengths(None, min(dist.longest, math.ceil(e - 1e-9)), draws, steps, e,
+                          max_quantile(dist, draws, 0.1), max_quantile(dist, draws, 0.9))
     draws = (steps - 1) * micro_batch
     if draws == 0:
         return RunLengths(dist.longest, None, 0, steps)
@@ -214,7 +226,7 @@ def _with_batch_seq_len(wl, seq_len: int):
 
 
 def at_run_lengths(dist, micro_steps: int | None, batch_size: int, source, workload, seq_len: int | None,
-                   task: str | None):
+                   task: str | None, longest_first: bool = True):
     """For `estimate(seq_len_dist=..., micro_steps=...)`: (RunLengths, the workload at the later micro-steps'
     length, the workload at the first's). `dist`: a LengthDist or a length file's path; `source`: what the
     caller passed as its workload (an `hf:` id or config.json is rebuilt at each length), `workload` what
@@ -229,7 +241,7 @@ def at_run_lengths(dist, micro_steps: int | None, batch_size: int, source, workl
         raise GpuwiseError("--seq-len-dist gives the lengths: leave out --seq-len")
     if not isinstance(dist, LengthDist):
         dist = read_length_file(dist)
-    lengths = run_lengths(dist, micro_steps, batch_size)
+    lengths = run_lengths(dist, micro_steps, batch_size, longest_first)
     if isinstance(source, str) and is_config_source(source):
         def at(n: int):
             return hf_workload(source, n, task or "causal-lm")
@@ -238,7 +250,7 @@ def at_run_lengths(dist, micro_steps: int | None, batch_size: int, source, workl
 
         def at(n: int):
             return _with_batch_seq_len(wl, n)
-    return lengths, at(lengths.later or lengths.first), at(lengths.first)
+    return lengths, at(lengths.later or lengths.first), None if lengths.first is None else at(lengths.first)
 
 
 def apply_run_peak(est, lengths: RunLengths, first_trace, arch: str, loading: str | None) -> None:
@@ -247,6 +259,14 @@ def apply_run_peak(est, lengths: RunLengths, first_trace, arch: str, loading: st
     that length; not called when `est` was traced there). Sets `est.lengths` and a note."""
     from .memory.events import live_peak
 
+    if lengths.first is None:  # a random first batch: every step at the later length
+        est.lengths = {**lengths.to_dict(), "peak_from": "later_micro_steps", "first_peak_allocated_bytes": None,
+                       "first_peak_reserved_bytes": None, "later_peak_allocated_bytes": est.peak_allocated_bytes,
+                       "later_peak_reserved_bytes": est.peak_reserved_bytes}
+        est.notes.append(f"run lengths: every micro-step at {lengths.later} tokens, the expected longest of the run's "
+                         f"{lengths.draws} samples on this rank ({lengths.later_expected:.1f}; 10-90 %: "
+                         f"{lengths.later_q10}-{lengths.later_q90}), with a later step's gradients and state")
+        return
     trace = est.trace if lengths.later in (None, lengths.first) else first_trace()
     if est.target == "cpu":
         first = first_micro_step(trace)
