@@ -87,7 +87,7 @@ def _adamw8bit(params, **kw):
         if optional_libs.all_fake(params):  # a trace: the same state tensors, sized without the library
             return optional_libs.adamw8bit_layout(params, lr=1e-3)
         raise GpuwiseError("--optimizer adamw8bit needs bitsandbytes (pip install bitsandbytes)")
-    import bitsandbytes as bnb
+    bnb = optional_libs.imported("bitsandbytes")
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     with unset_fake_temporarily():  # the constructor builds its quantization maps with .tolist(): real data

@@ -301,8 +301,8 @@ def _with_adapters(model, modes: TrainingModes, precision: str):
     alpha = modes.lora_alpha if modes.lora_alpha is not None else LORA_ALPHA_PER_RANK * rank
     if stand_in:  # a trace: the same adapters and forward (optional_libs.py)
         return optional_libs.lora_layout(model, rank, alpha, torch.bfloat16 if precision == "bf16-pure" else torch.float32)
-    from peft import LoraConfig, get_peft_model
-
+    peft = optional_libs.imported("peft")
+    LoraConfig, get_peft_model = peft.LoraConfig, peft.get_peft_model
     targets = list(modes.lora_targets) if modes.lora_targets else "all-linear"
     config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=modes.lora_dropout,
                         target_modules=targets, task_type=_peft_task(model))
@@ -353,7 +353,7 @@ def quantize_linear_4bit(model, compute_dtype=None, quant_type: str = "nf4", dou
     import torch
 
     try:
-        import bitsandbytes as bnb
+        bnb = optional_libs.imported("bitsandbytes")
     except ImportError as exc:
         raise GpuwiseError("QLoRA needs bitsandbytes (pip install bitsandbytes)") from exc
     from torch._subclasses.fake_tensor import unset_fake_temporarily

@@ -24,18 +24,18 @@ WARMUPS = ("optimizer", "step", "copy")  # "copy": plan/memory/warmup.py
 def before_forks(modes, configs):
     """Inside: this process is ready to be forked for traces with these training modes and step configs, so
     that no fork does on its own, in its first trace, what all of them would: the libraries those traces
-    import (peft, and under it bitsandbytes, whose import takes ~0.8 s: its torch.compile'd kernels import
-    inductor; imported as a trace imports them, outside any fake mode and untraced), what peft builds once
+    import (peft, and under it bitsandbytes, imported as a trace imports them, with torch.compile deferred:
+    optional_libs.imported; outside any fake mode and untraced), what peft builds once
     per process (`_conversion_mapping`) and the optimizers' once-per-process state (`warm_optimizer`) are
     made here, once; and the objects alive now are frozen out of the garbage collector's view (`gc.freeze`), so that a full collection in a fork neither walks nor
     copies (copy-on-write) the parent's heap. The garbage is collected first only where the collector runs:
     under `fit` it is paused (forks included), and that collection alone took ~0.33 s of the parent's time
     before each prefetch of a 7B fit. Nothing a trace records changes: tests/test_plan_fit.py."""
     if any(m.adapters for m in modes) and optional_libs.available("peft"):
-        import peft  # noqa: F401
+        optional_libs.imported("peft")
         _conversion_mapping()
     if any(m.qlora for m in modes) and optional_libs.available("bitsandbytes"):
-        import bitsandbytes  # noqa: F401
+        optional_libs.imported("bitsandbytes")
     for config in configs:
         if config.optimizer is not None:
             warm_optimizer(config.optimizer)
