@@ -51,6 +51,9 @@ def test_cli_bad_length_file_and_missing_steps_exit_2(tmp_path, capsys):
     assert main(["estimate", CONFIG, "--seq-len-dist", str(good), "--micro-steps", "2", "--seq-len", "8",
                  "--target", "cpu"]) == 2
     assert "--seq-len" in capsys.readouterr().err
+    assert main(["estimate", "examples:gpt-mini", "-b", "2", "--seq-len-dist", str(good), "--micro-steps", "2",
+                 "--target", "cpu"]) == 2  # its batch(batch_size) cannot build other lengths
+    assert "seq_len" in capsys.readouterr().err
     assert main(["estimate", str(tmp_path / "none.txt"), "-b", "1", "--seq-len-dist", str(tmp_path / "none.txt"),
                  "--micro-steps", "2"]) == 2  # not a workload either: still one line, exit 2
     capsys.readouterr()
