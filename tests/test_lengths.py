@@ -51,6 +51,9 @@ def test_cli_bad_length_file_and_missing_steps_exit_2(tmp_path, capsys):
     assert main(["estimate", CONFIG, "--seq-len-dist", str(good), "--micro-steps", "2", "--seq-len", "8",
                  "--target", "cpu"]) == 2
     assert "--seq-len" in capsys.readouterr().err
+    assert main(["estimate", "examples:gpt-mini", "-b", "2", "--seq-len-dist", str(good), "--micro-steps", "2",
+                 "--target", "cpu"]) == 2  # its batch(batch_size) cannot build other lengths
+    assert "seq_len" in capsys.readouterr().err
     assert main(["estimate", str(tmp_path / "none.txt"), "-b", "1", "--seq-len-dist", str(tmp_path / "none.txt"),
                  "--micro-steps", "2"]) == 2  # not a workload either: still one line, exit 2
     capsys.readouterr()
@@ -169,3 +172,30 @@ def test_alpaca_length_file_from_litgpt_prompt_split_and_tokenizer(tmp_path, mon
     out.unlink()
     assert al.main([str(tmp_path / "alpaca.json"), str(ckpt), "-o", str(out), "--expect-longest", "7"]) == 1
     assert not out.exists()
+
+
+def test_spliced_run_replays_the_later_steps_after_the_first():
+    """The run as one trace: the first micro-step at the longest, then the later steps (blocks alive at the join
+    carried on, each block allocated once and freed after); the later steady step's live bytes are its own."""
+    from gpuwise.plan import estimate
+    from gpuwise.plan.lengths import _first_end, spliced
+    from gpuwise.plan.memory.events import live_peak
+
+    kw = dict(nproc=2, strategy="fsdp1", lora=4, grad_accum=4, search_max_batch=False)
+    longest = estimate(CONFIG, 2, seq_len=64, **kw).trace
+    later = estimate(CONFIG, 2, seq_len=24, **kw).trace
+    run = spliced(longest, later)
+    assert live_peak(run).allocated_bytes == live_peak(later).allocated_bytes
+    assert len(run.events) - run.steady_start == len(later.events) - later.steady_start
+    alive: set[int] = set()
+    seen: set[int] = set()
+    for e in run.events:
+        if e.action == "alloc":
+            assert e.block not in seen
+            seen.add(e.block)
+            alive.add(e.block)
+        else:
+            assert e.block in alive
+            alive.discard(e.block)
+    end = _first_end(longest.events)  # the run starts as the longest trace's setup and first micro-step
+    assert run.events[:end] == longest.events[:end] and run.events[end:] != later.events[end:]

@@ -191,6 +191,74 @@ def first_micro_step(trace):
     return dataclasses.replace(trace, events=list(events[:end]), steady_start=start, op_costs=None)
 
 
+def _first_end(events) -> int | None:
+    """The index just past the first micro-step's backward run, or None."""
+    start = next((i for i, e in enumerate(events) if e.phase == "forward"), None)
+    back = None if start is None else next((i for i in range(start, len(events)) if events[i].phase == "backward"),
+                                           None)
+    if back is None:
+        return None
+    return next((i for i in range(back, len(events)) if events[i].phase != "backward"), len(events))
+
+
+def _alive(events) -> list:
+    """The alloc events of the blocks alive after `events`, in allocation order."""
+    alive: dict[int, object] = {}
+    for e in events:
+        if e.action == "alloc":
+            alive[e.block] = e
+        else:
+            alive.pop(e.block, None)
+    return list(alive.values())
+
+
+def spliced(first, later):
+    """One rank's run as one trace: `first`'s setup and first micro-step (at the longest sample), then `later`'s
+    events from the end of its own first micro-step on (its second micro-step, optimizer step, steady step),
+    so that the caching allocator replays the later steps in the state the first one left (the segments it
+    cached at the longest length are kept: nothing calls empty_cache). At the join, what is alive in both
+    (parameters, gradients, held buffers: paired by category in allocation order, same size) carries on as
+    `first`'s block; what differs (a kept loss of another length) is freed and allocated again.
+    `steady_start` is `later`'s steady step. None when either trace has no first micro-step."""
+    import dataclasses
+
+    from .memory.events import MemEvent
+
+    end_a, end_b = _first_end(first.events), _first_end(later.events)
+    if end_a is None or end_b is None or later.steady_start < end_b:
+        return None
+    live_a, live_b = _alive(first.events[:end_a]), _alive(later.events[:end_b])
+    by_cat: dict[str, list] = {}
+    for e in live_a:
+        by_cat.setdefault(e.category, []).append(e)
+    mapping: dict[int, int] = {}
+    bridge: list = []
+    used: set[int] = set()
+    next_block = max((e.block for e in first.events), default=-1) + 1
+    for e in live_b:
+        candidates = by_cat.get(e.category, [])
+        match = next((a for a in candidates if a.nbytes == e.nbytes and a.block not in used), None)
+        if match is not None:
+            used.add(match.block)
+            mapping[e.block] = match.block
+    for a in live_a:
+        if a.block not in used:
+            bridge.append(MemEvent("free", a.block, a.nbytes, a.category, a.phase, a.module, a.op, a.stream))
+    for e in live_b:
+        if e.block not in mapping:
+            mapping[e.block] = next_block
+            bridge.append(dataclasses.replace(e, block=next_block))
+            next_block += 1
+    rest = []
+    for e in later.events[end_b:]:
+        if e.block not in mapping:
+            mapping[e.block] = next_block
+            next_block += 1
+        rest.append(dataclasses.replace(e, block=mapping[e.block]))
+    head = list(first.events[:end_a]) + bridge
+    return dataclasses.replace(later, events=head + rest, steady_start=len(head) + later.steady_start - end_b)
+
+
 def first_micro_step_memory(trace, arch: str, loading: str | None = None):
     """(peak allocated, peak reserved, the most reserved, outside-allocator bytes) of the first micro-step
     on a CUDA device: `first_micro_step(trace)` with the library workspaces, replayed once through the
@@ -281,6 +349,14 @@ def apply_run_peak(est, lengths: RunLengths, first_trace, arch: str, loading: st
         f_alloc, f_res, most, outside = got
         f_used = most + outside
     later = (est.peak_allocated_bytes, est.peak_reserved_bytes, est.device_used_bytes)
+    joined = None
+    if est.target != "cpu" and lengths.later not in (None, lengths.first):
+        joined = spliced(trace, est.trace)
+        if joined is not None:  # the later steps replayed in the allocator state the first one left
+            from .memory.cuda import cuda_memory
+
+            run = cuda_memory(joined, arch, loading)
+            later = (run.result.peak_allocated_bytes, run.result.peak_reserved_bytes, run.device_used_bytes)
     if lengths.later is None:  # one micro-step: the run is iteration 0
         est.peak_allocated_bytes, est.peak_reserved_bytes, est.device_used_bytes = f_alloc, f_res, f_used
         source = "first_micro_step"
@@ -303,5 +379,7 @@ def apply_run_peak(est, lengths: RunLengths, first_trace, arch: str, loading: st
             f"{lengths.steps - 1} micro-steps at {lengths.later} tokens (the expected longest of their "
             f"{lengths.draws} samples on this rank, {lengths.later_expected:.1f}; 10-90 %: {lengths.later_q10}-"
             f"{lengths.later_q90}) at {later[0]}: the run's peak is the "
-            f"{'first' if source == 'first_micro_step' else 'later ones'}; reserved: the larger of the two "
-            "(what the first step's segments leave cached for the later ones is not replayed)")
+            f"{'first' if source == 'first_micro_step' else 'later ones'}; "
+            + ("the later steps replayed in the allocator state the first one left (its cached segments kept)"
+               if joined is not None else "reserved: the larger of the two (the later steps not replayed after "
+               "the first: the traces could not be joined)"))

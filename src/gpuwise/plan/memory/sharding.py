@@ -499,7 +499,11 @@ def _hold_growing(events: list[MemEvent], steady: int, nbytes: int, blocks_path:
     (no gradient accumulated yet) each block's share is allocated as that backward reaches the block (its
     flat gradient is formed when the block's backward runs), so they build up through it; the later
     micro-steps hold them whole from their start; freed at zero_grad (every step: warm-up and steady).
-    A first backward that reaches no block of `blocks_path` allocates them whole at its start."""
+    A block's share is allocated at its first backward event, not when its flat gradient is formed at the
+    end of its backward (the `cat` of its weights' gradients, `SplitWithSizesBackward` under
+    use_orig_params): in between, those weight gradients (which the trace of frozen weights lacks) build up
+    to the same size. A first backward that reaches no block of `blocks_path` allocates them whole at its
+    start."""
     runs: dict[int, list[str]] = {}  # each backward run's block units in the order it reaches them
     start = None
     for i, e in enumerate(events):
