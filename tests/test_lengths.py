@@ -178,7 +178,7 @@ def test_spliced_run_replays_the_later_steps_after_the_first():
     """The run as one trace: the first micro-step at the longest, then the later steps (blocks alive at the join
     carried on, each block allocated once and freed after); the later steady step's live bytes are its own."""
     from gpuwise.plan import estimate
-    from gpuwise.plan.lengths import _first_end, spliced
+    from gpuwise.plan.lengths import _before_any_step, _first_end, spliced
     from gpuwise.plan.memory.events import live_peak
 
     kw = dict(nproc=2, strategy="fsdp1", lora=4, grad_accum=4, search_max_batch=False)
@@ -197,5 +197,45 @@ def test_spliced_run_replays_the_later_steps_after_the_first():
         else:
             assert e.block in alive
             alive.discard(e.block)
-    end = _first_end(longest.events)  # the run starts as the longest trace's setup and first micro-step
-    assert run.events[:end] == longest.events[:end] and run.events[end:] != later.events[end:]
+    end = _first_end(longest.events)  # the run starts as the longest trace's setup and first micro-step, less
+    start = next(i for i, e in enumerate(longest.events) if e.phase == "forward")  # the optimizer's early state
+    head = _before_any_step(longest.events[:end], start)
+    assert run.events[:len(head)] == head
+    assert not any(e.category == "optimizer_state" for e in head)
+
+
+@pytest.mark.parametrize("later_len", [9, 60])
+def test_run_peak_matches_a_real_cpu_run(later_len):
+    """A real run on CPU tensors, its peak read from the profiler (plan/tracing/cpu_truth.py): tiny-llama, AdamW,
+    --grad-accum 2, 6 micro-steps, iteration 0 at the longest sample (64 tokens), the later ones at the length
+    the run's lengths give. 9 tokens: iteration 0 (no optimizer state yet) is the run's peak; 60: the later
+    steps with the state and gradients are. The prediction is the measured peak to the byte."""
+    import torch
+    from torch.profiler import record_function
+
+    from gpuwise.hf import hf_workload
+    from gpuwise.plan import estimate
+    from gpuwise.plan.tracing.cpu_truth import STEADY_MARK, peak_from_profile
+    from gpuwise.profiling import cpu_memory_profile
+
+    steps, accum = 6, 2
+    dist = LengthDist((later_len - 1, 64), (10**6, 1))  # the expected longest later length rounds up to later_len
+    est = estimate(CONFIG, 2, target="cpu", grad_accum=accum, seq_len_dist=dist, micro_steps=steps,
+                   search_max_batch=False)
+    assert est.lengths["later_seq_len"] == later_len
+    assert est.lengths["peak_from"] == ("first_micro_step" if later_len == 9 else "later_micro_steps")
+    torch.manual_seed(0)
+    at = {n: hf_workload(CONFIG, n) for n in (64, later_len)}
+    with cpu_memory_profile() as prof:
+        model = at[64].build_model()
+        opt = torch.optim.AdamW(model.parameters())
+        with record_function(STEADY_MARK):  # the whole run: iteration 0 included
+            for it in range(steps):
+                batch = at[64 if it == 0 else later_len].build_batch(2)
+                loss = at[64].compute_loss(model, batch)
+                loss.backward()
+                del loss, batch
+                if (it + 1) % accum == 0:
+                    opt.step()
+                    opt.zero_grad(set_to_none=True)
+    assert est.peak_allocated_bytes == peak_from_profile(prof).peak_bytes

@@ -44,3 +44,41 @@ def test_an_optional_library_is_imported_with_compile_deferred_and_torch_compile
         assert optional_libs.imported("compiles_at_import") is mod  # imported once
     finally:
         sys.modules.pop("compiles_at_import", None)
+
+
+def _deep_tiny(tmp_path, layers: int = 6) -> str:
+    import json
+
+    path = tmp_path / f"tiny{layers}.json"
+    path.write_text(json.dumps({**json.load(open("tests/data/configs/tiny-llama.json")), "num_hidden_layers": layers}))
+    return str(path)
+
+
+def test_a_forks_replays_come_back_with_its_trace_and_are_the_parents(tmp_path, monkeypatch):
+    """prefetch's forks replay the asks they trace (Evaluator._replays_of): the parent then replays none of
+    them, and each ask's numbers (offload and accumulation variants of one trace included) are those of an
+    evaluator that traced and replayed everything itself."""
+    from dataclasses import asdict
+
+    from gpuwise.plan.memory.sharding import Split
+    from gpuwise.plan.scaled import Evaluator
+    from gpuwise.plan.tracing.modes import TrainingModes
+    from gpuwise.step import StepConfig
+
+    source = _deep_tiny(tmp_path)
+    config = StepConfig("adamw", "bf16", False)
+    asks = [(1, config, TrainingModes(grad_accum=4), Split()), (2, config, TrainingModes(), Split()),
+            (2, config, TrainingModes(offload_optimizer=True), Split())]
+    forked, here = Evaluator(source, "ada", (8, 9)), Evaluator(source, "ada", (8, 9))
+    forked.prefetch(asks, workers=2)  # two steps (offload is a transform of micro-batch 2's), one fork each
+    assert forked.traces_run == 4
+
+    def replayed_here(*_a, **_k):
+        raise AssertionError("replayed in the parent")
+
+    monkeypatch.setattr(forked, "_replayed", replayed_here)
+    for ask in asks:
+        got, own = forked.evaluate(*ask), here.evaluate(*ask)
+        assert {k: v for k, v in asdict(got).items() if k != "op_costs"} == \
+            {k: v for k, v in asdict(own).items() if k != "op_costs"}
+        assert got.op_costs == own.op_costs

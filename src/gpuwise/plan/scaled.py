@@ -242,6 +242,7 @@ class Evaluator:
         import multiprocessing
 
         todo: dict[tuple, tuple] = {}
+        asked: dict[tuple, list[tuple]] = {}  # key -> the asks it answers (its fork replays them)
         for micro_batch, config, modes, split in asks:
             layers = self._layers(split)
             stage = layers if layers != self.layers else None
@@ -249,11 +250,12 @@ class Evaluator:
             self._shared(key)
             if key not in self._traces:
                 todo.setdefault(key, (stage, micro_batch, config, modes))
+                asked.setdefault(key, []).append((micro_batch, config, modes, split))
         cpus = workers or idle_cpus()
         # a model config's blocks are compared first (every trace of it asks, shared by the forks)
         alike = self.layers is not None and self.layers >= MIN_LAYERS and \
             blocks_alike(self.wl.hf_config, self.wl.task, self.layers) is None
-        tasks = [(key, blocks, todo[key][2])
+        tasks = [(key, blocks, todo[key][2], asked[key])
                  for key, blocks in fork_tasks(list(todo), {k for k in todo if alike and todo[k][0] is None}, cpus)]
         n = min(cpus, len(tasks))
         if n < 2 or "fork" not in multiprocessing.get_all_start_methods():
@@ -268,9 +270,9 @@ class Evaluator:
         finally:
             _FORKED = None
         forked: dict[tuple, tuple[dict, dict]] = {}  # key -> (small traces, attention calls), by block count
-        for key, blocks, trace, extra in done:
+        for key, blocks, trace, extra, replayed in done:
             if blocks is None:
-                self._keep(key, trace, extra)
+                self._keep(key, trace, extra, replayed)
             elif trace is not None:
                 small, calls = forked.setdefault(key, ({}, {}))
                 small[blocks], calls[blocks] = trace, extra
@@ -279,15 +281,34 @@ class Evaluator:
                 stage, micro_batch, config, modes = todo[key]
                 self.rebuilt(stage, micro_batch, config, modes, (small, calls))
 
-    def _keep(self, key: tuple, trace: MemoryTrace | None, failed: tuple | None) -> None:
-        """A forked whole task's result in the cache."""
+    def _keep(self, key: tuple, trace: MemoryTrace | None, failed: tuple | None, replayed: tuple = ((), None)) -> None:
+        """A forked whole task's result in the cache, with the replays its fork ran (`_replays_of`)."""
         if trace is not None:
             self._traces[key] = trace
             self.traces_run += 2 if _was_rebuilt(trace) else 1
+            points, peak = replayed
+            for rest, point, arch in points:  # keyed by the trace as it is here (`_point`)
+                self._points[(id(trace), *rest)] = (trace, point, arch)
+            if peak is not None:
+                self._peaks[id(trace)] = (trace, peak)
         elif failed is not None:
             self._traces[key] = NotRebuilt(*failed)
             self.traces_run += len(failed[1])
         # else the trace raised: `evaluate` traces it again here and raises as it would have
+
+    def _replays_of(self, key: tuple, trace: MemoryTrace, asks: list[tuple]) -> tuple[list, Peak | None]:
+        """In a fork that traced `key`: `asks`' numbers from `trace` as `evaluate` gets them (the replays, the
+        step's most expensive part after the trace), sent back with the trace so that the parent does not
+        run them one after another (`_keep`): (`_point`'s cache entries of `trace`, less its id; its live peak).
+        Nothing where `evaluate` raises here: the parent evaluates, and raises, as it would have."""
+        self._traces[key] = trace
+        try:
+            for ask in asks:
+                self.evaluate(*ask)
+        except Exception:  # noqa: BLE001 - evaluated (and raised) again in the parent
+            return [], None
+        points = [(k[1:], point, arch) for k, (kept, point, arch) in self._points.items() if kept is trace]
+        return points, self._peaks.get(id(trace), (None, None))[1]
 
     def traced(self, micro_batch: int, config: StepConfig, modes: TrainingModes, split: Split,
                whole: bool = False) -> bool | None:
@@ -455,19 +476,20 @@ def _own_load() -> float:
 _FORKED: Evaluator | None = None  # the evaluator a prefetch's forked workers trace for
 
 
-def _traced_in_worker(item: tuple[tuple, int | None, StepConfig]) -> tuple[tuple, int | None, Any, Any]:
+def _traced_in_worker(item: tuple[tuple, int | None, StepConfig, list]) -> tuple[tuple, int | None, Any, Any, Any]:
     """In a forked worker, one task of `prefetch`: (key, blocks, the small trace or None, its attention
-    calls) for one of a step's two small traces; for a whole step (blocks None): (key, None, the rebuilt
-    trace or None, (why, small traces) where not rebuilt)."""
-    key, blocks, config = item
+    calls, nothing) for one of a step's two small traces; for a whole step (blocks None): (key, None, the
+    rebuilt trace or None, (why, small traces) where not rebuilt, the replays of the asks it answers)."""
+    key, blocks, config, asks = item
     try:
         if blocks is not None:
-            return (key, blocks, *_FORKED._blocks(key, blocks, config))
-        return key, None, _FORKED._run(key, config), None
+            return (key, blocks, *_FORKED._blocks(key, blocks, config), None)
+        trace = _FORKED._run(key, config)
+        return key, None, trace, None, _FORKED._replays_of(key, trace, asks)
     except NotRebuilt as exc:
-        return key, None, None, (exc.why, exc.traces)
+        return key, None, None, (exc.why, exc.traces), None
     except Exception:  # noqa: BLE001 - traced again in the parent, which raises it as it would have
-        return key, blocks, None, None
+        return key, blocks, None, None, None
 
 
 def _was_rebuilt(trace: MemoryTrace) -> bool:
