@@ -2,6 +2,9 @@
 
 import json
 import math
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
@@ -178,7 +181,7 @@ def test_spliced_run_replays_the_later_steps_after_the_first():
     """The run as one trace: the first micro-step at the longest, then the later steps (blocks alive at the join
     carried on, each block allocated once and freed after); the later steady step's live bytes are its own."""
     from gpuwise.plan import estimate
-    from gpuwise.plan.lengths import _first_end, spliced
+    from gpuwise.plan.lengths import _before_any_step, _first_end, spliced
     from gpuwise.plan.memory.events import live_peak
 
     kw = dict(nproc=2, strategy="fsdp1", lora=4, grad_accum=4, search_max_batch=False)
@@ -197,5 +200,157 @@ def test_spliced_run_replays_the_later_steps_after_the_first():
         else:
             assert e.block in alive
             alive.discard(e.block)
-    end = _first_end(longest.events)  # the run starts as the longest trace's setup and first micro-step
-    assert run.events[:end] == longest.events[:end] and run.events[end:] != later.events[end:]
+    end = _first_end(longest.events)  # the run starts as the longest trace's setup and first micro-step, less
+    start = next(i for i, e in enumerate(longest.events) if e.phase == "forward")  # the optimizer's early state
+    head = _before_any_step(longest.events[:end], start)
+    assert run.events[:len(head)] == head
+    assert not any(e.category == "optimizer_state" for e in head)
+
+
+@pytest.mark.parametrize("later_len", [9, 60])
+def test_run_peak_matches_a_real_cpu_run(later_len):
+    """A real run on CPU tensors, its peak read from the profiler (plan/tracing/cpu_truth.py): tiny-llama, AdamW,
+    --grad-accum 2, 6 micro-steps, iteration 0 at the longest sample (64 tokens), the later ones at the length
+    the run's lengths give. 9 tokens: iteration 0 (no optimizer state yet) is the run's peak; 60: the later
+    steps with the state and gradients are. The prediction is the measured peak to the byte."""
+    import torch
+    from torch.profiler import record_function
+
+    from gpuwise.hf import hf_workload
+    from gpuwise.plan import estimate
+    from gpuwise.plan.tracing.cpu_truth import STEADY_MARK, peak_from_profile
+    from gpuwise.profiling import cpu_memory_profile
+
+    steps, accum = 6, 2
+    dist = LengthDist((later_len - 1, 64), (10**6, 1))  # the expected longest later length rounds up to later_len
+    est = estimate(CONFIG, 2, target="cpu", grad_accum=accum, seq_len_dist=dist, micro_steps=steps,
+                   search_max_batch=False)
+    assert est.lengths["later_seq_len"] == later_len
+    assert est.lengths["peak_from"] == ("first_micro_step" if later_len == 9 else "later_micro_steps")
+    torch.manual_seed(0)
+    at = {n: hf_workload(CONFIG, n) for n in (64, later_len)}
+    with cpu_memory_profile() as prof:
+        model = at[64].build_model()
+        opt = torch.optim.AdamW(model.parameters())
+        with record_function(STEADY_MARK):  # the whole run: iteration 0 included
+            for it in range(steps):
+                batch = at[64 if it == 0 else later_len].build_batch(2)
+                loss = at[64].compute_loss(model, batch)
+                loss.backward()
+                del loss, batch
+                if (it + 1) % accum == 0:
+                    opt.step()
+                    opt.zero_grad(set_to_none=True)
+    assert est.peak_allocated_bytes == peak_from_profile(prof).peak_bytes
+
+
+FSDP1_JOB = textwrap.dedent('''
+import json, os, socket, sys
+import torch, torch.distributed as dist
+import torch.multiprocessing as mp
+
+V, D, H, L, R, ACCUM = 1024, 256, 1024, 4, 4, 3
+STEPS, LONG, SHORT = (int(v) for v in os.environ.get("RUN", "6,96,9").split(","))
+
+class Block(torch.nn.Module):
+    def __init__(s):
+        super().__init__(); s.fc = torch.nn.Linear(D, H); s.proj = torch.nn.Linear(H, D)
+        s.down = torch.nn.Linear(D, R, bias=False); s.up = torch.nn.Linear(R, D, bias=False)  # the adapter
+    def forward(s, x):
+        return x + s.proj(torch.relu(s.fc(x))) + s.up(s.down(x))
+
+class Model(torch.nn.Module):  # embeddings, blocks, an untied head: litgpt's layout
+    def __init__(s):
+        super().__init__()
+        s.wte = torch.nn.Embedding(V, D)
+        s.blocks = torch.nn.ModuleList([Block() for _ in range(L)])
+        s.head = torch.nn.Linear(D, V, bias=False)
+    def forward(s, idx):
+        x = s.wte(idx)
+        for b in s.blocks:
+            x = b(x)
+        return s.head(x)
+
+def model():
+    torch.manual_seed(0)
+    return Model()
+
+def batch(b, seq_len=None):
+    return torch.randint(0, V, (b, (seq_len or LONG) + 1), generator=torch.Generator().manual_seed(1))
+
+def loss(m, x):
+    return torch.nn.functional.cross_entropy(m(x[:, :-1]).reshape(-1, V), x[:, 1:].reshape(-1))
+''')
+
+FSDP1_RUN = textwrap.dedent('''
+
+FROZEN = ("wte", "head", ".fc.", ".proj.")
+
+def worker(rank, world, port, q):
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+    from torch.profiler import record_function
+    from gpuwise.plan.tracing.cpu_truth import _peak_from_profile
+    from gpuwise.profiling import cpu_memory_profile
+    import warnings
+    warnings.simplefilter("ignore")
+    with cpu_memory_profile(all_threads=True) as prof:
+        base = model()
+        for n, p in base.named_parameters():
+            p.requires_grad_(not any(f in "." + n + "." for f in FROZEN))
+        m = FSDP(base, auto_wrap_policy=ModuleWrapPolicy({Block}), use_orig_params=True,
+                 limit_all_gathers=True, device_id=torch.device("cpu"))
+        opt = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-3)
+        with record_function("gpuwise::steady_step"):  # the whole run, iteration 0 included
+            for it in range(STEPS):
+                x = batch(1, LONG if it == 0 else SHORT)
+                if (it + 1) % ACCUM:
+                    with m.no_sync():
+                        loss(m, x).backward()
+                else:
+                    loss(m, x).backward()
+                    opt.step()
+                    opt.zero_grad(set_to_none=True)
+                del x
+    q.put((rank, _peak_from_profile(prof, True).peak_bytes))
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+    ctx = mp.get_context("spawn"); q = ctx.Queue()
+    procs = [ctx.Process(target=worker, args=(r, 2, port, q)) for r in range(2)]
+    for p in procs: p.start()
+    peaks = dict(q.get(timeout=240) for _ in procs)
+    for p in procs: p.join()
+    print(json.dumps([peaks[0], peaks[1]]))
+''')
+
+
+def test_fsdp1_run_peak_matches_real_fsdp1_ranks(tmp_path, capsys):
+    """A real FSDP1 run (use_orig_params=True, as Lightning Fabric wraps; 2 gloo ranks; LoRA-like: each block's
+    weights frozen but a small adapter, so its flat parameter gets gradients for all of them) accumulating 3
+    micro-steps under no_sync, 6 micro-steps: iteration 0 at 96 tokens, the later ones at 9. Measured with the
+    profiler on each rank: 24398344 / 24463912 B; gpuwise with the run's lengths 24504856 (+0.4 / +0.2 %);
+    every step at the longest (the bound) 26647840 (+9.2 / +8.9 %)."""
+    job = tmp_path / "job.py"
+    job.write_text(FSDP1_JOB)
+    worker = tmp_path / "worker.py"
+    worker.write_text(FSDP1_JOB + FSDP1_RUN)
+    proc = subprocess.run([sys.executable, str(worker)], capture_output=True, text=True, timeout=300,
+                          env={"PYTHONPATH": "src", "PATH": "/usr/bin:/bin", "RUN": "6,96,9"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    truth = json.loads(proc.stdout.strip().splitlines()[-1])
+    lengths = tmp_path / "lengths.txt"
+    lengths.write_text("8 1000\n96 1\n")  # 5 later draws: expected longest 8.4, traced at 9
+    args = ["estimate", str(job), "-b", "1", "--target", "cpu", "-n", "2", "--strategy", "fsdp1", "--grad-accum",
+            "3", "--freeze", "^wte", "--freeze", "^head", "--freeze", r"\.fc\.", "--freeze", r"\.proj\.", "--json"]
+    assert main(args) == 0
+    bound = json.loads(capsys.readouterr().out)["peak_allocated_bytes"]
+    assert main([*args, "--seq-len-dist", str(lengths), "--micro-steps", "6"]) == 0
+    run = json.loads(capsys.readouterr().out)
+    assert run["lengths"]["later_seq_len"] == 9 and run["lengths"]["peak_from"] == "later_micro_steps"
+    for measured in truth:
+        assert abs(run["peak_allocated_bytes"] - measured) <= 0.02 * measured, (run["peak_allocated_bytes"], truth)
+        assert bound > 1.05 * measured

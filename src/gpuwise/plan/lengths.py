@@ -173,22 +173,28 @@ def run_lengths(dist: LengthDist, steps: int, micro_batch: int, longest_first: b
                       max_quantile(dist, draws, 0.9))
 
 
+def _before_any_step(events: list, start: int) -> list:
+    """`events` without the blocks the optimizer allocated before `start` (the first forward): the tracer sets
+    up the optimizer's state before its first step (so that its first step is already a steady one), but a
+    run's iteration 0 comes before any optimizer step (AdamW makes its state lazily, in its first step())."""
+    early = {e.block for e in events[:start] if e.action == "alloc" and e.phase == "optimizer"}
+    return [e for e in events if e.block not in early] if early else list(events)
+
+
 def first_micro_step(trace):
     """The trace up to the end of its first micro-step's backward (the run's iteration 0: setup, then one
-    forward and backward, before any optimizer step and with no gradients accumulated before it), with
-    `steady_start` at that micro-step's first event, so that a replay's peaks are that micro-step's. None
-    when the trace has no forward followed by a backward."""
+    forward and backward, before any optimizer step -- no optimizer state -- and with no gradients
+    accumulated before it), with `steady_start` at that micro-step's first event, so that a replay's peaks
+    are that micro-step's. None when the trace has no forward followed by a backward."""
     import dataclasses
 
-    events = trace.events
-    start = next((i for i, e in enumerate(events) if e.phase == "forward"), None)
-    if start is None:
+    end = _first_end(trace.events)
+    if end is None:
         return None
-    back = next((i for i in range(start, len(events)) if events[i].phase == "backward"), None)
-    if back is None:
-        return None
-    end = next((i for i in range(back, len(events)) if events[i].phase != "backward"), len(events))
-    return dataclasses.replace(trace, events=list(events[:end]), steady_start=start, op_costs=None)
+    start = next(i for i, e in enumerate(trace.events) if e.phase == "forward")
+    events = _before_any_step(trace.events[:end], start)
+    start = next(i for i, e in enumerate(events) if e.phase == "forward")
+    return dataclasses.replace(trace, events=events, steady_start=start, op_costs=None)
 
 
 def _first_end(events) -> int | None:
@@ -227,7 +233,9 @@ def spliced(first, later):
     end_a, end_b = _first_end(first.events), _first_end(later.events)
     if end_a is None or end_b is None or later.steady_start < end_b:
         return None
-    live_a, live_b = _alive(first.events[:end_a]), _alive(later.events[:end_b])
+    start = next(i for i, e in enumerate(first.events) if e.phase == "forward")
+    head = _before_any_step(first.events[:end_a], start)  # iteration 0: no optimizer state yet
+    live_a, live_b = _alive(head), _alive(later.events[:end_b])
     by_cat: dict[str, list] = {}
     for e in live_a:
         by_cat.setdefault(e.category, []).append(e)
@@ -255,7 +263,7 @@ def spliced(first, later):
             mapping[e.block] = next_block
             next_block += 1
         rest.append(dataclasses.replace(e, block=mapping[e.block]))
-    head = list(first.events[:end_a]) + bridge
+    head = head + bridge
     return dataclasses.replace(later, events=head + rest, steady_start=len(head) + later.steady_start - end_b)
 
 
