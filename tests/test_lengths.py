@@ -354,3 +354,14 @@ def test_fsdp1_run_peak_matches_real_fsdp1_ranks(tmp_path, capsys):
     for measured in truth:
         assert abs(run["peak_allocated_bytes"] - measured) <= 0.02 * measured, (run["peak_allocated_bytes"], truth)
         assert bound > 1.05 * measured
+
+
+def test_the_breakdown_is_the_first_micro_steps_where_it_is_the_peak(tmp_path, capsys):
+    """One GPU, LoRA: the first micro-step at the longest is the run's peak; the JSON's breakdown is its (no
+    optimizer state: iteration 0 comes before any optimizer step)."""
+    lengths = tmp_path / "lengths.txt"
+    lengths.write_text("8 2000\n64 1\n")
+    run = _est(capsys, "--seq-len-dist", str(lengths), "--micro-steps", "50", "--target", "cuda")
+    assert run["lengths"]["peak_from"] == "first_micro_step"
+    assert run["by_category"]["optimizer_state"] == 0 and sum(run["by_category"].values()) > 0
+    assert any("the breakdown is its" in n for n in run["notes"])

@@ -268,7 +268,8 @@ def spliced(first, later):
 
 
 def first_micro_step_memory(trace, arch: str, loading: str | None = None):
-    """(peak allocated, peak reserved, the most reserved, outside-allocator bytes) of the first micro-step
+    """(peak allocated, peak reserved, the most reserved, outside-allocator bytes, what is live at the peak:
+    a memory/events.py Peak in allocator-rounded sizes) of the first micro-step
     on a CUDA device: `first_micro_step(trace)` with the library workspaces, replayed once through the
     caching-allocator model (memory/cuda.py without its repeated steady steps: iteration 0 happens once).
     None when the trace has no first micro-step."""
@@ -278,9 +279,12 @@ def first_micro_step_memory(trace, arch: str, loading: str | None = None):
     first = first_micro_step(trace)
     if first is None:
         return None
+    from .memory.events import live_peak
+
     with_ws, overheads = add_workspaces(first, arch, loading=loading)
     r = replay(with_ws, steady_repeats=1)
-    return r.peak_allocated_bytes, r.peak_reserved_bytes, r.max_reserved_bytes, overheads.outside_allocator_bytes
+    return (r.peak_allocated_bytes, r.peak_reserved_bytes, r.max_reserved_bytes, overheads.outside_allocator_bytes,
+            live_peak(with_ws, round_to=512))
 
 
 def _with_batch_seq_len(wl, seq_len: int):
@@ -348,13 +352,13 @@ def apply_run_peak(est, lengths: RunLengths, first_trace, arch: str, loading: st
         first = first_micro_step(trace)
         if first is None:
             raise GpuwiseError("--seq-len-dist: the traced step has no forward and backward to take as the first")
-        a = live_peak(first).allocated_bytes
-        f_alloc, f_res, f_used = a, a, a
+        at_peak = live_peak(first)
+        f_alloc = f_res = f_used = at_peak.allocated_bytes
     else:
         got = first_micro_step_memory(trace, arch, loading)
         if got is None:
             raise GpuwiseError("--seq-len-dist: the traced step has no forward and backward to take as the first")
-        f_alloc, f_res, most, outside = got
+        f_alloc, f_res, most, outside, at_peak = got
         f_used = most + outside
     later = (est.peak_allocated_bytes, est.peak_reserved_bytes, est.device_used_bytes)
     joined = None
@@ -373,6 +377,10 @@ def apply_run_peak(est, lengths: RunLengths, first_trace, arch: str, loading: st
         est.peak_allocated_bytes = max(f_alloc, later[0])
         est.peak_reserved_bytes = max(f_res, later[1])
         est.device_used_bytes = max(f_used, later[2])
+    if source == "first_micro_step":  # the breakdown at the run's peak: the first micro-step's
+        est.by_category = dict(at_peak.by_category)
+        est.peak_phase, est.peak_op, est.peak_module = at_peak.phase, at_peak.op, at_peak.module
+        est.by_module = dict(list(at_peak.by_module.items())[:8])  # estimate.py TOP_MODULES
     est.lengths = {**lengths.to_dict(), "peak_from": source,
                    "first_peak_allocated_bytes": f_alloc, "first_peak_reserved_bytes": f_res,
                    "later_peak_allocated_bytes": None if lengths.later is None else later[0],
@@ -387,7 +395,7 @@ def apply_run_peak(est, lengths: RunLengths, first_trace, arch: str, loading: st
             f"{lengths.steps - 1} micro-steps at {lengths.later} tokens (the expected longest of their "
             f"{lengths.draws} samples on this rank, {lengths.later_expected:.1f}; 10-90 %: {lengths.later_q10}-"
             f"{lengths.later_q90}) at {later[0]}: the run's peak is the "
-            f"{'first' if source == 'first_micro_step' else 'later ones'}; "
-            + ("the later steps replayed in the allocator state the first one left (its cached segments kept)"
-               if joined is not None else "reserved: the larger of the two (the later steps not replayed after "
-               "the first: the traces could not be joined)"))
+            f"{'first (the breakdown is its)' if source == 'first_micro_step' else 'later ones'}"
+            + ("" if est.target == "cpu" else "; the later steps replayed in the allocator state the first one left "
+               "(its cached segments kept)" if joined is not None else "; reserved: the larger of the two (the "
+               "later steps not replayed after the first: the traces could not be joined)"))
