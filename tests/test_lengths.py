@@ -76,6 +76,28 @@ def test_expected_max_is_the_order_statistic():
         expected_max(hist, 0)
 
 
+def test_expected_max_by_epochs_without_replacement():
+    """By epochs: a rank's draws within an epoch are a random subset (no sample twice), checked against every
+    subset enumerated; over a whole epoch the longest sample is certain."""
+    import itertools
+
+    d = from_lengths([3, 5, 5, 8, 13])
+    for k in (1, 2, 3):
+        subsets = list(itertools.combinations(range(5), k))
+        brute = sum(max((3, 5, 5, 8, 13)[i] for i in c) for c in subsets) / len(subsets)
+        assert expected_max(d, k, per_epoch=5) == pytest.approx(brute)
+    assert expected_max(d, 5, per_epoch=5) == pytest.approx(13)
+    assert expected_max(d, 5) < 13  # with replacement it may be missed
+    # two epochs of 2 draws each (two ranks): independent subsets, P(max <= L) = (C(c, 2) / C(5, 2))^2
+    two = sum(L * ((math.comb(c, 2) / 10) ** 2 - (math.comb(p, 2) / 10) ** 2)
+              for L, c, p in ((5, 3, 1), (8, 4, 3), (13, 5, 4)))
+    assert expected_max(d, 4, per_epoch=2) == pytest.approx(two)
+    r = run_lengths(d, 3, 1, ranks=2)  # 2 later draws, 3 an epoch per rank
+    assert r.later == math.ceil(expected_max(d, 2, per_epoch=3))
+    with pytest.raises(GpuwiseError):
+        expected_max(d, 2, per_epoch=6)
+
+
 def test_run_lengths_draws_per_rank():
     d = from_lengths(range(1, 101))
     one = run_lengths(d, 1, 4)
