@@ -76,6 +76,28 @@ def test_expected_max_is_the_order_statistic():
         expected_max(hist, 0)
 
 
+def test_expected_max_by_epochs_without_replacement():
+    """By epochs: a rank's draws within an epoch are a random subset (no sample twice), checked against every
+    subset enumerated; over a whole epoch the longest sample is certain."""
+    import itertools
+
+    d = from_lengths([3, 5, 5, 8, 13])
+    for k in (1, 2, 3):
+        subsets = list(itertools.combinations(range(5), k))
+        brute = sum(max((3, 5, 5, 8, 13)[i] for i in c) for c in subsets) / len(subsets)
+        assert expected_max(d, k, per_epoch=5) == pytest.approx(brute)
+    assert expected_max(d, 5, per_epoch=5) == pytest.approx(13)
+    assert expected_max(d, 5) < 13  # with replacement it may be missed
+    # two epochs of 2 draws each (two ranks): independent subsets, P(max <= L) = (C(c, 2) / C(5, 2))^2
+    two = sum(L * ((math.comb(c, 2) / 10) ** 2 - (math.comb(p, 2) / 10) ** 2)
+              for L, c, p in ((5, 3, 1), (8, 4, 3), (13, 5, 4)))
+    assert expected_max(d, 4, per_epoch=2) == pytest.approx(two)
+    r = run_lengths(d, 3, 1, ranks=2)  # 2 later draws, 3 an epoch per rank
+    assert r.later == math.ceil(expected_max(d, 2, per_epoch=3))
+    with pytest.raises(GpuwiseError):
+        expected_max(d, 2, per_epoch=6)
+
+
 def test_run_lengths_draws_per_rank():
     d = from_lengths(range(1, 101))
     one = run_lengths(d, 1, 4)
@@ -354,3 +376,14 @@ def test_fsdp1_run_peak_matches_real_fsdp1_ranks(tmp_path, capsys):
     for measured in truth:
         assert abs(run["peak_allocated_bytes"] - measured) <= 0.02 * measured, (run["peak_allocated_bytes"], truth)
         assert bound > 1.05 * measured
+
+
+def test_the_breakdown_is_the_first_micro_steps_where_it_is_the_peak(tmp_path, capsys):
+    """One GPU, LoRA: the first micro-step at the longest is the run's peak; the JSON's breakdown is its (no
+    optimizer state: iteration 0 comes before any optimizer step)."""
+    lengths = tmp_path / "lengths.txt"
+    lengths.write_text("8 2000\n64 1\n")
+    run = _est(capsys, "--seq-len-dist", str(lengths), "--micro-steps", "50", "--target", "cuda")
+    assert run["lengths"]["peak_from"] == "first_micro_step"
+    assert run["by_category"]["optimizer_state"] == 0 and sum(run["by_category"].values()) > 0
+    assert any("the breakdown is its" in n for n in run["notes"])
