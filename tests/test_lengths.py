@@ -2,6 +2,9 @@
 
 import json
 import math
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
@@ -71,6 +74,28 @@ def test_expected_max_is_the_order_statistic():
     assert expected_max(big, 4000) == pytest.approx(100 + 900 * (1 - (49_999 / 50_000) ** 4000))
     with pytest.raises(GpuwiseError):
         expected_max(hist, 0)
+
+
+def test_expected_max_by_epochs_without_replacement():
+    """By epochs: a rank's draws within an epoch are a random subset (no sample twice), checked against every
+    subset enumerated; over a whole epoch the longest sample is certain."""
+    import itertools
+
+    d = from_lengths([3, 5, 5, 8, 13])
+    for k in (1, 2, 3):
+        subsets = list(itertools.combinations(range(5), k))
+        brute = sum(max((3, 5, 5, 8, 13)[i] for i in c) for c in subsets) / len(subsets)
+        assert expected_max(d, k, per_epoch=5) == pytest.approx(brute)
+    assert expected_max(d, 5, per_epoch=5) == pytest.approx(13)
+    assert expected_max(d, 5) < 13  # with replacement it may be missed
+    # two epochs of 2 draws each (two ranks): independent subsets, P(max <= L) = (C(c, 2) / C(5, 2))^2
+    two = sum(L * ((math.comb(c, 2) / 10) ** 2 - (math.comb(p, 2) / 10) ** 2)
+              for L, c, p in ((5, 3, 1), (8, 4, 3), (13, 5, 4)))
+    assert expected_max(d, 4, per_epoch=2) == pytest.approx(two)
+    r = run_lengths(d, 3, 1, ranks=2)  # 2 later draws, 3 an epoch per rank
+    assert r.later == math.ceil(expected_max(d, 2, per_epoch=3))
+    with pytest.raises(GpuwiseError):
+        expected_max(d, 2, per_epoch=6)
 
 
 def test_run_lengths_draws_per_rank():
@@ -239,3 +264,126 @@ def test_run_peak_matches_a_real_cpu_run(later_len):
                     opt.step()
                     opt.zero_grad(set_to_none=True)
     assert est.peak_allocated_bytes == peak_from_profile(prof).peak_bytes
+
+
+FSDP1_JOB = textwrap.dedent('''
+import json, os, socket, sys
+import torch, torch.distributed as dist
+import torch.multiprocessing as mp
+
+V, D, H, L, R, ACCUM = 1024, 256, 1024, 4, 4, 3
+STEPS, LONG, SHORT = (int(v) for v in os.environ.get("RUN", "6,96,9").split(","))
+
+class Block(torch.nn.Module):
+    def __init__(s):
+        super().__init__(); s.fc = torch.nn.Linear(D, H); s.proj = torch.nn.Linear(H, D)
+        s.down = torch.nn.Linear(D, R, bias=False); s.up = torch.nn.Linear(R, D, bias=False)  # the adapter
+    def forward(s, x):
+        return x + s.proj(torch.relu(s.fc(x))) + s.up(s.down(x))
+
+class Model(torch.nn.Module):  # embeddings, blocks, an untied head: litgpt's layout
+    def __init__(s):
+        super().__init__()
+        s.wte = torch.nn.Embedding(V, D)
+        s.blocks = torch.nn.ModuleList([Block() for _ in range(L)])
+        s.head = torch.nn.Linear(D, V, bias=False)
+    def forward(s, idx):
+        x = s.wte(idx)
+        for b in s.blocks:
+            x = b(x)
+        return s.head(x)
+
+def model():
+    torch.manual_seed(0)
+    return Model()
+
+def batch(b, seq_len=None):
+    return torch.randint(0, V, (b, (seq_len or LONG) + 1), generator=torch.Generator().manual_seed(1))
+
+def loss(m, x):
+    return torch.nn.functional.cross_entropy(m(x[:, :-1]).reshape(-1, V), x[:, 1:].reshape(-1))
+''')
+
+FSDP1_RUN = textwrap.dedent('''
+
+FROZEN = ("wte", "head", ".fc.", ".proj.")
+
+def worker(rank, world, port, q):
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+    from torch.profiler import record_function
+    from gpuwise.plan.tracing.cpu_truth import _peak_from_profile
+    from gpuwise.profiling import cpu_memory_profile
+    import warnings
+    warnings.simplefilter("ignore")
+    with cpu_memory_profile(all_threads=True) as prof:
+        base = model()
+        for n, p in base.named_parameters():
+            p.requires_grad_(not any(f in "." + n + "." for f in FROZEN))
+        m = FSDP(base, auto_wrap_policy=ModuleWrapPolicy({Block}), use_orig_params=True,
+                 limit_all_gathers=True, device_id=torch.device("cpu"))
+        opt = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-3)
+        with record_function("gpuwise::steady_step"):  # the whole run, iteration 0 included
+            for it in range(STEPS):
+                x = batch(1, LONG if it == 0 else SHORT)
+                if (it + 1) % ACCUM:
+                    with m.no_sync():
+                        loss(m, x).backward()
+                else:
+                    loss(m, x).backward()
+                    opt.step()
+                    opt.zero_grad(set_to_none=True)
+                del x
+    q.put((rank, _peak_from_profile(prof, True).peak_bytes))
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+    ctx = mp.get_context("spawn"); q = ctx.Queue()
+    procs = [ctx.Process(target=worker, args=(r, 2, port, q)) for r in range(2)]
+    for p in procs: p.start()
+    peaks = dict(q.get(timeout=240) for _ in procs)
+    for p in procs: p.join()
+    print(json.dumps([peaks[0], peaks[1]]))
+''')
+
+
+def test_fsdp1_run_peak_matches_real_fsdp1_ranks(tmp_path, capsys):
+    """A real FSDP1 run (use_orig_params=True, as Lightning Fabric wraps; 2 gloo ranks; LoRA-like: each block's
+    weights frozen but a small adapter, so its flat parameter gets gradients for all of them) accumulating 3
+    micro-steps under no_sync, 6 micro-steps: iteration 0 at 96 tokens, the later ones at 9. Measured with the
+    profiler on each rank: 24398344 / 24463912 B; gpuwise with the run's lengths 24504856 (+0.4 / +0.2 %);
+    every step at the longest (the bound) 26647840 (+9.2 / +8.9 %)."""
+    job = tmp_path / "job.py"
+    job.write_text(FSDP1_JOB)
+    worker = tmp_path / "worker.py"
+    worker.write_text(FSDP1_JOB + FSDP1_RUN)
+    proc = subprocess.run([sys.executable, str(worker)], capture_output=True, text=True, timeout=300,
+                          env={"PYTHONPATH": "src", "PATH": "/usr/bin:/bin", "RUN": "6,96,9"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    truth = json.loads(proc.stdout.strip().splitlines()[-1])
+    lengths = tmp_path / "lengths.txt"
+    lengths.write_text("8 1000\n96 1\n")  # 5 later draws: expected longest 8.4, traced at 9
+    args = ["estimate", str(job), "-b", "1", "--target", "cpu", "-n", "2", "--strategy", "fsdp1", "--grad-accum",
+            "3", "--freeze", "^wte", "--freeze", "^head", "--freeze", r"\.fc\.", "--freeze", r"\.proj\.", "--json"]
+    assert main(args) == 0
+    bound = json.loads(capsys.readouterr().out)["peak_allocated_bytes"]
+    assert main([*args, "--seq-len-dist", str(lengths), "--micro-steps", "6"]) == 0
+    run = json.loads(capsys.readouterr().out)
+    assert run["lengths"]["later_seq_len"] == 9 and run["lengths"]["peak_from"] == "later_micro_steps"
+    for measured in truth:
+        assert abs(run["peak_allocated_bytes"] - measured) <= 0.02 * measured, (run["peak_allocated_bytes"], truth)
+        assert bound > 1.05 * measured
+
+
+def test_the_breakdown_is_the_first_micro_steps_where_it_is_the_peak(tmp_path, capsys):
+    """One GPU, LoRA: the first micro-step at the longest is the run's peak; the JSON's breakdown is its (no
+    optimizer state: iteration 0 comes before any optimizer step)."""
+    lengths = tmp_path / "lengths.txt"
+    lengths.write_text("8 2000\n64 1\n")
+    run = _est(capsys, "--seq-len-dist", str(lengths), "--micro-steps", "50", "--target", "cuda")
+    assert run["lengths"]["peak_from"] == "first_micro_step"
+    assert run["by_category"]["optimizer_state"] == 0 and sum(run["by_category"].values()) > 0
+    assert any("the breakdown is its" in n for n in run["notes"])

@@ -82,3 +82,52 @@ def test_a_forks_replays_come_back_with_its_trace_and_are_the_parents(tmp_path, 
         assert {k: v for k, v in asdict(got).items() if k != "op_costs"} == \
             {k: v for k, v in asdict(own).items() if k != "op_costs"}
         assert got.op_costs == own.op_costs
+
+
+def test_every_gpus_searches_side_by_side_give_each_gpu_its_own_fit(tmp_path, monkeypatch):
+    """`--gpu all` runs every GPU's searches in the same rounds (fit._side_by_side_gpus), each asking its traces
+    under its own attention kernels: each GPU's options are those of a fit of that GPU alone; GPUs whose
+    attention kernels differ (a V100, sm70: no flash; an A100, sm80) do not share a trace of the same step, and
+    no round asks one step for two attention classes (the second asks next round, where it may share); the
+    steps asked whole (a rebuild that failed) are traced in forks too, and no trace runs more than once."""
+    from gpuwise.plan import fit as fitting
+    from gpuwise.plan import scaled
+    from gpuwise.plan.catalog import CATALOG
+    from gpuwise.plan.scaled import Evaluator
+    from gpuwise.plan.tracing.sdpa import kernel_class
+
+    monkeypatch.setattr(scaled, "idle_cpus", lambda: 2)
+    monkeypatch.setattr(fitting, "idle_cpus", lambda: 2)
+    two = {k: CATALOG[k] for k in ("a100-40gb", "v100-16gb")}
+    monkeypatch.setattr(fitting, "CATALOG", two)
+    source = _deep_tiny(tmp_path)
+    rounds: list[list[tuple]] = []
+    kept: list[Evaluator] = []
+    prefetch = Evaluator.prefetch
+
+    def recorded(self, asks, workers=None):
+        kept.append(self)
+        rounds.append([((a[0], tuple(sorted(vars(a[1]).items())), a[2], a[3], a[4]), kernel_class(a[5])) for a in asks])
+        return prefetch(self, asks, workers)
+
+    monkeypatch.setattr(Evaluator, "prefetch", recorded)
+    together = fitting.fit_all_gpus(source, 1, 4, seq_len=16, precision="bf16")
+    monkeypatch.setattr(Evaluator, "prefetch", prefetch)
+    assert len(rounds) >= 2
+    for r in rounds:  # one attention class per step in a round
+        classes: dict[tuple, set] = {}
+        for step, c in r:
+            classes.setdefault(step, set()).add(c)
+        assert all(len(c) == 1 for c in classes.values())
+    assert any(step[4] for r in rounds for step, _ in r)  # a step asked whole, traced in a fork
+    ev = kept[0]
+    volta, ampere = kernel_class((7, 0)), kernel_class((8, 0))
+    assert volta != ampere
+    by_step: dict[tuple, set] = {}
+    for key, trace in ev._traces.items():
+        by_step.setdefault(key[:-1], set()).add((key[-1], id(trace)))
+    both = [s for s, got in by_step.items() if {c for c, _ in got} >= {volta, ampere}]
+    assert both and all(len({t for _, t in by_step[s]}) == 2 for s in both)  # two classes, two traces
+    for result, spec in zip(together, two.values()):
+        alone = fitting.fit(source, spec, 1, 4, seq_len=16, precision="bf16")
+        assert result.to_dict() == alone.to_dict(), spec.name

@@ -69,6 +69,10 @@ def add_length_arguments(p) -> None:
     p.add_argument("--first-batch", choices=["longest", "random"], default="longest", help="--seq-len-dist: the "
                    "run's first micro-batch: longest (default; litgpt forces its longest sample into iteration 0, "
                    "transformers' group_by_length its longest batch) or random (a plain shuffled loader)")
+    p.add_argument("--sampling", choices=["replacement", "epoch"], default="replacement", help="--seq-len-dist: "
+                   "how a rank draws its samples: replacement (default; independent draws, litgpt's torch.randint) "
+                   "or epoch (a shuffled loader / DistributedSampler: each rank 1/N of the dataset an epoch, "
+                   "without replacement)")
 
 
 def add_version_arguments(p) -> None:
@@ -213,7 +217,7 @@ def run(args) -> int:
                        layer_checkpointing=args.layer_checkpointing, network_gbps=args.network_gbps,
                        fsdp_param_dtype=args.fsdp_param_dtype, fsdp_reduce_dtype=args.fsdp_reduce_dtype,
                        seq_len_dist=args.seq_len_dist, micro_steps=args.micro_steps,
-                       first_batch=args.first_batch, accum_sync=args.accum_sync,
+                       first_batch=args.first_batch, sampling=args.sampling, accum_sync=args.accum_sync,
                        on_progress=progress, **mode_kwargs(args), **version_kwargs(args))
     if args.plot:
         try:

@@ -170,7 +170,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
              network_gbps: float | None = None, fsdp_param_dtype: str | None = None,
              fsdp_reduce_dtype: str | None = None, seq_len_dist: Any = None,
              micro_steps: int | None = None, accum_sync: str | None = None,
-             first_batch: str = "longest") -> Estimate:
+             first_batch: str = "longest", sampling: str = "replacement") -> Estimate:
     """Predict the memory and compute of one steady-state training step of `workload` at `batch_size`.
 
     `workload`: a workload file / module / `examples:NAME`, `hf:ORG/NAME` or a config.json (built with
@@ -212,7 +212,8 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     iterations per rank): a dataset of varying lengths, each micro-batch padded to its longest sample; the
     peaks are the run's, the larger of the first micro-step at the longest sample and the later ones at the
     expected longest padded length they reach (plan/lengths.py); `first_batch` "random": no forced longest
-    first step, every step at the expected longest padded length of all of them. Without them every step is at the
+    first step, every step at the expected longest padded length of all of them; `sampling` "epoch": each
+    rank draws its share of the dataset each epoch without replacement (DistributedSampler), not with. Without them every step is at the
     workload's (or `seq_len`'s) length: for a dataset of varying lengths traced at its longest, an upper bound.
     `on_progress(stage)` is called as each stage starts (the CLI shows it on stderr for long estimates).
     """
@@ -223,10 +224,12 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
                                           None if seq_len_dist is not None else seq_len, task)
     run_len = first_wl = None
     if seq_len_dist is not None or micro_steps is not None:
-        if first_batch not in ("longest", "random"):
-            raise GpuwiseError(f"--first-batch {first_batch!r}: expected longest or random")
+        if first_batch not in ("longest", "random") or sampling not in ("replacement", "epoch"):
+            raise GpuwiseError(f"--first-batch {first_batch!r} / --sampling {sampling!r}: expected longest or "
+                               "random / replacement or epoch")
         run_len, workload, first_wl = at_run_lengths(seq_len_dist, micro_steps, batch_size, source, workload,
-                                                     seq_len, task, longest_first=first_batch == "longest")
+                                                     seq_len, task, longest_first=first_batch == "longest",
+                                                     ranks=nproc if sampling == "epoch" else None)
     modes = make_modes(grad_accum, lora, qlora, freeze, offload_optimizer, lora_targets=lora_targets,
                        lora_alpha=lora_alpha, lora_dropout=lora_dropout, base_dtype=base_dtype,
                        qlora_quant=qlora_quant, bnb_version=bnb_version, qlora_by=qlora_by)

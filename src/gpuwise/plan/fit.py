@@ -17,6 +17,7 @@ host-memory-bound CPU optimizer step are added. With a number of tokens or sampl
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import shlex
@@ -198,20 +199,14 @@ def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, 
     wl, batch_size = resolve_inputs(workload, batch_size, seq_len=seq_len, task=task)
     ev = evaluator or Evaluator(wl, spec.arch)
     ev.arch, ev.capability = spec.arch, gpu_capability(spec)  # estimate's replay and attention kernels
-    limit = spec.memory_bytes * (1 - margin_pct / 100)
-    adapters = getattr(ev.wl, "hf_config", None) is not None
     named = source_args(source if source is not None else workload, ev.wl)
     gpu_arg = gpu if isinstance(gpu, str) else spec.id
     options = []
-    accum_sync = make_split(nproc, None if nproc > 1 else "single", accum_sync=accum_sync).accum_sync
-    candidates = variants(spec, nproc, precision, optimizer, checkpointing, adapters, accum_sync)
-    floor_of = {v.name: state_floor(ev, v) for v in candidates}
-    floors = {name: f for name, f in floor_of.items() if f is not None and f > limit}
-    whole = {v.name: _whole_first(v, floor_of[v.name], limit) for v in candidates}
+    limit, candidates, floors, whole = _candidates(ev, spec, nproc, precision, optimizer, checkpointing, margin_pct,
+                                                   accum_sync)
     if progress is not None:
         progress(f"{spec.name}: the options' traces, side by side")
-    _side_by_side(ev, [(v, whole[v.name]) for v in candidates
-                       if not missing(untraceable_without(v)) and v.name not in floors], spec, batch_size, limit)
+    _side_by_side(ev, _searches(candidates, floors, whole), spec, batch_size, limit)
     for i, v in enumerate(candidates, 1):
         lacking = missing(untraceable_without(v))
         if lacking:  # listed, not sized: the trace needs the library itself
@@ -244,6 +239,25 @@ def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, 
     name = ev.wl.spec if hasattr(ev.wl, "spec") else str(workload)
     return FitResult(name, spec.name, nproc, spec.memory_bytes, batch_size, options,
                      round(time.perf_counter() - started, 3), ev.traces_run, getattr(ev.wl, "seq_len", None))
+
+
+def _candidates(ev: Evaluator, spec: GpuSpec, nproc: int, precision: str, optimizer: str | None, checkpointing: bool,
+                margin_pct: float, accum_sync: str | None) -> tuple[float, list[Variant], dict[str, int], dict[str, bool]]:
+    """`fit`'s variants on `spec`: the usable bytes, the variants, the floors of those that cannot fit at any
+    micro-batch (not traced), and whether each is searched whole batch first (`_whole_first`)."""
+    limit = spec.memory_bytes * (1 - margin_pct / 100)
+    adapters = getattr(ev.wl, "hf_config", None) is not None
+    accum_sync = make_split(nproc, None if nproc > 1 else "single", accum_sync=accum_sync).accum_sync
+    candidates = variants(spec, nproc, precision, optimizer, checkpointing, adapters, accum_sync)
+    floor_of = {v.name: state_floor(ev, v) for v in candidates}
+    floors = {name: f for name, f in floor_of.items() if f is not None and f > limit}
+    whole = {v.name: _whole_first(v, floor_of[v.name], limit) for v in candidates}
+    return limit, candidates, floors, whole
+
+
+def _searches(candidates: list[Variant], floors: dict[str, int], whole: dict[str, bool]) -> list[tuple[Variant, bool]]:
+    """The variants whose largest micro-batch is searched (traced), each with its `whole_first`."""
+    return [(v, whole[v.name]) for v in candidates if not missing(untraceable_without(v)) and v.name not in floors]
 
 
 def _with_commands(option: FitOption, v: Variant, named: list[str] | None, gpu_arg: str,
@@ -322,16 +336,39 @@ def _side_by_side(ev: Evaluator, searches: list[tuple[Variant, bool]], spec: Gpu
     earlier ones), so the answers are too; only when the traces run differs: a search's second and later trials
     no longer run one at a time here while the other CPUs idle. With one idle CPU `prefetch` runs nothing and
     this stops: the searches trace as they ask."""
+    _in_rounds(ev, [(spec, limit, v, whole) for v, whole in searches], batch, every_gpu=False)
+
+
+def _side_by_side_gpus(ev: Evaluator, searches: list[tuple[GpuSpec, float, Variant, bool]], batch: int) -> None:
+    """`--gpu all`: every GPU's searches (its spec, usable bytes, variant, whole_first) in the same rounds, each
+    evaluated on its own GPU (`Evaluator.on_gpu`) and its traces asked under that GPU's attention kernels: one
+    `prefetch` holds the trials of all GPUs, where one GPU's rounds alone leave CPUs idle (a last round of one
+    trace that cannot be split: a step traced whole ran alone in the parent). The trials are each search's own,
+    as in `_side_by_side`, so the answers are too; a step asked in one round by GPUs of two attention classes
+    is asked for the first only, and by the others again next round, where `same_kernels` may share its trace
+    (as when the GPUs were fitted one after another): no trace runs that did not before."""
+    _in_rounds(ev, searches, batch, every_gpu=True)
+
+
+def _in_rounds(ev: Evaluator, searches: list[tuple[GpuSpec, float, Variant, bool]], batch: int,
+               every_gpu: bool) -> None:
     asked: set[tuple] = set()
     while True:
-        asks, then = [], []
-        for v, whole_first in searches:
+        asks, then, steps = [], [], {}  # steps: a step asked this round -> the attention class asking it
+        for spec, limit, v, whole_first in searches:
+            gpu = (spec.arch, gpu_capability(spec)) if every_gpu else None
             try:
-                _best_micro_batch(ev, v, spec, batch, limit, whole_first, ready=True)
+                with ev.on_gpu(*gpu) if gpu else contextlib.nullcontext():
+                    _best_micro_batch(ev, v, spec, batch, limit, whole_first, ready=True)
             except _Untraced as untraced:
-                if untraced.ask is not None and _ask_key(untraced.ask) not in asked:
-                    asks.append(untraced.ask)
-                    then += [a for a in untraced.then if _ask_key(a) not in asked]
+                ask = _from(untraced.ask, gpu)
+                if ask is None or _ask_key(ask) in asked:
+                    continue
+                if steps.setdefault(_ask_key(ask, step=True), _ask_key(ask)) != _ask_key(ask):
+                    continue  # another attention class asks this step this round: asked again next round
+                asks.append(ask)
+                then += [a for a in (_from(t, gpu) for t in untraced.then)
+                         if _ask_key(a) not in asked and _ask_key(a, step=True) not in steps]
             except GpuwiseError:
                 pass  # raised again where the search runs for its answer
         if not asks:
@@ -344,9 +381,24 @@ def _side_by_side(ev: Evaluator, searches: list[tuple[Variant, bool]], spec: Gpu
         asked.update(_ask_key(a) for a in asks)  # asked once: a trace that raised in its fork runs here
 
 
-def _ask_key(ask: tuple) -> tuple:
-    micro, config, modes, split = ask
-    return micro, tuple(sorted(vars(config).items())), modes, split
+def _from(ask: tuple | None, gpu: tuple[str, tuple[int, int] | None] | None) -> tuple | None:
+    """`ask` as `prefetch` takes it: (micro-batch, step, modes, split[, whole]), and where the searches are
+    every GPU's (`gpu`: the asking GPU's architecture and compute capability) whole, capability, architecture."""
+    if ask is None or gpu is None:
+        return ask
+    return (*ask[:4], len(ask) > 4 and ask[4], gpu[1], gpu[0])
+
+
+def _ask_key(ask: tuple, step: bool = False) -> tuple:
+    """What tells asks apart: the step (`step`: only that), whether traced whole, and the asking GPU's
+    attention class where the ask names its GPU's capability (`_from`)."""
+    micro, config, modes, split, *more = ask
+    key = (micro, tuple(sorted(vars(config).items())), modes, split, bool(more and more[0]))
+    if len(more) > 1 and not step:
+        from .tracing.sdpa import kernel_class  # deferred: imports torch
+
+        key += (kernel_class(more[1]),)
+    return key
 
 
 def _option(ev: Evaluator, v: Variant, spec: GpuSpec, micro: int, accum: int, limit: float,
@@ -355,7 +407,7 @@ def _option(ev: Evaluator, v: Variant, spec: GpuSpec, micro: int, accum: int, li
     if ready:
         traced = ev.traced(*_ask(v, micro, accum), whole=whole)
         if not traced:
-            raise _Untraced(_ask(v, micro, accum) if traced is False else None)
+            raise _Untraced(_ask(v, micro, accum) + ((True,) if whole else ()) if traced is False else None)
     point = ev.evaluate(*_ask(v, micro, accum), whole=whole)
     point.micro_batch = micro  # type: ignore[attr-defined]
     samples = micro * accum
@@ -461,7 +513,8 @@ def attach_costs(results: list[FitResult], tokens: float | None = None, samples:
 @_collector_paused
 def fit_all_gpus(workload: Any, nproc: int = 1, batch_size: int = 8, progress: Callable[[str], None] | None = None,
                  **kw) -> list[FitResult]:
-    """`--gpu all`: every listed catalog GPU (x nproc); the traces are shared, only the replay differs."""
+    """`--gpu all`: every listed catalog GPU (x nproc); the traces are shared, only the replay differs. Every
+    GPU's searches run side by side first (`_side_by_side_gpus`); each GPU's `fit` then finds its traces kept."""
     wl, batch_size = resolve_inputs(workload, batch_size, seq_len=kw.pop("seq_len", None), task=kw.pop("task", None))
     ev = Evaluator(wl, "hopper")
     source = workload if isinstance(workload, str) else None
@@ -470,5 +523,14 @@ def fit_all_gpus(workload: Any, nproc: int = 1, batch_size: int = 8, progress: C
     def told(i: int, spec: GpuSpec) -> Callable[[str], None] | None:  # one stage per GPU, not per option
         return None if progress is None else lambda _stage: progress(f"GPU {i}/{len(specs)}, {spec.name}")
 
+    if specs and progress is not None:
+        told(1, specs[0])("every GPU's options, side by side")
+    searches = []
+    for spec in specs:
+        limit, candidates, floors, whole = _candidates(
+            ev, spec, nproc, kw.get("precision", "fp32"), kw.get("optimizer"), kw.get("checkpointing", False),
+            kw.get("margin_pct", DEFAULT_MARGIN_PCT), kw.get("accum_sync"))
+        searches += [(spec, limit, v, w) for v, w in _searches(candidates, floors, whole)]
+    _side_by_side_gpus(ev, searches, batch_size)
     return [fit(wl, spec, nproc, batch_size, evaluator=ev, source=source, progress=told(i, spec), **kw)
             for i, spec in enumerate(specs, 1)]

@@ -19,8 +19,13 @@ micro-steps, the run's peak is the larger of
 A loop whose first batch is as random as the others (`longest_first=False`, `--first-batch random`: a plain
 shuffled DataLoader) has no such first step: every micro-step is taken at the expected longest padded length
 of all steps x micro_batch draws, with the gradients and optimizer state of a later step (whichever step draws
-the longest: an upper bound for the one case where that is iteration 0). Draws without replacement (a shuffled
-epoch) differ from these only when a rank's draws approach the dataset's size; not modelled.
+the longest: an upper bound for the one case where that is iteration 0).
+
+Sampling by epochs (`per_epoch`, `--sampling epoch`: a shuffled DataLoader, or `DistributedSampler(shuffle=True)`
+giving each of R ranks a random ceil(N / R) of the N samples each epoch): within an epoch a rank draws without
+replacement, so P(max of its k draws there <= L) = C(c(L), k) / C(N, k) (c(L): samples of length <= L; each
+epoch's share a uniformly random subset), and the epochs multiply. Over a whole epoch on one rank the longest
+sample is certain to come; with replacement it is not.
 
 Which length: `expected_max` is the exact expectation of the largest of n draws (the n-th order statistic
 of the empirical distribution), sum over lengths L of L x (F(L)^n - F(L-)^n). A step's memory is about
@@ -107,27 +112,46 @@ def read_length_file(path: str | Path) -> LengthDist:
     return LengthDist(tuple(keys), tuple(hist[k] for k in keys), str(path))
 
 
-def _max_cdf(dist: LengthDist, draws: int) -> list[float]:
-    """P(the largest of `draws` draws <= L_k) = F(L_k)^draws, for each k (computed in logs)."""
-    return [math.exp(draws * math.log(f)) if f > 0 else 0.0 for f in dist.cdf()]
+def _log_choose(n: int, k: int) -> float:
+    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
 
 
-def expected_max(dist: LengthDist, draws: int) -> float:
-    """E[max of `draws` independent draws (with replacement) from `dist`]: sum of L_k (F_k^n - F_{k-1}^n)."""
+def _max_cdf(dist: LengthDist, draws: int, per_epoch: int | None = None) -> list[float]:
+    """P(the largest of `draws` draws <= L_k), for each k: with replacement F(L_k)^draws; by epochs of
+    `per_epoch` draws without replacement (the module docstring) the product over the epochs of
+    C(c_k, k_e) / C(N, k_e). Computed in logs."""
+    if per_epoch is None:
+        return [math.exp(draws * math.log(f)) if f > 0 else 0.0 for f in dist.cdf()]
+    total, out, run = dist.samples, [], 0
+    epochs = [(per_epoch, draws // per_epoch)] + ([(draws % per_epoch, 1)] if draws % per_epoch else [])
+    for c in dist.counts:
+        run += c
+        if any(run < k for k, times in epochs if times):
+            out.append(0.0)
+            continue
+        out.append(math.exp(sum(times * (_log_choose(run, k) - _log_choose(total, k)) for k, times in epochs if times)))
+    return out
+
+
+def expected_max(dist: LengthDist, draws: int, per_epoch: int | None = None) -> float:
+    """E[max of `draws` draws from `dist`]: sum of L_k (G_k - G_{k-1}), G the largest draw's distribution
+    (`_max_cdf`: independent draws with replacement, or by epochs of `per_epoch` without)."""
     if isinstance(draws, bool) or not isinstance(draws, int) or draws < 1:
         raise GpuwiseError(f"draws must be a positive integer, got {draws!r}")
+    if per_epoch is not None and not 1 <= per_epoch <= dist.samples:
+        raise GpuwiseError(f"draws per epoch must be within 1..{dist.samples} (the samples), got {per_epoch!r}")
     prev, total = 0.0, 0.0
-    for length, g in zip(dist.lengths, _max_cdf(dist, draws), strict=True):
+    for length, g in zip(dist.lengths, _max_cdf(dist, draws, per_epoch), strict=True):
         total += length * (g - prev)
         prev = g
     return total
 
 
-def max_quantile(dist: LengthDist, draws: int, q: float) -> int:
+def max_quantile(dist: LengthDist, draws: int, q: float, per_epoch: int | None = None) -> int:
     """The smallest length L with P(max of `draws` draws <= L) >= q."""
     if not 0 < q <= 1:
         raise GpuwiseError(f"quantile must be in (0, 1], got {q!r}")
-    for length, g in zip(dist.lengths, _max_cdf(dist, draws), strict=True):
+    for length, g in zip(dist.lengths, _max_cdf(dist, draws, per_epoch), strict=True):
         if g >= q - 1e-12:
             return length
     return dist.longest
@@ -144,33 +168,33 @@ class RunLengths:
     later_expected: float | None = None
     later_q10: int | None = None
     later_q90: int | None = None
+    per_epoch: int | None = None   # by epochs: a rank's draws an epoch (without replacement); None: with
 
     def to_dict(self) -> dict:
         return {"first_seq_len": self.first, "later_seq_len": self.later, "later_expected_seq_len":
                 None if self.later_expected is None else round(self.later_expected, 2),
                 "later_seq_len_q10": self.later_q10, "later_seq_len_q90": self.later_q90,
-                "draws": self.draws, "steps": self.steps}
+                "draws": self.draws, "steps": self.steps, "draws_per_epoch": self.per_epoch}
 
 
-def run_lengths(dist: LengthDist, steps: int, micro_batch: int, longest_first: bool = True) -> RunLengths:
+def run_lengths(dist: LengthDist, steps: int, micro_batch: int, longest_first: bool = True,
+                ranks: int | None = None) -> RunLengths:
     """The first micro-step's length (the longest) and the later ones' (the expected largest padded length
     over the (steps - 1) later micro-batches of `micro_batch` samples each, rounded up to a whole token).
-    `longest_first=False`: no forced first step; every step at the expected longest of steps x micro_batch."""
-    for name, v in (("--micro-steps", steps), ("micro batch", micro_batch)):
+    `longest_first=False`: no forced first step; every step at the expected longest of steps x micro_batch.
+    `ranks`: sampling by epochs over that many data-parallel ranks (each draws ceil(N / ranks) samples an
+    epoch, without replacement); None: independent draws with replacement."""
+    for name, v in (("--micro-steps", steps), ("micro batch", micro_batch), ("ranks", ranks or 1)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise GpuwiseError(f"{name} must be a positive integer, got {v!r}")
-    if not longest_first:
-        draws = steps * micro_batch
-        e = expected_max(dist, draws)
-        return RunLengths(None, min(dist.longest, math.ceil(e - 1e-9)), draws, steps, e,
-                          max_quantile(dist, draws, 0.1), max_quantile(dist, draws, 0.9))
-    draws = (steps - 1) * micro_batch
+    per_epoch = None if ranks is None else -(-dist.samples // ranks)
+    draws = steps * micro_batch if not longest_first else (steps - 1) * micro_batch
     if draws == 0:
         return RunLengths(dist.longest, None, 0, steps)
-    e = expected_max(dist, draws)
+    e = expected_max(dist, draws, per_epoch)
     later = min(dist.longest, math.ceil(e - 1e-9))
-    return RunLengths(dist.longest, later, draws, steps, e, max_quantile(dist, draws, 0.1),
-                      max_quantile(dist, draws, 0.9))
+    return RunLengths(dist.longest if longest_first else None, later, draws, steps, e,
+                      max_quantile(dist, draws, 0.1, per_epoch), max_quantile(dist, draws, 0.9, per_epoch), per_epoch)
 
 
 def _before_any_step(events: list, start: int) -> list:
@@ -268,7 +292,8 @@ def spliced(first, later):
 
 
 def first_micro_step_memory(trace, arch: str, loading: str | None = None):
-    """(peak allocated, peak reserved, the most reserved, outside-allocator bytes) of the first micro-step
+    """(peak allocated, peak reserved, the most reserved, outside-allocator bytes, what is live at the peak:
+    a memory/events.py Peak in allocator-rounded sizes) of the first micro-step
     on a CUDA device: `first_micro_step(trace)` with the library workspaces, replayed once through the
     caching-allocator model (memory/cuda.py without its repeated steady steps: iteration 0 happens once).
     None when the trace has no first micro-step."""
@@ -278,9 +303,12 @@ def first_micro_step_memory(trace, arch: str, loading: str | None = None):
     first = first_micro_step(trace)
     if first is None:
         return None
+    from .memory.events import live_peak
+
     with_ws, overheads = add_workspaces(first, arch, loading=loading)
     r = replay(with_ws, steady_repeats=1)
-    return r.peak_allocated_bytes, r.peak_reserved_bytes, r.max_reserved_bytes, overheads.outside_allocator_bytes
+    return (r.peak_allocated_bytes, r.peak_reserved_bytes, r.max_reserved_bytes, overheads.outside_allocator_bytes,
+            live_peak(with_ws, round_to=512))
 
 
 def _with_batch_seq_len(wl, seq_len: int):
@@ -302,7 +330,7 @@ def _with_batch_seq_len(wl, seq_len: int):
 
 
 def at_run_lengths(dist, micro_steps: int | None, batch_size: int, source, workload, seq_len: int | None,
-                   task: str | None, longest_first: bool = True):
+                   task: str | None, longest_first: bool = True, ranks: int | None = None):
     """For `estimate(seq_len_dist=..., micro_steps=...)`: (RunLengths, the workload at the later micro-steps'
     length, the workload at the first's). `dist`: a LengthDist or a length file's path; `source`: what the
     caller passed as its workload (an `hf:` id or config.json is rebuilt at each length), `workload` what
@@ -317,7 +345,7 @@ def at_run_lengths(dist, micro_steps: int | None, batch_size: int, source, workl
         raise GpuwiseError("--seq-len-dist gives the lengths: leave out --seq-len")
     if not isinstance(dist, LengthDist):
         dist = read_length_file(dist)
-    lengths = run_lengths(dist, micro_steps, batch_size, longest_first)
+    lengths = run_lengths(dist, micro_steps, batch_size, longest_first, ranks)
     if isinstance(source, str) and is_config_source(source):
         def at(n: int):
             return hf_workload(source, n, task or "causal-lm")
@@ -348,13 +376,13 @@ def apply_run_peak(est, lengths: RunLengths, first_trace, arch: str, loading: st
         first = first_micro_step(trace)
         if first is None:
             raise GpuwiseError("--seq-len-dist: the traced step has no forward and backward to take as the first")
-        a = live_peak(first).allocated_bytes
-        f_alloc, f_res, f_used = a, a, a
+        at_peak = live_peak(first)
+        f_alloc = f_res = f_used = at_peak.allocated_bytes
     else:
         got = first_micro_step_memory(trace, arch, loading)
         if got is None:
             raise GpuwiseError("--seq-len-dist: the traced step has no forward and backward to take as the first")
-        f_alloc, f_res, most, outside = got
+        f_alloc, f_res, most, outside, at_peak = got
         f_used = most + outside
     later = (est.peak_allocated_bytes, est.peak_reserved_bytes, est.device_used_bytes)
     joined = None
@@ -373,6 +401,10 @@ def apply_run_peak(est, lengths: RunLengths, first_trace, arch: str, loading: st
         est.peak_allocated_bytes = max(f_alloc, later[0])
         est.peak_reserved_bytes = max(f_res, later[1])
         est.device_used_bytes = max(f_used, later[2])
+    if source == "first_micro_step":  # the breakdown at the run's peak: the first micro-step's
+        est.by_category = dict(at_peak.by_category)
+        est.peak_phase, est.peak_op, est.peak_module = at_peak.phase, at_peak.op, at_peak.module
+        est.by_module = dict(list(at_peak.by_module.items())[:8])  # estimate.py TOP_MODULES
     est.lengths = {**lengths.to_dict(), "peak_from": source,
                    "first_peak_allocated_bytes": f_alloc, "first_peak_reserved_bytes": f_res,
                    "later_peak_allocated_bytes": None if lengths.later is None else later[0],
@@ -387,7 +419,7 @@ def apply_run_peak(est, lengths: RunLengths, first_trace, arch: str, loading: st
             f"{lengths.steps - 1} micro-steps at {lengths.later} tokens (the expected longest of their "
             f"{lengths.draws} samples on this rank, {lengths.later_expected:.1f}; 10-90 %: {lengths.later_q10}-"
             f"{lengths.later_q90}) at {later[0]}: the run's peak is the "
-            f"{'first' if source == 'first_micro_step' else 'later ones'}; "
-            + ("the later steps replayed in the allocator state the first one left (its cached segments kept)"
-               if joined is not None else "reserved: the larger of the two (the later steps not replayed after "
-               "the first: the traces could not be joined)"))
+            f"{'first (the breakdown is its)' if source == 'first_micro_step' else 'later ones'}"
+            + ("" if est.target == "cpu" else "; the later steps replayed in the allocator state the first one left "
+               "(its cached segments kept)" if joined is not None else "; reserved: the larger of the two (the "
+               "later steps not replayed after the first: the traces could not be joined)"))

@@ -17,6 +17,7 @@ trace; accumulation over N micro-steps traces min(N, 2) of them whatever N is.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -137,6 +138,17 @@ class Evaluator:
         self.traces_run = 0
         self._param_count: int | None = None
 
+    @contextlib.contextmanager
+    def on_gpu(self, arch: str, capability: tuple[int, int] | None):
+        """Inside: traces and replays are that GPU's (its architecture's workspaces and context, its compute
+        capability's attention kernels); as before after."""
+        was = self.arch, self.capability
+        self.arch, self.capability = arch, capability
+        try:
+            yield self
+        finally:
+            self.arch, self.capability = was
+
     def units(self, split: Split):
         """FSDP2's root and block shares of the whole model (built once on meta, only for fsdp/hsdp)."""
         if split.strategy not in ("fsdp", "hsdp") or split.nproc < 2:
@@ -231,32 +243,38 @@ class Evaluator:
                 self.traces_run += len(exc.traces)
         return self._traces[key]
 
-    def prefetch(self, asks: list[tuple[int, StepConfig, TrainingModes, Split]], workers: int | None = None) -> None:
-        """Run the traces `evaluate` will ask for (micro-batch, step, modes, split each) side by side, one
-        per idle CPU (`workers` to say how many), each in a fresh fork of this process (after the blocks'
-        comparison every trace shares), and keep them in the same cache: the answers are the same as traced
-        one by one (tests/test_plan_fit.py). A deep model config's step that would leave a CPU idle is two
-        tasks, its 4- and 3-block traces, rebuilt here once the forks are done (never while a fork may start:
-        a fork of a process busy in another thread can inherit a held lock and hang). With one
-        idle CPU (or one trace to run) nothing runs here: `evaluate` traces as it asks."""
+    def prefetch(self, asks: list[tuple], workers: int | None = None) -> None:
+        """Run the traces `evaluate` will ask for side by side, one per idle CPU (`workers` to say how many), each
+        in a fresh fork of this process (after the blocks' comparison every trace shares), and keep them in the
+        same cache, with their replays for the GPUs that ask (`_replays_of`): the answers are the same as traced
+        one by one (tests/test_plan_fit.py). An ask is (micro-batch, step, modes, split), then optionally
+        whether it is asked `whole` (where the step's rebuild failed: the step traced whole), then the compute
+        capability and architecture of the GPU asking (by default this evaluator's). A deep model config's step
+        that would leave a CPU idle is two tasks, its 4- and 3-block traces, rebuilt here once the forks are
+        done (never while a fork may start: a fork of a process busy in another thread can inherit a held lock
+        and hang). With one idle CPU (or one trace to run) nothing runs here: `evaluate` traces as it asks."""
         import multiprocessing
 
         todo: dict[tuple, tuple] = {}
         asked: dict[tuple, list[tuple]] = {}  # key -> the asks it answers (its fork replays them)
-        for micro_batch, config, modes, split in asks:
+        for micro_batch, config, modes, split, *more in asks:
+            whole = bool(more and more[0])
+            capability, arch = (more[1], more[2]) if len(more) > 2 else (self.capability, self.arch)
             layers = self._layers(split)
             stage = layers if layers != self.layers else None
-            key = self._key(stage, micro_batch, config, modes, True)
-            self._shared(key)
+            with self.on_gpu(arch, capability):
+                # asked `whole` (`evaluate(..., whole=True)` after the rebuild failed): the step traced whole
+                key = self._key(stage, micro_batch, config, modes, not whole)
+                self._shared(key)
             if key not in self._traces:
-                todo.setdefault(key, (stage, micro_batch, config, modes))
-                asked.setdefault(key, []).append((micro_batch, config, modes, split))
+                todo.setdefault(key, (stage, micro_batch, config, modes, capability))
+                asked.setdefault(key, []).append((micro_batch, config, modes, split, whole, capability, arch))
         cpus = workers or idle_cpus()
         # a model config's blocks are compared first (every trace of it asks, shared by the forks)
         alike = self.layers is not None and self.layers >= MIN_LAYERS and \
             blocks_alike(self.wl.hf_config, self.wl.task, self.layers) is None
-        tasks = [(key, blocks, todo[key][2], asked[key])
-                 for key, blocks in fork_tasks(list(todo), {k for k in todo if alike and todo[k][0] is None}, cpus)]
+        pairs = {k for k in todo if alike and todo[k][0] is None and k[4]}  # rebuilt steps of the whole depth
+        tasks = [(key, blocks, todo[key][2], todo[key][4], asked[key]) for key, blocks in fork_tasks(list(todo), pairs, cpus)]
         n = min(cpus, len(tasks))
         if n < 2 or "fork" not in multiprocessing.get_all_start_methods():
             return
@@ -278,8 +296,9 @@ class Evaluator:
                 small[blocks], calls[blocks] = trace, extra
         for key, (small, calls) in forked.items():
             if len(small) == 2:  # else one raised in its fork: `evaluate` traces both here, and raises
-                stage, micro_batch, config, modes = todo[key]
-                self.rebuilt(stage, micro_batch, config, modes, (small, calls))
+                stage, micro_batch, config, modes, capability = todo[key]
+                with self.on_gpu(self.arch, capability):
+                    self.rebuilt(stage, micro_batch, config, modes, (small, calls))
 
     def _keep(self, key: tuple, trace: MemoryTrace | None, failed: tuple | None, replayed: tuple = ((), None)) -> None:
         """A forked whole task's result in the cache, with the replays its fork ran (`_replays_of`)."""
@@ -303,8 +322,9 @@ class Evaluator:
         Nothing where `evaluate` raises here: the parent evaluates, and raises, as it would have."""
         self._traces[key] = trace
         try:
-            for ask in asks:
-                self.evaluate(*ask)
+            for micro_batch, config, modes, split, whole, capability, arch in asks:
+                with self.on_gpu(arch, capability):  # the asking GPU's replay
+                    self.evaluate(micro_batch, config, modes, split, whole=whole)
         except Exception:  # noqa: BLE001 - evaluated (and raised) again in the parent
             return [], None
         points = [(k[1:], point, arch) for k, (kept, point, arch) in self._points.items() if kept is trace]
@@ -313,8 +333,9 @@ class Evaluator:
     def traced(self, micro_batch: int, config: StepConfig, modes: TrainingModes, split: Split,
                whole: bool = False) -> bool | None:
         """Whether `evaluate` (same arguments) would trace nothing: True (every trace it needs is kept), False
-        (it would first trace the step as estimate does: what `prefetch` runs), None (it would trace something
-        `prefetch` does not run: the whole step, or the small traces of an extrapolation). Traces nothing."""
+        (it would first trace what `prefetch` runs, given the same arguments and `whole`: the step as estimate
+        traces it, or with `whole` the step traced whole where its rebuild failed), None (it would trace
+        something `prefetch` does not run: the small traces of an extrapolation). Traces nothing."""
         layers = self._layers(split)
         stage = layers if layers != self.layers else None
         key = self._key(stage, micro_batch, config, modes, True)
@@ -328,7 +349,7 @@ class Evaluator:
                 for n in ([stage] if whole else [] if len(got.traces) == 2 else [1, 2])]
         for k in keys:
             self._shared(k)
-        return all(k in self._traces for k in keys) or None
+        return all(k in self._traces for k in keys) or (False if whole else None)
 
     def _layers(self, split: Split) -> int | None:
         if self.layers is not None and split.strategy == "pipeline":
@@ -476,11 +497,12 @@ def _own_load() -> float:
 _FORKED: Evaluator | None = None  # the evaluator a prefetch's forked workers trace for
 
 
-def _traced_in_worker(item: tuple[tuple, int | None, StepConfig, list]) -> tuple[tuple, int | None, Any, Any, Any]:
+def _traced_in_worker(item: tuple[tuple, int | None, StepConfig, Any, list]) -> tuple[tuple, int | None, Any, Any, Any]:
     """In a forked worker, one task of `prefetch`: (key, blocks, the small trace or None, its attention
     calls, nothing) for one of a step's two small traces; for a whole step (blocks None): (key, None, the
     rebuilt trace or None, (why, small traces) where not rebuilt, the replays of the asks it answers)."""
-    key, blocks, config, asks = item
+    key, blocks, config, capability, asks = item
+    _FORKED.capability = capability  # traced under the asking GPU's attention kernels (this fork's own copy)
     try:
         if blocks is not None:
             return (key, blocks, *_FORKED._blocks(key, blocks, config), None)

@@ -304,14 +304,16 @@ def _backward_units(events: list[MemEvent], blocks_path: str) -> dict[int, tuple
 
 
 def _hold_by_phase(events: list[MemEvent], steady: int, sizes: dict[str, int],
-                   blocks_path: str = "") -> tuple[list[MemEvent], int]:
+                   blocks_path: str = "", first_sizes: dict[str, int] | None = None) -> tuple[list[MemEvent], int]:
     """Insert a block of `sizes[phase]` alive through each forward and backward phase (in backward, by
     position: `backward_head` until the first event inside `blocks_path`, `backward_first` inside the
     first block, `backward_last` inside the last (`backward_only` when they are one), `backward_tail`
     after it, `backward` between; events
     outside the blocks in between keep the level they are at), and a spike of `sizes["end"]` where each
-    backward ends (every step: warm-up and steady)."""
+    backward ends (every step: warm-up and steady). `first_sizes`: the sizes in each step's first backward
+    (FSDP1 accumulating under no_sync: no gradient accumulated yet to add a block's new one into)."""
     out: list[MemEvent] = []
+    first_backward = [False, False]  # (this step has had its first backward, it is running now)
     block = _new_block(events)
     held: tuple[str, int, int] | None = None  # (phase, block, nbytes)
     new_steady = steady
@@ -359,6 +361,13 @@ def _hold_by_phase(events: list[MemEvent], steady: int, sizes: dict[str, int],
     for i, e in enumerate(events):
         if i == steady:
             new_steady = len(out)
+        if e.phase == "zero_grad":
+            first_backward[0] = False
+        elif e.phase == "backward" and not first_backward[0]:
+            first_backward[:] = [True, True]
+        elif e.phase == "forward":
+            first_backward[1] = False
+        sz = first_sizes if first_sizes is not None and first_backward[1] else sizes
         phase = key(i, e)
         if e.phase in ("forward", "backward"):
             if held is None or held[0] != phase:
@@ -368,9 +377,9 @@ def _hold_by_phase(events: list[MemEvent], steady: int, sizes: dict[str, int],
                     out.append(MemEvent("free", held[1], held[2], "temporary", e.phase, "", "FSDP reshard"))
                     held = None
                     block += 1
-                if sizes.get(phase):
-                    out.append(MemEvent("alloc", block, sizes[phase], "temporary", e.phase, "", "FSDP all-gather"))
-                    held = (phase, block, sizes[phase])
+                if sz.get(phase):
+                    out.append(MemEvent("alloc", block, sz[phase], "temporary", e.phase, "", "FSDP all-gather"))
+                    held = (phase, block, sz[phase])
         elif held is not None:
             release(e.phase)
         out.append(e)
@@ -435,9 +444,17 @@ def shard_trace(trace: MemoryTrace, split: Split, block_param_bytes: int = 0,
             if param_bytes:  # a 1- or 2-layer trace standing for the whole model: each of its blocks at the
                 for edge in ("backward_last", "backward_only"):  # level of a middle one
                     sizes[edge] = sizes["backward"]
+            first = None
+            if split.flat_params and no_sync:  # a step's first backward: a block's flat gradient (the cat of its
+                # parameters' gradients) becomes the accumulated one, nothing to add it into: no second copy
+                first = fsdp_gathered_bytes(param_total, units, n, trace.device_type, root_grads=not frozen,
+                                            block_grads=True, reduce_factor=0)
+                if param_bytes:
+                    for edge in ("backward_last", "backward_only"):
+                        first[edge] = first["backward"]
             if split.flat_params and no_sync and not frozen:
                 sizes["backward_tail"] += _flat_root_gradient_bytes(param_total, units, notes)
-            events, steady = _hold_by_phase(events, steady, sizes, units.blocks_path)
+            events, steady = _hold_by_phase(events, steady, sizes, units.blocks_path, first)
             if split.flat_params:
                 events, steady = _flat_gradients(events, steady, trace, param_total, units, n, no_sync, notes)
             notes.append(f"{s}: parameters, gradients and optimizer state / {n}; FSDP2 holds unsharded (root "
