@@ -133,14 +133,15 @@ def _make_split(nproc: int, strategy: str | None, node_size: int, param_dtype: s
         strategy = "ddp" if nproc > 1 else "single"
     strategy = {"zero3": "fsdp"}.get(strategy, strategy)  # ZeRO-3 is FSDP's sharding (both names are used)
     if param_dtype is not None or reduce_dtype is not None:
-        if strategy not in ("fsdp", "hsdp") or nproc < 2:
-            raise GpuwiseError("--fsdp-param-dtype / --fsdp-reduce-dtype: FSDP2's MixedPrecisionPolicy, with "
-                               "--strategy fsdp or hsdp over -n 2 or more")
+        if strategy not in ("fsdp", "fsdp1", "hsdp") or nproc < 2:
+            raise GpuwiseError("--fsdp-param-dtype / --fsdp-reduce-dtype: FSDP2's MixedPrecisionPolicy (FSDP1's "
+                               "MixedPrecision with fsdp1), with --strategy fsdp, fsdp1 or hsdp over -n 2 or more")
         if param_dtype not in ("bf16",):
             raise GpuwiseError(f"--fsdp-param-dtype {param_dtype!r}: expected bf16 (the reduce dtype needs it)")
         if (reduce_dtype or "fp32") not in ("fp32", "bf16"):
             raise GpuwiseError(f"--fsdp-reduce-dtype {reduce_dtype!r}: expected fp32 or bf16")
-        return Split(strategy, nproc, node_size, param_dtype=param_dtype, reduce_dtype=reduce_dtype or "fp32")
+        return Split("fsdp" if strategy == "fsdp1" else strategy, nproc, node_size, flat_params=strategy == "fsdp1",
+                     param_dtype=param_dtype, reduce_dtype=reduce_dtype or "fp32")
     if strategy == "fsdp1":
         return Split("fsdp", nproc, node_size, flat_params=True)
     if strategy not in STRATEGIES:
@@ -426,7 +427,8 @@ def shard_trace(trace: MemoryTrace, split: Split, block_param_bytes: int = 0,
                   replace(e, nbytes=-(-e.nbytes // n)) if built and e.phase == "setup" and e.category == "temporary"
                   else e for e in events]
         if split.param_dtype:
-            notes.append(f"FSDP2 MixedPrecisionPolicy(param_dtype={split.param_dtype}, reduce_dtype="
+            notes.append(f"{'FSDP1 MixedPrecision' if split.flat_params else 'FSDP2 MixedPrecisionPolicy'}"
+                         f"(param_dtype={split.param_dtype}, reduce_dtype="
                          f"{split.reduce_dtype}): fp32 shards of parameters, gradients and optimizer state (the "
                          f"trace's {split.param_dtype} ones x {f}); parameters gathered and computed in "
                          f"{split.param_dtype}, no autocast; reduce-scatter inputs in {split.reduce_dtype}")
