@@ -353,10 +353,11 @@ def _side_by_side_gpus(ev: Evaluator, searches: list[tuple[GpuSpec, float, Varia
 def _in_rounds(ev: Evaluator, searches: list[tuple[GpuSpec, float, Variant, bool]], batch: int,
                every_gpu: bool) -> None:
     asked: set[tuple] = set()
+    gpus = {spec.id: (spec.arch, gpu_capability(spec)) for spec, *_ in searches} if every_gpu else {}
     while True:
         asks, then, steps = [], [], {}  # steps: a step asked this round -> the attention class asking it
         for spec, limit, v, whole_first in searches:
-            gpu = (spec.arch, gpu_capability(spec)) if every_gpu else None
+            gpu = gpus.get(spec.id)
             try:
                 with ev.on_gpu(*gpu) if gpu else contextlib.nullcontext():
                     _best_micro_batch(ev, v, spec, batch, limit, whole_first, ready=True)
