@@ -130,7 +130,7 @@ def add_split_arguments(p) -> None:
     p.add_argument("--fsdp-param-dtype", choices=["bf16"], default=None,
                    help="FSDP2 MixedPrecisionPolicy(param_dtype=...): fp32 shards and optimizer state, parameters "
                    "all-gathered and computed in this dtype, no autocast (torchtitan's default); with --strategy "
-                   "fsdp or hsdp")
+                   "fsdp or hsdp; with fsdp1, FSDP1's MixedPrecision (Composer's PURE / DEFAULT presets)")
     p.add_argument("--fsdp-reduce-dtype", choices=["fp32", "bf16"], default=None,
                    help="MixedPrecisionPolicy(reduce_dtype=...): the dtype gradients are reduce-scattered in "
                    "(default fp32, as torchtitan)")

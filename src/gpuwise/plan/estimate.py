@@ -343,7 +343,8 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
                                     config.precision)
             est.speed = _speed(whole, est, spec, wl, modes, config.precision, split.nproc, split.strategy,
                                str(layer_checkpointing) if layer_checkpointing else None, attention.attn,
-                               network_gbps, split.reduce_factor, split.sync_every_micro_step)
+                               network_gbps, split.reduce_factor, split.sync_every_micro_step,
+                               split if split.flat_params and split.nproc > 1 else None)
         else:
             notes.append(f"{spec.name}: memory only (no FLOP/s or bandwidth given): no roofline")
         if search_max_batch:
@@ -384,11 +385,14 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
 
 def _speed(trace: MemoryTrace, est: Estimate, spec: GpuSpec, wl: Workload, modes, precision: str, nproc: int,
            strategy: str, selective: str | None = None, attn: str | None = None,
-           network_gbps: float | None = None, reduce_factor: int = 1, sync_every: bool = False) -> Speed | None:
+           network_gbps: float | None = None, reduce_factor: int = 1, sync_every: bool = False,
+           flat: Any = None) -> Speed | None:
     """The step-time model over the traced ops (plan/speed/); None when the trace recorded none. `attn`
     "triton": the flash calls are priced as the Triton FlashAttention kernel. `reduce_factor`: the reduced
     gradients' bytes over the traced ones (2: MixedPrecisionPolicy reduces bf16 gradients in fp32).
-    `sync_every`: the gradients are reduced on every micro-batch (--accum-sync every)."""
+    `sync_every`: the gradients are reduced on every micro-batch (--accum-sync every). `flat`: the Split of
+    an FSDP1 job (flat parameters), whose copies, casts and divisions around the collectives are added
+    (plan/speed/fsdp1.py)."""
     costs = trace.op_costs
     if costs is None:
         est.notes.append("no per-op record (the trace fell back): no speed prediction")
@@ -403,6 +407,9 @@ def _speed(trace: MemoryTrace, est: Estimate, spec: GpuSpec, wl: Workload, modes
         costs = costs.scaled(modes.grad_accum / modes.traced_micro_steps)
     steady = trace.events[trace.steady_start:]
     grad_bytes = reduce_factor * sum(e.nbytes for e in steady if e.action == "alloc" and e.category == "gradients")
+    if flat is not None:
+        costs = _with_fsdp1_kernels(costs, flat, grad_bytes // reduce_factor, 2 if precision.endswith("-pure") else 4,
+                                    modes.grad_accum, _units_of(wl))
     params = (est.by_category if nproc == 1 else live_peak(trace, round_to=512).by_category).get("parameters", 0)
     gathered = params // 2 if precision in ("bf16", "fp16") else params  # FSDP2 gathers in param_dtype
     cfg = getattr(wl, "hf_config", None)
@@ -416,6 +423,36 @@ def _speed(trace: MemoryTrace, est: Estimate, spec: GpuSpec, wl: Workload, modes
                    grad_bytes=grad_bytes, param_bytes=gathered, blocks=blocks,
                    roofline_step_s=est.roofline.time_s if est.roofline else None, selective=selective,
                    network_gbps=network_gbps, micro_steps=modes.grad_accum, sync_every=sync_every)
+
+
+def _units_of(wl: Workload) -> int:
+    """FSDP units of a transformer: its blocks and the root."""
+    cfg = getattr(wl, "hf_config", None)
+    return int(getattr(cfg, "num_hidden_layers", 0) or getattr(cfg, "n_layer", 0) or 1) + 1
+
+
+def _with_fsdp1_kernels(costs, split, grad_bytes: int, grad_itemsize: int, micro_steps: int, units: int):
+    """`costs` plus the kernels FSDP1 runs around its collectives in each of `micro_steps` micro-batches
+    (plan/speed/fsdp1.py), for a model whose gradients are `grad_bytes` (elements of `grad_itemsize`):
+    every micro-batch reduces under --accum-sync every (the sharded gradients accumulate from the second
+    on), else only the last (no_sync)."""
+    from .speed import fsdp1
+
+    elements = grad_bytes / grad_itemsize
+    out = costs.scaled(1.0)
+    micro_steps = max(1, micro_steps)
+    every = split.sync_every_micro_step or micro_steps == 1
+    kinds = ([(True, False)] + [(True, True)] * (micro_steps - 1) if every else
+             [(False, False)] * (micro_steps - 1) + [(True, False)])
+    for reduce, accumulate in kinds:
+        for key, nbytes in fsdp1.kernel_bytes(elements, split.shards, grad_itemsize, split.param_dtype,
+                                              split.reduce_dtype, reduce=reduce, accumulate=accumulate).items():
+            out.memory_bytes[key if key[1] != "vectorized" else key[0]] += nbytes
+        per_unit = fsdp1.kernels_per_unit(split.param_dtype, split.reduce_dtype, split.shards, reduce=reduce,
+                                          accumulate=accumulate)
+        for phase, kernels in per_unit.items():
+            out.kernels[phase] += kernels * units
+    return out
 
 
 # -- GPU truth records (docs/contracts.md contract; read by gpuwise/truth.py): the estimate recomputed on the CPU

@@ -246,9 +246,9 @@ class Evaluator:
         return self._traces[key]
 
     def prefetch(self, asks: list[tuple], workers: int | None = None) -> None:
-        """Run the traces `evaluate` will ask for side by side, one per idle CPU (`workers` to say how many), each
-        in a fresh fork of this process (after the blocks' comparison every trace shares), and keep them in the
-        same cache, with their replays for the GPUs that ask (`_replays_of`): the answers are the same as traced
+        """Run the traces `evaluate` will ask for side by side, one per idle CPU (`workers` to say how many), in
+        forks of this process made before any of them runs (after the blocks' comparison every trace shares),
+        each tracing its tasks one after another as this process would, and keep them in the same cache, with their replays for the GPUs that ask (`_replays_of`): the answers are the same as traced
         one by one (tests/test_plan_fit.py). An ask is (micro-batch, step, modes, split), then optionally
         whether it is asked `whole` (where the step's rebuild failed: the step traced whole), then the compute
         capability and architecture of the GPU asking (by default this evaluator's). A deep model config's step
@@ -285,7 +285,9 @@ class Evaluator:
         try:
             with (quiet_libraries(),  # the libraries before_forks imports are as quiet as in a trace
                   before_forks([r[3] for r in todo.values()], [r[2] for r in todo.values()]),  # once, not per fork
-                  multiprocessing.get_context("fork").Pool(n, maxtasksperchild=1) as pool):  # each a fresh fork
+                  # one fork per CPU, reused: a fork's first trace pays what a process's first trace does (the
+                  # fake tensors' dispatch cache, torch's lazy set-up: ~0.2 s of a 7B block trace), once per fork
+                  multiprocessing.get_context("fork").Pool(n) as pool):
                 done = pool.map(_traced_in_worker, tasks, chunksize=1)
         finally:
             _FORKED = None

@@ -196,7 +196,8 @@ def shard_trace(trace: MemoryTrace, split: Split, block_param_bytes: int = 0,
                   replace(e, nbytes=-(-e.nbytes // n)) if built and e.phase == "setup" and e.category == "temporary"
                   else e for e in events]
         if split.param_dtype:
-            notes.append(f"FSDP2 MixedPrecisionPolicy(param_dtype={split.param_dtype}, reduce_dtype="
+            notes.append(f"{'FSDP1 MixedPrecision' if split.flat_params else 'FSDP2 MixedPrecisionPolicy'}"
+                         f"(param_dtype={split.param_dtype}, reduce_dtype="
                          f"{split.reduce_dtype}): fp32 shards of parameters, gradients and optimizer state (the "
                          f"trace's {split.param_dtype} ones x {f}); parameters gathered and computed in "
                          f"{split.param_dtype}, no autocast; reduce-scatter inputs in {split.reduce_dtype}")

@@ -102,14 +102,15 @@ def _make_split(nproc: int, strategy: str | None, node_size: int, param_dtype: s
         strategy = "ddp" if nproc > 1 else "single"
     strategy = {"zero3": "fsdp"}.get(strategy, strategy)  # ZeRO-3 is FSDP's sharding (both names are used)
     if param_dtype is not None or reduce_dtype is not None:
-        if strategy not in ("fsdp", "hsdp") or nproc < 2:
-            raise GpuwiseError("--fsdp-param-dtype / --fsdp-reduce-dtype: FSDP2's MixedPrecisionPolicy, with "
-                               "--strategy fsdp or hsdp over -n 2 or more")
+        if strategy not in ("fsdp", "fsdp1", "hsdp") or nproc < 2:
+            raise GpuwiseError("--fsdp-param-dtype / --fsdp-reduce-dtype: FSDP2's MixedPrecisionPolicy (FSDP1's "
+                               "MixedPrecision with fsdp1), with --strategy fsdp, fsdp1 or hsdp over -n 2 or more")
         if param_dtype not in ("bf16",):
             raise GpuwiseError(f"--fsdp-param-dtype {param_dtype!r}: expected bf16 (the reduce dtype needs it)")
         if (reduce_dtype or "fp32") not in ("fp32", "bf16"):
             raise GpuwiseError(f"--fsdp-reduce-dtype {reduce_dtype!r}: expected fp32 or bf16")
-        return Split(strategy, nproc, node_size, param_dtype=param_dtype, reduce_dtype=reduce_dtype or "fp32")
+        return Split("fsdp" if strategy == "fsdp1" else strategy, nproc, node_size, flat_params=strategy == "fsdp1",
+                     param_dtype=param_dtype, reduce_dtype=reduce_dtype or "fp32")
     if strategy == "fsdp1":
         return Split("fsdp", nproc, node_size, flat_params=True)
     if strategy not in STRATEGIES:
