@@ -36,6 +36,7 @@ from .memory.overheads import DEFAULT_ARCH, Overheads
 from .memory.sharding import rank_trace
 from .memory.split import make_split
 from .memory.synth import interpolate, pairing
+from .speed import fsdp1
 from .speed.attention import as_gpu_runs, gpu_torch
 from .speed.model import Speed, predict
 from .tracer import Progress, trace_workload
@@ -436,8 +437,6 @@ def _with_fsdp1_kernels(costs, split, grad_bytes: int, grad_itemsize: int, micro
     (plan/speed/fsdp1.py), for a model whose gradients are `grad_bytes` (elements of `grad_itemsize`):
     every micro-batch reduces under --accum-sync every (the sharded gradients accumulate from the second
     on), else only the last (no_sync)."""
-    from .speed import fsdp1
-
     elements = grad_bytes / grad_itemsize
     out = costs.scaled(1.0)
     micro_steps = max(1, micro_steps)
