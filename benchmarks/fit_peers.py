@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from gpuwise.hf import approx_params, hf_workload, load_config, num_layers_of  # noqa: E402
-from gpuwise.plan.memory.sharding import Split  # noqa: E402
+from gpuwise.plan.memory.split import Split  # noqa: E402
 from gpuwise.plan.scaled import Evaluator  # noqa: E402
 from gpuwise.plan.tracing.modes import TrainingModes  # noqa: E402
 from gpuwise.step import StepConfig  # noqa: E402

@@ -7,7 +7,7 @@ import pytest
 from gpuwise.cli import main
 from gpuwise.errors import GpuwiseError
 from gpuwise.plan import estimate
-from gpuwise.plan.memory.sharding import Split
+from gpuwise.plan.memory.split import Split
 from gpuwise.plan.scaled import Evaluator
 from gpuwise.plan.tracing.modes import TrainingModes
 from gpuwise.step import StepConfig

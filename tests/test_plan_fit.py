@@ -10,7 +10,8 @@ from gpuwise.cli import main
 from gpuwise.contracts import SCHEMA_VERSION, validate
 from gpuwise.hf import hf_workload
 from gpuwise.plan.fit import fit
-from gpuwise.plan.memory.sharding import Split, shard_trace
+from gpuwise.plan.memory.sharding import shard_trace
+from gpuwise.plan.memory.split import Split
 from gpuwise.plan.scaled import Evaluator, phase_peaks
 from gpuwise.plan.tracing.modes import TrainingModes
 from gpuwise.step import StepConfig

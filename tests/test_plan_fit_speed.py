@@ -60,7 +60,7 @@ def test_a_forks_replays_come_back_with_its_trace_and_are_the_parents(tmp_path, 
     evaluator that traced and replayed everything itself."""
     from dataclasses import asdict
 
-    from gpuwise.plan.memory.sharding import Split
+    from gpuwise.plan.memory.split import Split
     from gpuwise.plan.scaled import Evaluator
     from gpuwise.plan.tracing.modes import TrainingModes
     from gpuwise.step import StepConfig

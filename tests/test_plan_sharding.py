@@ -9,7 +9,8 @@ import textwrap
 import torch
 
 from gpuwise.plan.memory.events import live_peak
-from gpuwise.plan.memory.sharding import Split, shard_trace
+from gpuwise.plan.memory.sharding import shard_trace
+from gpuwise.plan.memory.split import Split
 from gpuwise.plan.tracing.trace import trace_step
 from gpuwise.step import StepConfig
 from gpuwise.workload import Workload
@@ -142,7 +143,7 @@ def test_fsdp1_flat_gradients_and_unsharded_accumulation(capsys):
 def test_fsdp_units_of_a_config_too_large_to_build_for_real():
     """A 7B config is built on the meta device only (no memory) to size FSDP's root group and blocks."""
     from gpuwise.hf import hf_workload
-    from gpuwise.plan.memory.sharding import fsdp_units_of
+    from gpuwise.plan.memory.fsdp_units import fsdp_units_of
 
     units = fsdp_units_of(hf_workload("examples/configs/llama-2-7b.json", seq_len=16))
     assert units is not None and units.blocks_path == "model.layers"

@@ -8,7 +8,7 @@ import torch
 
 from gpuwise.errors import GpuwiseError
 from gpuwise.plan import estimate
-from gpuwise.plan.memory.sharding import make_split
+from gpuwise.plan.memory.split import make_split
 from gpuwise.plan.speed import fsdp1
 
 CONFIGS = os.path.join(os.path.dirname(__file__), "data", "configs")

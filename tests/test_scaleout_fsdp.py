@@ -15,7 +15,9 @@ from gpuwise.hf import hf_workload, num_layers_of
 from gpuwise.plan import estimate as estimate_api
 from gpuwise.plan.fit_options import Variant, train_args
 from gpuwise.plan.memory.events import live_peak
-from gpuwise.plan.memory.sharding import Split, block_param_bytes, fsdp_units_of, make_split, rank_trace
+from gpuwise.plan.memory.fsdp_units import block_param_bytes, fsdp_units_of
+from gpuwise.plan.memory.sharding import rank_trace
+from gpuwise.plan.memory.split import Split, make_split
 from gpuwise.plan.tracer import trace_workload
 from gpuwise.plan.tracing.modes import TrainingModes
 from gpuwise.step import StepConfig

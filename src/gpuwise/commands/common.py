@@ -6,7 +6,7 @@ import argparse
 
 from ..errors import GpuwiseError
 from ..hf import TASKS
-from ..plan.memory.sharding import ACCUM_SYNCS
+from ..plan.memory.split import ACCUM_SYNCS
 from ..step import OPTIMIZERS, PRECISIONS, StepConfig, checkpointing_mode
 from ..workload import Workload, load_workload
 

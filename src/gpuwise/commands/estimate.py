@@ -10,7 +10,7 @@ from ..hf import is_config_source
 from ..plan import estimate
 from ..plan.curve import DEFAULT_MARGIN_PCT
 from ..plan.inference import estimate_inference
-from ..plan.memory.sharding import STRATEGIES
+from ..plan.memory.split import STRATEGIES
 from ..report import console
 from ..report.plan import plot_estimate, render_estimate
 from ..report.progress import StageProgress

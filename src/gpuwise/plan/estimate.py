@@ -31,9 +31,12 @@ from .lengths import apply_run_peak, at_run_lengths
 from .memory.allocator import AllocatorResult
 from .memory.cuda import CudaMemory, cuda_memory
 from .memory.events import CATEGORIES, MemoryTrace, check_target, live_peak
+from .memory.fsdp_units import block_param_bytes, fsdp_units_of
 from .memory.overheads import DEFAULT_ARCH, Overheads
-from .memory.sharding import block_param_bytes, fsdp_units_of, make_split, rank_trace
+from .memory.sharding import rank_trace
+from .memory.split import make_split
 from .memory.synth import interpolate, pairing
+from .speed import fsdp1
 from .speed.attention import as_gpu_runs, gpu_torch
 from .speed.model import Speed, predict
 from .tracer import Progress, trace_workload
@@ -78,7 +81,7 @@ class Estimate:
     effective_batch_size: int = 0     # samples per optimizer step: batch_size x grad_accum
     modes: list[str] = field(default_factory=list)  # training modes applied (LoRA, QLoRA, offload, ...)
     nproc: int = 1                    # GPUs the job runs on; the memory numbers are one rank's
-    strategy: str = "single"          # how the job is split over them (plan/memory/sharding.py)
+    strategy: str = "single"          # how the job is split over them (plan/memory/split.py)
     accum_sync: str = "last"          # with accumulation: gradients reduced on the last micro-batch or every one
     trace: MemoryTrace | None = field(default=None, repr=False)
     attention: dict[str, Any] | None = None  # cuda: attention implementation, kernels chosen and why
@@ -201,7 +204,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     roofline bound and the largest batch that fits with `margin_pct` percent of its memory kept free.
     `fsdp_param_dtype` ("bf16") / `fsdp_reduce_dtype` ("fp32", "bf16"): FSDP2's MixedPrecisionPolicy (with
     strategy fsdp / hsdp): the step is traced with bf16 weights and no autocast, the rank's shards are fp32.
-    `accum_sync` ("last" / "every", plan/memory/sharding.py ACCUM_SYNCS): with `grad_accum` over `nproc` > 1,
+    `accum_sync` ("last" / "every", plan/memory/split.py ACCUM_SYNCS): with `grad_accum` over `nproc` > 1,
     whether the gradients are reduced on the last micro-batch only (no_sync; the default) or on every one
     (Composer under FSDP): memory (FSDP: unsharded or sharded gradients between micro-batches) and speed.
     With `gpu`, `speed` is the predicted step (plan/speed/model.py); `nproc` and `strategy` set its
@@ -434,8 +437,6 @@ def _with_fsdp1_kernels(costs, split, grad_bytes: int, grad_itemsize: int, micro
     (plan/speed/fsdp1.py), for a model whose gradients are `grad_bytes` (elements of `grad_itemsize`):
     every micro-batch reduces under --accum-sync every (the sharded gradients accumulate from the second
     on), else only the last (no_sync)."""
-    from .speed import fsdp1
-
     elements = grad_bytes / grad_itemsize
     out = costs.scaled(1.0)
     micro_steps = max(1, micro_steps)

@@ -47,7 +47,7 @@ from .fit_options import (
 )
 from .flops import roofline, traffic_bytes
 from .inputs import resolve_inputs
-from .memory.sharding import Split, comm_bytes_per_step, make_split
+from .memory.split import Split, comm_bytes_per_step, make_split
 from .scaled import Evaluator, Point, idle_cpus
 from .speed.attention import as_gpu_runs
 from .speed.cost import TrainingCost, training_cost
@@ -187,7 +187,7 @@ def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, 
     x `gpu`: options that fit first, fastest first. Each option carries `estimate_cmd`, the `gpuwise
     estimate` command of its step (`source`: the workload as the command line names it, when `workload`
     is already loaded). `progress` is told each option as its sizing starts. `accum_sync` ("last" / "every",
-    plan/memory/sharding.py ACCUM_SYNCS): how the multi-GPU options reduce gradients under accumulation."""
+    plan/memory/split.py ACCUM_SYNCS): how the multi-GPU options reduce gradients under accumulation."""
     started = time.perf_counter()
     if progress is not None:
         progress("loading the workload and its libraries")

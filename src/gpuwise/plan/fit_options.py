@@ -12,7 +12,7 @@ from ..optional_libs import sized_without_notes
 from ..step import StepConfig
 from .catalog import GpuSpec
 from .curve import DEFAULT_MARGIN_PCT
-from .memory.sharding import DEFAULT_NODE_SIZE, Split
+from .memory.split import DEFAULT_NODE_SIZE, Split
 from .scaled import Point
 from .tracing.modes import TrainingModes
 
@@ -76,7 +76,7 @@ def mixed_precision(spec: GpuSpec) -> str:
 def variants(spec: GpuSpec, nproc: int, precision: str, optimizer: str | None, checkpointing: bool,
              adapters: bool = True, accum_sync: str = "last") -> list[Variant]:
     """The candidates, as given first. `adapters`: the model has linear layers for LoRA / QLoRA.
-    `accum_sync`: when the multi-GPU options reduce their gradients under accumulation (sharding.py ACCUM_SYNCS)."""
+    `accum_sync`: when the multi-GPU options reduce their gradients under accumulation (split.py ACCUM_SYNCS)."""
     mixed = mixed_precision(spec)
     one = Split()
     opt = optimizer or "adamw"

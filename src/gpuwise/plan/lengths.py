@@ -45,6 +45,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import GpuwiseError
+from ..hf import hf_workload, is_config_source
+from ..workload import load_workload
+from .memory.allocator import replay
+from .memory.cuda import cuda_memory
+from .memory.events import MemEvent, live_peak
+from .memory.overheads import add_workspaces
 
 
 @dataclass(frozen=True)
@@ -252,7 +258,6 @@ def spliced(first, later):
     `steady_start` is `later`'s steady step. None when either trace has no first micro-step."""
     import dataclasses
 
-    from .memory.events import MemEvent
 
     end_a, end_b = _first_end(first.events), _first_end(later.events)
     if end_a is None or end_b is None or later.steady_start < end_b:
@@ -297,13 +302,10 @@ def first_micro_step_memory(trace, arch: str, loading: str | None = None):
     on a CUDA device: `first_micro_step(trace)` with the library workspaces, replayed once through the
     caching-allocator model (memory/cuda.py without its repeated steady steps: iteration 0 happens once).
     None when the trace has no first micro-step."""
-    from .memory.allocator import replay
-    from .memory.overheads import add_workspaces
 
     first = first_micro_step(trace)
     if first is None:
         return None
-    from .memory.events import live_peak
 
     with_ws, overheads = add_workspaces(first, arch, loading=loading)
     r = replay(with_ws, steady_repeats=1)
@@ -335,8 +337,6 @@ def at_run_lengths(dist, micro_steps: int | None, batch_size: int, source, workl
     length, the workload at the first's). `dist`: a LengthDist or a length file's path; `source`: what the
     caller passed as its workload (an `hf:` id or config.json is rebuilt at each length), `workload` what
     `resolve_inputs` made of it."""
-    from ..hf import hf_workload, is_config_source
-    from ..workload import load_workload
 
     if dist is None or micro_steps is None:
         raise GpuwiseError("--seq-len-dist and --micro-steps go together: the dataset's lengths and the run's "
@@ -361,7 +361,6 @@ def apply_run_peak(est, lengths: RunLengths, first_trace, arch: str, loading: st
     """Make `est` (the later micro-steps' steady step, or the first's trace when there are none) the run's peak:
     the larger of it and the first micro-step at the longest sample (`first_trace()`: one rank's trace at
     that length; not called when `est` was traced there). Sets `est.lengths` and a note."""
-    from .memory.events import live_peak
 
     if lengths.first is None:  # a random first batch: every step at the later length
         est.lengths = {**lengths.to_dict(), "peak_from": "later_micro_steps", "first_peak_allocated_bytes": None,
@@ -389,7 +388,6 @@ def apply_run_peak(est, lengths: RunLengths, first_trace, arch: str, loading: st
     if est.target != "cpu" and lengths.later not in (None, lengths.first):
         joined = spliced(trace, est.trace)
         if joined is not None:  # the later steps replayed in the allocator state the first one left
-            from .memory.cuda import cuda_memory
 
             run = cuda_memory(joined, arch, loading)
             later = (run.result.peak_allocated_bytes, run.result.peak_reserved_bytes, run.device_used_bytes)

@@ -27,8 +27,10 @@ from ..step import StepConfig
 from ..workload import load_workload
 from .memory.cuda import cuda_memory
 from .memory.events import CATEGORIES, MemoryTrace, Peak, live_peak
+from .memory.fsdp_units import block_param_bytes, fsdp_units_of
 from .memory.overheads import context_bytes, module_loading, replay_inputs
-from .memory.sharding import Split, block_param_bytes, fsdp_units_of, rank_trace, trainable_bytes
+from .memory.sharding import rank_trace, trainable_bytes
+from .memory.split import Split
 from .tracer import NotRebuilt, quiet_libraries, trace_blocks, trace_workload
 from .tracing.modes import TrainingModes, offload_optimizer_state
 from .tracing.repeat import CHECKED, MIN_LAYERS, TRACED, blocks_alike

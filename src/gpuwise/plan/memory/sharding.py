@@ -1,5 +1,8 @@
 """Per-rank memory across N GPUs: transforms of one traced step, for each way of splitting the job.
 
+The splits themselves (`Split`, `make_split`) are plan/memory/split.py; FSDP's units and the bytes it holds
+unsharded by phase, plan/memory/fsdp_units.py.
+
 The single-GPU trace says when every block lives and what it is (parameters, gradients, optimizer
 state, activations, ...). A rank of a data-parallel job runs the same step on its own micro-batch, so
 its events are the same with the sharded categories shrunk, plus what the library adds:
@@ -37,172 +40,23 @@ Sharding follows Rajbhandari et al. 2020 (ZeRO, sec. 5 and Figure 1) and the FSD
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import NamedTuple
+from dataclasses import replace
 
-from ...errors import GpuwiseError
-from .events import MemEvent, MemoryTrace, Peak, live_peak
-
-STRATEGIES = ("single", "ddp", "zero1", "zero2", "fsdp", "fsdp-grad-op", "hsdp", "pipeline")
-# when a data-parallel job with gradient accumulation reduces its gradients: on the last micro-step only
-# ("last": torch DDP / FSDP1 `no_sync()`, FSDP2 `set_requires_gradient_sync(False)`, Lightning Fabric's
-# `no_backward_sync`, HF accelerate's `accumulate()` and the HF Trainer: GradientAccumulationPlugin
-# `sync_each_batch=False`, the default) or on every one ("every": accelerate's `sync_each_batch=True`; under
-# FSDP, Composer / llm-foundry (composer/trainer/dist_strategy.py `ddp_sync_context`, trainer.py
-# `_train_microbatch`) and the Lightning Trainer (`ParallelStrategy.block_backward_sync`), which enter
-# `no_sync` only for a DDP model)
-ACCUM_SYNCS = ("last", "every")
-DEFAULT_NODE_SIZE = 8
-FSDP_BLOCKS_IN_FLIGHT = 2  # the block in use and the one prefetched (FSDP2 implicit prefetching)
-
-
-@dataclass(frozen=True)
-class Split:
-    strategy: str = "single"
-    nproc: int = 1
-    node_size: int = DEFAULT_NODE_SIZE
-    flat_params: bool = False  # fsdp1: FSDP1's flat parameters (gradients for a whole unit)
-    # FSDP2 MixedPrecisionPolicy: the trace ran 16-bit weights (bf16-pure) and these shards are fp32 master
-    # copies (param_dtype set); reduce_dtype: the dtype of the reduce-scatter input (fp32 doubles it)
-    param_dtype: str | None = None
-    reduce_dtype: str = "fp32"
-    accum_sync: str = "last"  # ACCUM_SYNCS: gradients reduced on the last micro-step or on every one
-
-    @property
-    def sync_every_micro_step(self) -> bool:
-        return self.accum_sync == "every"
-
-    @property
-    def master_factor(self) -> int:
-        """Bytes of a sharded parameter / gradient / optimizer-state element over the traced (16-bit) one."""
-        return 2 if self.param_dtype else 1
-
-    @property
-    def reduce_factor(self) -> int:
-        """Bytes of a reduce-scatter input element over a traced (16-bit) gradient element."""
-        return 2 if self.param_dtype and self.reduce_dtype == "fp32" else 1
-
-    @property
-    def shards(self) -> int:
-        if self.strategy == "hsdp":
-            return min(self.nproc, self.node_size)
-        return self.nproc
-
-    @property
-    def data_parallel(self) -> int:
-        """Ranks that each process their own micro-batch."""
-        return 1 if self.strategy == "pipeline" else self.nproc
-
-    def describe(self) -> str:
-        if self.strategy == "single":
-            return "one GPU"
-        return f"{'fsdp1' if self.flat_params else self.strategy} over {self.nproc} GPUs"
-
-
-SHARDED = {
-    "zero1": ("optimizer_state",),
-    "zero2": ("optimizer_state", "gradients"),
-    "fsdp": ("optimizer_state", "gradients", "parameters"),
-    "fsdp-grad-op": ("optimizer_state", "gradients"),
-    "hsdp": ("optimizer_state", "gradients", "parameters"),
-}
-
-
-def make_split(nproc: int = 1, strategy: str | None = None, node_size: int = DEFAULT_NODE_SIZE,
-               param_dtype: str | None = None, reduce_dtype: str | None = None,
-               accum_sync: str | None = None) -> Split:
-    """The split that `-n/--nproc N --strategy S` names (S defaults to ddp over N > 1 GPUs). `param_dtype`
-    / `reduce_dtype`: FSDP2's MixedPrecisionPolicy (fsdp, hsdp only). `accum_sync`: ACCUM_SYNCS (default
-    "last")."""
-    split = _make_split(nproc, strategy, node_size, param_dtype, reduce_dtype)
-    if accum_sync is None or accum_sync == "last":
-        return split
-    if accum_sync not in ACCUM_SYNCS:
-        raise GpuwiseError(f"--accum-sync {accum_sync!r}: expected one of {', '.join(ACCUM_SYNCS)}")
-    if _whole(split):
-        raise GpuwiseError(f"--accum-sync {accum_sync}: when a data-parallel job reduces its gradients; use -n 2 or "
-                           "more with a data-parallel --strategy")
-    return replace(split, accum_sync=accum_sync)
-
-
-def _make_split(nproc: int, strategy: str | None, node_size: int, param_dtype: str | None,
-                reduce_dtype: str | None) -> Split:
-    if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
-        raise GpuwiseError(f"-n must be a positive integer, got {nproc!r}")
-    if strategy is None:
-        strategy = "ddp" if nproc > 1 else "single"
-    strategy = {"zero3": "fsdp"}.get(strategy, strategy)  # ZeRO-3 is FSDP's sharding (both names are used)
-    if param_dtype is not None or reduce_dtype is not None:
-        if strategy not in ("fsdp", "fsdp1", "hsdp") or nproc < 2:
-            raise GpuwiseError("--fsdp-param-dtype / --fsdp-reduce-dtype: FSDP2's MixedPrecisionPolicy (FSDP1's "
-                               "MixedPrecision with fsdp1), with --strategy fsdp, fsdp1 or hsdp over -n 2 or more")
-        if param_dtype not in ("bf16",):
-            raise GpuwiseError(f"--fsdp-param-dtype {param_dtype!r}: expected bf16 (the reduce dtype needs it)")
-        if (reduce_dtype or "fp32") not in ("fp32", "bf16"):
-            raise GpuwiseError(f"--fsdp-reduce-dtype {reduce_dtype!r}: expected fp32 or bf16")
-        return Split("fsdp" if strategy == "fsdp1" else strategy, nproc, node_size, flat_params=strategy == "fsdp1",
-                     param_dtype=param_dtype, reduce_dtype=reduce_dtype or "fp32")
-    if strategy == "fsdp1":
-        return Split("fsdp", nproc, node_size, flat_params=True)
-    if strategy not in STRATEGIES:
-        raise GpuwiseError(f"--strategy {strategy!r}: expected one of {', '.join(STRATEGIES)}")
-    if strategy == "single" and nproc > 1:
-        raise GpuwiseError(f"--strategy single runs on one GPU: use -n 1 or a strategy for {nproc} GPUs")
-    return Split(strategy, nproc, node_size)
+from .events import MemEvent, MemoryTrace
+from .fsdp_units import (
+    FSDP_BLOCKS_IN_FLIGHT,
+    FsdpUnits,
+    backward_units,
+    flat_root_gradient_bytes,
+    fsdp_gathered_bytes,
+    unit_of,
+)
+from .split import SHARDED, Split, whole
 
 
 def trainable_bytes(trace: MemoryTrace) -> int:
     """Gradient bytes the steady step produces (one per trainable parameter and micro-step)."""
     return sum(e.nbytes for e in trace.events[trace.steady_start:] if e.action == "alloc" and e.category == "gradients")
-
-
-def block_param_bytes(trace: MemoryTrace, layers: int | None = None, peak: Peak | None = None) -> int:
-    """The FSDP unit: a model config's parameters at the peak over its `layers` blocks; a model that is
-    not a config: an eighth of them (the largest module's, guessed). `peak`: `live_peak(trace)` when the
-    caller has it."""
-    params = (peak or live_peak(trace)).by_category.get("parameters", 0)
-    return max(params // (layers or 8), 0)
-
-
-class FsdpUnits(NamedTuple):
-    root: float          # share of the parameters outside the repeated blocks (FSDP2's root group)
-    after: float         # of those, outside nn.Embedding: taken to run after the blocks
-    block: float         # share of the largest block
-    blocks_path: str     # dotted path of the blocks' ModuleList ("model.layers")
-
-
-def fsdp_units(model) -> FsdpUnits | None:
-    """The shares of `model`'s parameters that FSDP2 gathers as one unit: (the root's own parameters, i.e.
-    everything outside the repeated blocks -- embeddings, final norm, LM head --; those of them outside
-    `nn.Embedding`, taken to run after the blocks so that their gradients exist through the blocks'
-    backward; one block); None without repeated blocks. `gpuwise train` shards each child of the largest
-    ModuleList, then the root (scaleout/fsdp.py `shard`); `model` may be on the meta device."""
-    import torch
-
-    lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) > 0]
-    total = sum(p.numel() for p in model.parameters())
-    if not lists or not total:
-        return None
-    biggest = max(lists, key=lambda m: sum(p.numel() for p in m.parameters()))
-    in_blocks = {id(p) for p in biggest.parameters()}
-    embedded = {id(p) for m in model.modules() if isinstance(m, torch.nn.Embedding) for p in m.parameters()}
-    root = sum(p.numel() for p in model.parameters() if id(p) not in in_blocks)
-    after = sum(p.numel() for p in model.parameters() if id(p) not in in_blocks and id(p) not in embedded)
-    largest = max(sum(p.numel() for p in b.parameters()) for b in biggest)
-    path = next(name for name, m in model.named_modules() if m is biggest)
-    return FsdpUnits(root / total, after / total, largest / total, path)
-
-
-def fsdp_units_of(workload) -> FsdpUnits | None:
-    """`fsdp_units` of the workload's model, built on the meta device (no memory); None when it cannot be."""
-    import torch
-
-    try:
-        with torch.device("meta"):
-            model = workload.model_fn()
-        return fsdp_units(model)
-    except Exception:  # a model that cannot be built on meta: every block is the average (rank_trace)
-        return None
 
 
 def rank_trace(trace: MemoryTrace, split: Split, block_param_bytes: int = 0,
@@ -213,94 +67,9 @@ def rank_trace(trace: MemoryTrace, split: Split, block_param_bytes: int = 0,
     gathered root and blocks exactly; without it every block is `block_param_bytes`. `param_bytes`: the
     whole model's parameter bytes when the trace has fewer layers (fit's 1- and 2-layer traces).
     `accumulating`: more than one micro-step (--grad-accum > 1), reduced as `split.accum_sync` says."""
-    if _whole(split):  # one GPU's step as traced: no pass over the events for the gradients
+    if whole(split):  # one GPU's step as traced: no pass over the events for the gradients
         return trace
     return shard_trace(trace, split, block_param_bytes, trainable_bytes(trace), units, param_bytes, accumulating)
-
-
-def _whole(split: Split) -> bool:
-    """Whether a rank's events under `split` are the traced step's (one GPU; a pipeline stage's trace)."""
-    return split.strategy in ("single", "pipeline") or split.nproc == 1
-
-
-def fsdp_gathered_bytes(param_bytes: int, units: FsdpUnits, n: int,
-                        device_type: str, root_grads: bool = True, block_grads: bool = True,
-                        reduce_factor: int = 1, accumulate_shards: bool = False) -> dict[str, int]:
-    """Bytes FSDP2 holds beyond the shards, by phase (torch 2.x `_fully_shard/_fsdp_param_group.py`
-    `pre_forward` / `pre_backward` / `post_backward`, `_fsdp_collectives.py` `foreach_reduce`):
-      forward: the root's gathered parameters (all-gathered in the root's pre-forward) + the block in use
-        and the one prefetched;
-      backward, by where it is in the blocks (L of them, run last to first): throughout, the root's
-        parameters (resharded after forward, gathered again in its pre-backward) and the unsharded
-        gradients of its parameters that ran after the blocks (LM head, final norm), kept until the
-        root's reduce-scatter at the end; and
-        `backward_head` (the head's backward): the last block, prefetched in the root's pre-backward;
-        `backward_first` (block L-1): that block, the next one prefetched, its unsharded gradients;
-        `backward` (a middle block): the same + the previous block's reduce-scatter input (kept until the
-          next reduce: `reduce_scatter_max_input_buffers` = 1, freed in `post_backward_rs_wait`);
-        `backward_last` (block 0): the block, its gradients, the previous input (nothing to prefetch);
-        `backward_only` (the block of a one-block model): the block and its gradients;
-        `backward_tail` (after the blocks: the embeddings' backward): block 0's reduce-scatter input;
-      end of backward (a spike, the root's `post_backward` after its reshard): the root's unsharded
-        gradients, still referenced while `foreach_reduce` copies them into the reduce-scatter input
-        (root-sized); on gloo (the CPU target) gloo's `_reduce_scatter_base` clones its input and the
-        shard is allocated (measured with the profiler on 2 gloo ranks: + root / N at the root's reduce).
-    Measured per phase on 2 gloo ranks (small / hidden-1024 Llama, frees on gloo's threads counted).
-    With frozen parameters (LoRA): `root_grads=False` (embeddings and head frozen: no head gradients, no
-    root reduce-scatter), `block_grads=False` (FSDP2: a block's frozen parameters get no gradient, its
-    adapters' are negligible; FSDP1's flat parameters do get them: True). `reduce_factor`: a reduce-scatter
-    input's bytes over the gradient's (2: MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), whose
-    `foreach_reduce` copies the bf16 gradients into an fp32 input).
-    `accumulate_shards`: a micro-step after the first that reduce-scatters (accumulation, `--accum-sync
-    every`): a sharded gradient already exists, so each unit's reduce-scatter output (its input / N) is a
-    buffer of its own, added into it and then freed (FSDP1 `_reduce_grad` -> `_accumulate_sharded_grad`:
-    `_saved_grad_shard += new_sharded_grad`; FSDP2 `foreach_reduce`: `grad += new_sharded_grad`); without an
-    accumulated gradient the output becomes the gradient. Measured on 2 gloo ranks (FSDP1, use_orig_params,
-    accumulation 2-4 without no_sync): the peak at the root's reduce-scatter is the single step's + root / N."""
-    root, after, block = (int(param_bytes * u) for u in units[:3])
-    after = after if root_grads else 0
-    grad = block if block_grads else 0  # a block's unsharded gradients
-    rs = grad * reduce_factor  # ... and its reduce-scatter input
-    out = -(-rs // n) if accumulate_shards else 0  # ... and its output, beside the accumulated shard
-    end = _root_reduce_bytes(root, n, device_type, reduce_factor) if root_grads else 0
-    if root_grads and accumulate_shards:
-        end += -(-root * reduce_factor // n)
-    return {"forward": root + FSDP_BLOCKS_IN_FLIGHT * block,
-            "backward_head": root + after + block,
-            "backward_first": root + after + FSDP_BLOCKS_IN_FLIGHT * block + grad,
-            "backward": root + after + FSDP_BLOCKS_IN_FLIGHT * block + grad + rs + out,
-            "backward_last": root + after + block + grad + rs + out,
-            "backward_only": root + after + block + grad,
-            "backward_tail": root + after + rs + out,
-            "end": end}
-
-
-def _root_reduce_bytes(root: int, n: int, device_type: str, reduce_factor: int) -> int:
-    """The root's `foreach_reduce` (torch 2.x `_fsdp_collectives.py`): its unsharded gradients (`root`
-    bytes) are copied into the reduce-scatter input (`root x reduce_factor`), then cleared; the output shard
-    (input / n) is allocated after. On gloo (the CPU target) `_reduce_scatter_base` clones its input, so
-    input, clone and shard are alive together."""
-    rs = root * reduce_factor
-    copy_in = root + rs
-    return max(copy_in, 2 * rs + -(-rs // n)) if device_type == "cpu" else copy_in
-
-
-def _backward_units(events: list[MemEvent], blocks_path: str) -> dict[int, tuple[str, str]]:
-    """For each backward run (consecutive backward events, keyed by its first index): the first and the
-    last block unit it reaches (`blocks_path`'s child names)."""
-    runs: dict[int, tuple[str, str]] = {}
-    start, first, last = None, "", ""
-    for i, e in enumerate([*events, None]):
-        if e is not None and e.phase == "backward":
-            if start is None:
-                start, first, last = i, "", ""
-            if e.module.startswith(blocks_path + "."):
-                last = e.module[len(blocks_path) + 1:].split(".")[0]
-                first = first or last
-        elif start is not None:
-            runs[start] = (first, last)
-            start = None
-    return runs
 
 
 def _hold_by_phase(events: list[MemEvent], steady: int, sizes: dict[str, int],
@@ -317,7 +86,7 @@ def _hold_by_phase(events: list[MemEvent], steady: int, sizes: dict[str, int],
     block = _new_block(events)
     held: tuple[str, int, int] | None = None  # (phase, block, nbytes)
     new_steady = steady
-    runs = _backward_units(events, blocks_path) if blocks_path else {}
+    runs = backward_units(events, blocks_path) if blocks_path else {}
 
     def release(phase: str) -> None:
         nonlocal held, block
@@ -392,7 +161,7 @@ def shard_trace(trace: MemoryTrace, split: Split, block_param_bytes: int = 0,
                 param_bytes: int | None = None, accumulating: bool = False) -> MemoryTrace:
     """One rank's events under `split` (data-parallel strategies; pipeline is handled by layer count)."""
     s = split.strategy
-    if _whole(split):
+    if whole(split):
         return trace
     events = list(trace.events)
     steady = trace.steady_start
@@ -453,7 +222,7 @@ def shard_trace(trace: MemoryTrace, split: Split, block_param_bytes: int = 0,
                     for edge in ("backward_last", "backward_only"):
                         first[edge] = first["backward"]
             if split.flat_params and no_sync and not frozen:
-                sizes["backward_tail"] += _flat_root_gradient_bytes(param_total, units, notes)
+                sizes["backward_tail"] += flat_root_gradient_bytes(param_total, units, notes)
             events, steady = _hold_by_phase(events, steady, sizes, units.blocks_path, first)
             if split.flat_params:
                 events, steady = _flat_gradients(events, steady, trace, param_total, units, n, no_sync, notes)
@@ -504,15 +273,6 @@ def _flat_gradients(events: list[MemEvent], steady: int, trace: MemoryTrace, par
                          lambda ph: ph == "zero_grad", ("FSDP1 flat gradients", "FSDP1 flat gradients"), "zero_grad")
 
 
-def _unit_of(module: str, blocks_path: str) -> str | None:
-    """The block unit (`blocks_path`'s child name) `module` is in, also under a wrapper's prefix (peft's
-    `base_model.model.`); None outside the blocks."""
-    at = f".{module}.".find(f".{blocks_path}.")
-    if at < 0:
-        return None
-    return module[at + len(blocks_path) + 1:].split(".")[0] or None
-
-
 def _hold_growing(events: list[MemEvent], steady: int, nbytes: int, blocks_path: str) -> tuple[list[MemEvent], int]:
     """FSDP1's accumulated flat gradients (`no_sync`), `nbytes` over the blocks: in a step's first backward
     (no gradient accumulated yet) each block's share is allocated as that backward reaches the block (its
@@ -530,7 +290,7 @@ def _hold_growing(events: list[MemEvent], steady: int, nbytes: int, blocks_path:
             if start is None:
                 start = i
                 runs[i] = []
-            unit = _unit_of(e.module, blocks_path)
+            unit = unit_of(e.module, blocks_path)
             if unit is not None and unit not in runs[start]:
                 runs[start].append(unit)
         else:
@@ -559,7 +319,7 @@ def _hold_growing(events: list[MemEvent], steady: int, nbytes: int, blocks_path:
                 pending = {u: share for u in units}
                 pending[units[-1]] += nbytes - share * len(units)
         if pending and e.phase == "backward":
-            unit = _unit_of(e.module, blocks_path)
+            unit = unit_of(e.module, blocks_path)
             if unit in pending:
                 alloc(pending.pop(unit))
         elif pending and e.phase != "backward":  # left over (a unit the run did not reach again)
@@ -576,21 +336,6 @@ def _hold_growing(events: list[MemEvent], steady: int, nbytes: int, blocks_path:
     for b, size in held:
         out.append(MemEvent("free", b, size, "gradients", "zero_grad", "", "FSDP1 flat gradients"))
     return out, new_steady
-
-
-def _flat_root_gradient_bytes(param_total: int, units: FsdpUnits, notes: list[str]) -> int:
-    """FSDP1 accumulating without sync (`no_sync`): the root unit's flat gradient. With use_orig_params each
-    parameter is a view of the unit's flat parameter (`_use_unsharded_views`: a split of it), so autograd
-    forms the flat parameter's gradient in `SplitWithSizesBackward`, a root-sized `cat` of its parameters'
-    gradients once the last of them (the embeddings', at the end of backward) exists, and adds it into the
-    flat gradient accumulated over the micro-steps. Measured on 2 gloo ranks (FSDP1, use_orig_params=True,
-    an embedding, 4 MLP blocks and an untied head, accumulation 2): the step's peak is that `cat`, with the
-    head's and the embeddings' gradients alive; a first micro-step without an accumulated gradient takes the
-    `cat` as the gradient (no extra)."""
-    nbytes = int(param_total * units.root)
-    notes.append(f"fsdp1 accumulating: + {nbytes} bytes at the end of backward (the root's flat gradient, a cat "
-                 "of its parameters' gradients, added into the accumulated one)")
-    return nbytes
 
 
 def _new_block(events: list[MemEvent]) -> int:
@@ -628,20 +373,3 @@ def _hold_between(events: list[MemEvent], steady: int, nbytes: int, category: st
     if holding:
         out.append(MemEvent("free", block, nbytes, category, last_phase, "", ops[1]))
     return out, new_steady
-
-
-# -- communication per optimizer step (bytes each rank sends), for the speed estimate ----------------
-
-def comm_bytes_per_step(split: Split, param_bytes_16: int, activation_bytes: int = 0) -> int:
-    """Bytes one rank moves over its links per step: ring all-reduce 2(N-1)/N x gradients (DDP, ZeRO-1);
-    reduce-scatter + all-gather (N-1)/N each (ZeRO-2); FSDP adds a second all-gather of the
-    parameters in backward: 3(N-1)/N (ZeRO paper sec. 7: 1.5x DDP's volume). Pipeline: activations
-    between stages."""
-    n = split.nproc
-    if n <= 1 or split.strategy == "single":
-        return 0
-    ring = (n - 1) / n
-    if split.strategy == "pipeline":
-        return 2 * activation_bytes
-    factor = {"ddp": 2, "zero1": 2, "zero2": 2, "fsdp-grad-op": 2, "fsdp": 3, "hsdp": 3}[split.strategy]
-    return int(factor * ring * param_bytes_16)
