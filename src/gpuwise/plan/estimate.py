@@ -88,6 +88,12 @@ class Estimate:
     attention_priced: str | None = None      # why the speed model prices flash calls as another kernel (cuDNN)
     lengths: dict[str, Any] | None = None    # with a length distribution: the run's lengths and peaks (lengths.py)
 
+    def breakdown_at(self, peak) -> None:
+        """The breakdown (by category, the peak's phase / op / module, the top modules) of `peak`, a live_peak."""
+        self.by_category = dict(peak.by_category)
+        self.peak_phase, self.peak_op, self.peak_module = peak.phase, peak.op, peak.module
+        self.by_module = dict(list(peak.by_module.items())[:TOP_MODULES])
+
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {k: getattr(self, k) for k in (
             "workload", "batch_size", "target", "optimizer", "precision", "method", "peak_allocated_bytes",
@@ -317,8 +323,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
                        dict(peak.by_category), flops, None, spec.name if spec else None, checkpointing,
                        tensor_peak_bytes=live_peak(trace).allocated_bytes, overheads=cuda.overheads,
                        allocator=cuda.result)
-    est.peak_phase, est.peak_op, est.peak_module = peak.phase, peak.op, peak.module
-    est.by_module = dict(list(peak.by_module.items())[:TOP_MODULES])
+    est.breakdown_at(peak)
     est.trace = trace
     if run_len is not None:
         def first_trace() -> MemoryTrace:
@@ -408,13 +413,13 @@ def _speed(trace: MemoryTrace, est: Estimate, spec: GpuSpec, wl: Workload, modes
         costs = costs.scaled(modes.grad_accum / modes.traced_micro_steps)
     steady = trace.events[trace.steady_start:]
     grad_bytes = reduce_factor * sum(e.nbytes for e in steady if e.action == "alloc" and e.category == "gradients")
-    if flat is not None:
-        costs = _with_fsdp1_kernels(costs, flat, grad_bytes // reduce_factor, 2 if precision.endswith("-pure") else 4,
-                                    modes.grad_accum, _units_of(wl))
-    params = (est.by_category if nproc == 1 else live_peak(trace, round_to=512).by_category).get("parameters", 0)
-    gathered = params // 2 if precision in ("bf16", "fp16") else params  # FSDP2 gathers in param_dtype
     cfg = getattr(wl, "hf_config", None)
     blocks = int(getattr(cfg, "num_hidden_layers", 0) or getattr(cfg, "n_layer", 0) or 1)
+    if flat is not None:  # FSDP1's units: the blocks and the root
+        costs = _with_fsdp1_kernels(costs, flat, grad_bytes // reduce_factor, 2 if precision.endswith("-pure") else 4,
+                                    modes.grad_accum, blocks + 1)
+    params = (est.by_category if nproc == 1 else live_peak(trace, round_to=512).by_category).get("parameters", 0)
+    gathered = params // 2 if precision in ("bf16", "fp16") else params  # FSDP2 gathers in param_dtype
     seq_len = getattr(wl, "seq_len", None)
     if selective:
         est.notes.append(f"layer checkpointing every {selective} blocks: recomputation in the predicted speed only; "
@@ -424,12 +429,6 @@ def _speed(trace: MemoryTrace, est: Estimate, spec: GpuSpec, wl: Workload, modes
                    grad_bytes=grad_bytes, param_bytes=gathered, blocks=blocks,
                    roofline_step_s=est.roofline.time_s if est.roofline else None, selective=selective,
                    network_gbps=network_gbps, micro_steps=modes.grad_accum, sync_every=sync_every)
-
-
-def _units_of(wl: Workload) -> int:
-    """FSDP units of a transformer: its blocks and the root."""
-    cfg = getattr(wl, "hf_config", None)
-    return int(getattr(cfg, "num_hidden_layers", 0) or getattr(cfg, "n_layer", 0) or 1) + 1
 
 
 def _with_fsdp1_kernels(costs, split, grad_bytes: int, grad_itemsize: int, micro_steps: int, units: int):

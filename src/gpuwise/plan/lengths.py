@@ -40,6 +40,9 @@ skipped.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import inspect
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -216,8 +219,6 @@ def first_micro_step(trace):
     forward and backward, before any optimizer step -- no optimizer state -- and with no gradients
     accumulated before it), with `steady_start` at that micro-step's first event, so that a replay's peaks
     are that micro-step's. None when the trace has no forward followed by a backward."""
-    import dataclasses
-
     end = _first_end(trace.events)
     if end is None:
         return None
@@ -256,9 +257,6 @@ def spliced(first, later):
     (parameters, gradients, held buffers: paired by category in allocation order, same size) carries on as
     `first`'s block; what differs (a kept loss of another length) is freed and allocated again.
     `steady_start` is `later`'s steady step. None when either trace has no first micro-step."""
-    import dataclasses
-
-
     end_a, end_b = _first_end(first.events), _first_end(later.events)
     if end_a is None or end_b is None or later.steady_start < end_b:
         return None
@@ -316,10 +314,6 @@ def first_micro_step_memory(trace, arch: str, loading: str | None = None):
 def _with_batch_seq_len(wl, seq_len: int):
     """`wl` with its batch(batch_size) building samples of `seq_len` tokens: the workload's batch function must
     take a `seq_len` keyword (docs/contracts.md, workload files)."""
-    import dataclasses
-    import functools
-    import inspect
-
     fn = wl.batch_fn
     try:
         params = inspect.signature(fn).parameters
@@ -337,7 +331,6 @@ def at_run_lengths(dist, micro_steps: int | None, batch_size: int, source, workl
     length, the workload at the first's). `dist`: a LengthDist or a length file's path; `source`: what the
     caller passed as its workload (an `hf:` id or config.json is rebuilt at each length), `workload` what
     `resolve_inputs` made of it."""
-
     if dist is None or micro_steps is None:
         raise GpuwiseError("--seq-len-dist and --micro-steps go together: the dataset's lengths and the run's "
                            "micro-steps per rank")
@@ -361,7 +354,6 @@ def apply_run_peak(est, lengths: RunLengths, first_trace, arch: str, loading: st
     """Make `est` (the later micro-steps' steady step, or the first's trace when there are none) the run's peak:
     the larger of it and the first micro-step at the longest sample (`first_trace()`: one rank's trace at
     that length; not called when `est` was traced there). Sets `est.lengths` and a note."""
-
     if lengths.first is None:  # a random first batch: every step at the later length
         est.lengths = {**lengths.to_dict(), "peak_from": "later_micro_steps", "first_peak_allocated_bytes": None,
                        "first_peak_reserved_bytes": None, "later_peak_allocated_bytes": est.peak_allocated_bytes,
@@ -388,7 +380,6 @@ def apply_run_peak(est, lengths: RunLengths, first_trace, arch: str, loading: st
     if est.target != "cpu" and lengths.later not in (None, lengths.first):
         joined = spliced(trace, est.trace)
         if joined is not None:  # the later steps replayed in the allocator state the first one left
-
             run = cuda_memory(joined, arch, loading)
             later = (run.result.peak_allocated_bytes, run.result.peak_reserved_bytes, run.device_used_bytes)
     if lengths.later is None:  # one micro-step: the run is iteration 0
@@ -400,9 +391,7 @@ def apply_run_peak(est, lengths: RunLengths, first_trace, arch: str, loading: st
         est.peak_reserved_bytes = max(f_res, later[1])
         est.device_used_bytes = max(f_used, later[2])
     if source == "first_micro_step":  # the breakdown at the run's peak: the first micro-step's
-        est.by_category = dict(at_peak.by_category)
-        est.peak_phase, est.peak_op, est.peak_module = at_peak.phase, at_peak.op, at_peak.module
-        est.by_module = dict(list(at_peak.by_module.items())[:8])  # estimate.py TOP_MODULES
+        est.breakdown_at(at_peak)
     est.lengths = {**lengths.to_dict(), "peak_from": source,
                    "first_peak_allocated_bytes": f_alloc, "first_peak_reserved_bytes": f_res,
                    "later_peak_allocated_bytes": None if lengths.later is None else later[0],
