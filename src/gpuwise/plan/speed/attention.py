@@ -3,11 +3,18 @@
     flash (FlashAttention-2, what torch's SDPA flash backend runs):
         Ampere/Ada: "reaching 50-73% of the theoretical maximum FLOPs/s on A100" (Dao, FlashAttention-2,
         ICLR 2024, abstract); forward at the top of that range, backward lower (its Fig. 5/6): 0.70 / 0.50.
-        Hopper: "FlashAttention-2 achieves only 35% utilization on the H100" (Shah et al.,
-        FlashAttention-3, NeurIPS 2024, sec. 1): 0.35 forward and backward.
+        Hopper: measured on an H200 (torch 2.11's FlashAttention-2 SDPA backend, bf16, causal, batch 1 x 32
+        heads x seq 8192 x head dim 128; benchmarks/truth/kernels/nvidia-h200-ops.jsonl, fraction at REFERENCE
+        as benchmarks/fit_attention.py prints it): 0.313 forward, 0.281 backward -- in line with "FlashAttention-2
+        achieves only 35% utilization on the H100" (Shah et al., FlashAttention-3, NeurIPS 2024, sec. 1), which
+        does not split forward from backward (it had been taken for both: the H200's fwd+bwd rows came 17-26 %
+        under, its backward alone 20 %).
     efficient (xformers / CUTLASS memory-efficient attention): FlashAttention-2 is ~2x faster than it
         on A100 (FlashAttention-2 paper, sec. 4.1, "1.3-2.5x faster than ... xformers", 2x taken): half
-        of flash's fraction.
+        of flash's fraction. Hopper: half of the FlashAttention-3 paper's 35 %, 0.175 (where Hopper runs it:
+        fp32 steps, 3xTF32, whose H100/H200 truth steps it prices within about 10 %; the H200's bf16 row measured
+        0.163 forward, 0.126 backward, and taking those moved the fp32 truth steps 4-6 points slower, so the
+        bf16 measurement is not applied to the fp32 kernel).
     cudnn (cuDNN fused attention, sm90+): on Hopper measured: 0.59 forward, 0.53 backward on an H200
         (torch 2.11 / cuDNN SDPA, bf16, causal, batch 1 x 32 heads x seq 8192 x head dim 128: 941 us forward,
         2.62 ms backward; benchmarks/truth/kernels/nvidia-h200-ops.jsonl, the FA3 paper's "up to 75 %" level
@@ -15,7 +22,7 @@
     triton (FlashAttention written in Triton, e.g. llm-foundry's attn_impl: triton): "FlashAttention-2 is
         around 1.3-1.5x faster than FlashAttention in Triton in the forward pass and around 2x faster in
         the backward pass" (FlashAttention-2 paper, sec. 4.1, A100): flash's fractions / 1.4 forward and
-        / 2 backward. On Hopper the same ratios are applied to FlashAttention-2's H100 fraction (no
+        / 2 backward. On Hopper the same ratios are applied to FlashAttention-2's measured Hopper fractions (no
         published H100 comparison; an assumption).
 These fractions are each kernel's at a long sequence (REFERENCE: 8192 causal, where the papers' and the
 H200's numbers were taken). A call's own fraction scales with its problem (`shape_factor`): the kernels run
@@ -62,13 +69,13 @@ import os
 # (kernel, architecture family) -> (forward, backward) fraction of the GPU's peak matmul FLOP/s
 EFFICIENCY = {
     ("flash", "ampere"): (0.70, 0.50),
-    ("flash", "hopper"): (0.35, 0.35),
+    ("flash", "hopper"): (0.313, 0.281),
     ("efficient", "ampere"): (0.35, 0.25),
     ("efficient", "hopper"): (0.175, 0.175),
     ("cudnn", "hopper"): (0.59, 0.53),
     ("cudnn", "ampere"): (0.70, 0.50),  # cuDNN on sm80 runs FlashAttention-2-class kernels
     ("triton", "ampere"): (0.70 / 1.4, 0.50 / 2),
-    ("triton", "hopper"): (0.35 / 1.4, 0.35 / 2),
+    ("triton", "hopper"): (0.313 / 1.4, 0.281 / 2),
 }
 TILE = 128                 # rows and columns of the score matrix one thread block computes per step
 REFERENCE = (8192, 8192, True)   # (seq_q, seq_k, causal) the EFFICIENCY fractions stand for
