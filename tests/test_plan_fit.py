@@ -442,3 +442,28 @@ def test_asking_the_whole_batch_first_changes_the_traces_not_the_answer():
         assert first_one.device_used_bytes == first_whole.device_used_bytes == used[fits_up_to]
         if fits_up_to == 8:
             assert (traced_one, traced_whole) == (2, 1)
+
+
+def test_an_option_lists_its_searchs_trials_the_answer_and_its_failing_neighbour_among_them():
+    """`FitOption.trials`: the micro-batches the search asked, in order, with whether each fit and its bytes.
+    The rule the answer keeps is read off them: the answer is traced and fits, the next larger divisor is traced
+    and does not (micro-batch 1 first: 1, the whole batch, then the divisor the two predict)."""
+    from dataclasses import replace as with_
+
+    from gpuwise.plan.catalog import lookup
+    from gpuwise.plan.fit import _best_micro_batch, variants
+
+    v = next(v for v in variants(lookup("rtx4090"), 1, "bf16", None, False) if v.name == "bf16")
+    probe = Evaluator(TINY, "ada", (8, 9))
+    used = {m: probe.evaluate(m, v.config, with_(v.modes, grad_accum=8 // m), v.split).device_used_bytes
+            for m in (1, 2, 4, 8)}
+    assert used[1] < used[2] < used[4] < used[8]
+    limit = (used[2] + used[4]) // 2  # micro-batch 2 fits, 4 does not
+    spec = with_(lookup("rtx4090"), memory_bytes=int(limit / 0.95))
+    for whole_first in (False, True):
+        option = _best_micro_batch(Evaluator(TINY, "ada", (8, 9)), v, spec, 8, limit, whole_first=whole_first)
+        assert option.micro_batch_size == 2 and option.fits
+        assert (2, True, used[2]) in option.trials and (4, False, used[4]) in option.trials
+        assert all(b == used[m] and fits == (b <= limit) for m, fits, b in option.trials)
+        assert option.trials[0] == ((8, False, used[8]) if whole_first else (1, True, used[1]))
+        assert len({m for m, _, _ in option.trials}) == len(option.trials)  # each asked once

@@ -83,6 +83,9 @@ class FitOption:
     sized: bool = True                                # False: not traced, a needed package is missing
     extrapolated: bool = False  # its numbers are the labelled fallback (Point.extrapolate), not estimate's
     floor_only: bool = False    # not traced: its memory is a floor already over the card (state_floor)
+    # the search's trials in the order it asked them: (micro-batch, fits, device bytes), the whole-depth
+    # trace of an extrapolated answer included (`_best_micro_batch`); not in the JSON contract
+    trials: list[tuple[int, bool, int]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         d = {"name": self.name, "changes": self.changes, "fits": self.fits,
@@ -446,9 +449,12 @@ def _best_micro_batch(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limi
         return best
     # the answer of a step the rebuild does not cover: traced whole, as its estimate_cmd traces it (the
     # extrapolation only led the search); the next smaller divisor where that does not fit
+    trials = best.trials
     for m in sorted((d for d in _divisors(batch) if d <= best.micro_batch_size), reverse=True):
         exact = _option(ev, v, spec, m, batch // m, limit, whole=True, ready=ready)
+        trials = trials + [(m, exact.fits, exact.device_used_bytes)]
         if exact.fits or m == 1:
+            exact.trials = trials
             return exact
     return best
 
@@ -462,12 +468,18 @@ def _searched(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limit: float
               whole_first: bool = False, ready: bool = False) -> FitOption:
     divisors = sorted(_divisors(batch))        # index k (1-based) -> the k-th smallest divisor
     tried: dict[int, FitOption] = {}
+    asked: list[int] = []                      # the trials in the order they were asked
+
+    def answer(k: int) -> FitOption:
+        tried[k].trials = [(divisors[j - 1], tried[j].fits, tried[j].device_used_bytes) for j in asked]
+        return tried[k]
 
     def trial(k: int) -> bool:
         if k not in tried:
             m = divisors[k - 1]
             try:
                 tried[k] = _option(ev, v, spec, m, batch // m, limit, ready=ready)
+                asked.append(k)
             except _Untraced as untraced:
                 above = (k + n) // 2
                 if whole_first and k == n // 2 and above not in (k, n):  # the bisection's first step: should
@@ -477,20 +489,20 @@ def _searched(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limit: float
 
     n = len(divisors)
     if whole_first and trial(n):
-        return tried[n]
+        return answer(n)
     if whole_first and n > 1:
         # the whole batch does not fit: bisect below it (micro-batch 1 is asked only when 2 does not fit)
         found = search(trial, n, limit=n, smallest_fail=n)
-        return tried[found.largest_ok or 1]
+        return answer(found.largest_ok or 1)
     if not trial(1) or n == 1:
-        return tried[1]
+        return answer(1)
     if trial(n):
-        return tried[n]
+        return answer(n)
     per_sample = (tried[n].device_used_bytes - tried[1].device_used_bytes) / max(batch - 1, 1)
     predicted = [k for k in range(2, n) if tried[1].device_used_bytes + per_sample * (divisors[k - 1] - 1) <= limit]
     guess = max(predicted) if predicted else 2
     found = search(trial, n, limit=n, largest_ok=1, smallest_fail=n, guess=guess if guess < n else None)
-    return tried[found.largest_ok or 1]
+    return answer(found.largest_ok or 1)
 
 
 def attach_costs(results: list[FitResult], tokens: float | None = None, samples: float | None = None,
