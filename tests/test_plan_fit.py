@@ -166,6 +166,28 @@ def test_fit_options_are_what_their_estimate_cmd_gives(tmp_path, capsys):
         assert est["device_used_bytes"] == o.device_used_bytes, o.name
 
 
+def test_multi_gpu_options_have_their_estimate_cmds_speed(tmp_path, capsys):
+    """An FSDP option's speed carries FSDP's copies around its collectives (plan/speed/fsdp_kernels.py) as its
+    `estimate_cmd` prices them: the same samples/s, as well as the same bytes, for every sharded option."""
+    import shlex
+
+    # wide enough that the step is GPU-bound on an H100 (a tiny one waits for the host, where FSDP's copies hide)
+    wide = tmp_path / "wide.json"
+    wide.write_text(json.dumps({**json.load(open(TINY)), "hidden_size": 2048, "intermediate_size": 5632,
+                                "num_attention_heads": 16, "num_key_value_heads": 16, "num_hidden_layers": 5,
+                                "vocab_size": 8192, "max_position_embeddings": 1024}))
+    result = fit(str(wide), "H100", 8, 8, seq_len=512, precision="bf16")
+    sharded = [o for o in result.options if o.fits and o.estimate_cmd and "fsdp" in o.name]
+    assert sharded
+    for o in sharded:
+        assert main(shlex.split(o.estimate_cmd)[1:] + ["--json"]) == 0
+        est = json.loads(capsys.readouterr().out)
+        assert est["device_used_bytes"] == o.device_used_bytes, o.name
+        # the same to 1e-6: fit takes the gathered parameters' bytes from its point's peak breakdown, estimate from
+        # the rank's trace at its peak (512-byte rounding); without FSDP's copies in fit they differed by ~10 %
+        assert est["speed"]["samples_per_s"] == pytest.approx(o.samples_per_s, rel=1e-6), o.name
+
+
 def test_a_step_the_rebuild_does_not_cover_is_extrapolated_and_says_so(tmp_path):
     """Adafactor (its factored state's frees do not pair up block by block): the 4-block trace is not
     its rebuild, so estimate traces it whole; fit extrapolates from the 3- and 4-block traces (no whole

@@ -36,17 +36,13 @@ from .memory.overheads import DEFAULT_ARCH, Overheads
 from .memory.sharding import rank_trace
 from .memory.split import make_split
 from .memory.synth import interpolate, pairing
-from .speed import fsdp1, fsdp2
 from .speed.attention import as_gpu_runs, gpu_torch
+from .speed.fsdp_kernels import FSDP_KERNELS, with_fsdp_kernels
 from .speed.model import Speed, predict
 from .tracer import Progress, trace_workload
 from .tracing.modes import apply_modes, make_modes
 
 TOP_MODULES = 8
-
-
-# the strategies whose copies around the collectives the speed model adds (plan/speed/fsdp1.py, fsdp2.py)
-FSDP_KERNELS = ("fsdp", "fsdp-grad-op", "hsdp")
 
 
 @dataclass
@@ -420,8 +416,8 @@ def _speed(trace: MemoryTrace, est: Estimate, spec: GpuSpec, wl: Workload, modes
     cfg = getattr(wl, "hf_config", None)
     blocks = int(getattr(cfg, "num_hidden_layers", 0) or getattr(cfg, "n_layer", 0) or 1)
     if fsdp is not None:  # FSDP's units: the blocks and the root
-        costs = _with_fsdp_kernels(costs, fsdp, grad_bytes // reduce_factor, 2 if precision.endswith("-pure") else 4,
-                                   modes.grad_accum, blocks + 1)
+        costs = with_fsdp_kernels(costs, fsdp, grad_bytes // reduce_factor, 2 if precision.endswith("-pure") else 4,
+                                  modes.grad_accum, blocks + 1)
     params = (est.by_category if nproc == 1 else live_peak(trace, round_to=512).by_category).get("parameters", 0)
     gathered = params // 2 if precision in ("bf16", "fp16") else params  # FSDP2 gathers in param_dtype
     seq_len = getattr(wl, "seq_len", None)
@@ -434,37 +430,6 @@ def _speed(trace: MemoryTrace, est: Estimate, spec: GpuSpec, wl: Workload, modes
                    roofline_step_s=est.roofline.time_s if est.roofline else None, selective=selective,
                    network_gbps=network_gbps, micro_steps=modes.grad_accum, sync_every=sync_every)
 
-
-def _with_fsdp_kernels(costs, split, grad_bytes: int, grad_itemsize: int, micro_steps: int, units: int):
-    """`costs` plus the kernels FSDP runs around its collectives in each of `micro_steps` micro-batches
-    (plan/speed/fsdp1.py for FSDP1's flat parameters, fsdp2.py for fully_shard), for a model whose gradients are
-    `grad_bytes` (elements of `grad_itemsize`): every micro-batch reduces under --accum-sync every (the sharded
-    gradients accumulate from the second on), else only the last (no_sync)."""
-    elements = grad_bytes / grad_itemsize
-    out = costs.scaled(1.0)
-    micro_steps = max(1, micro_steps)
-    every = split.sync_every_micro_step or micro_steps == 1
-    kinds = ([(True, False)] + [(True, True)] * (micro_steps - 1) if every else
-             [(False, False)] * (micro_steps - 1) + [(True, False)])
-    for reduce, accumulate in kinds:
-        if split.flat_params:
-            moved = fsdp1.kernel_bytes(elements, split.shards, grad_itemsize, split.param_dtype, split.reduce_dtype,
-                                       reduce=reduce, accumulate=accumulate)
-            per_unit = fsdp1.kernels_per_unit(split.param_dtype, split.reduce_dtype, split.shards, reduce=reduce,
-                                              accumulate=accumulate)
-        else:
-            mixed = {"param_dtype": split.param_dtype, "reduce_dtype": split.reduce_dtype} if split.param_dtype else {}
-            shape = {"reshard_after_forward": split.strategy != "fsdp-grad-op", "reduce": reduce,
-                     "accumulate": accumulate, **mixed}
-            shard_itemsize = 4 if split.param_dtype else grad_itemsize
-            moved = {(phase, "vectorized"): nbytes for phase, nbytes in fsdp2.kernel_bytes(
-                elements, split.shards, grad_itemsize, shard_itemsize, **shape).items()}
-            per_unit = fsdp2.kernels_per_unit(grad_itemsize=grad_itemsize, shard_itemsize=shard_itemsize, **shape)
-        for key, nbytes in moved.items():
-            out.memory_bytes[key if key[1] != "vectorized" else key[0]] += nbytes
-        for phase, kernels in per_unit.items():
-            out.kernels[phase] += kernels * units
-    return out
 
 
 # -- GPU truth records (docs/contracts.md contract; read by gpuwise/truth.py): the estimate recomputed on the CPU

@@ -51,6 +51,7 @@ from .memory.split import Split, comm_bytes_per_step, make_split
 from .scaled import Evaluator, Point, idle_cpus
 from .speed.attention import as_gpu_runs
 from .speed.cost import TrainingCost, training_cost
+from .speed.fsdp_kernels import FSDP_KERNELS, with_fsdp_kernels
 from .speed.model import predict
 from .tracing.modes import TrainingModes
 
@@ -130,6 +131,9 @@ def _step_time_s(point: Point, v: Variant, spec: GpuSpec, samples: int, nproc: i
     rl = roofline(point.flops_per_step, traffic_bytes(point.by_category), samples, spec, v.config.precision)
     if point.op_costs is not None and spec.bandwidth_bytes_per_s > 0:
         costs, _ = as_gpu_runs(point.op_costs, gpu_capability(spec))  # flash calls the GPU runs as cuDNN
+        if v.split.strategy in FSDP_KERNELS and v.split.nproc > 1:  # as estimate prices them (its estimate_cmd)
+            costs = with_fsdp_kernels(costs, v.split, point.trainable_bytes,
+                                      2 if v.config.precision.endswith("-pure") else 4, v.modes.grad_accum, blocks + 1)
         shards = v.split.shards if v.split.strategy in ("fsdp", "hsdp") else 1
         params = point.by_category.get("parameters", 0) * shards
         gathered = params // 2 if v.config.precision in ("bf16", "fp16") else params
