@@ -489,3 +489,22 @@ def test_an_option_lists_its_searchs_trials_the_answer_and_its_failing_neighbour
         assert all(b == used[m] and fits == (b <= limit) for m, fits, b in option.trials)
         assert option.trials[0] == ((8, False, used[8]) if whole_first else (1, True, used[1]))
         assert len({m for m, _, _ in option.trials}) == len(option.trials)  # each asked once
+
+
+def test_the_whole_batch_is_asked_when_micro_batch_1_does_not_fit():
+    """Memory is not monotone where accumulation starts: accumulated micro-batches keep the earlier ones'
+    gradients through each later forward, the whole batch never does (Llama-2-7B bf16 + checkpointing on an
+    H200: 144.0 GB at 1 x 8, 138.1 GB at 8 x 1). When micro-batch 1 does not fit, the whole batch is asked."""
+    from gpuwise.plan.catalog import lookup
+    from gpuwise.plan.fit import _best_micro_batch, variants
+
+    v = next(v for v in variants(lookup("h200"), 1, "bf16", None, False) if v.name == "bf16")
+    gb = 10**9
+    used = {1: 144 * gb, 2: 145 * gb, 4: 147 * gb, 8: 138 * gb}
+    option = _best_micro_batch(_Traces(lambda modes, m: used[m], 1), v, lookup("h200"), 8, 143 * gb)
+    assert option.fits and option.micro_batch_size == 8 and option.grad_accum == 1
+    assert option.trials == [(1, False, used[1]), (8, True, used[8])]
+    # and where the whole batch does not fit either, the answer stays micro-batch 1, not fitting
+    used[8] = 150 * gb
+    option = _best_micro_batch(_Traces(lambda modes, m: used[m], 1), v, lookup("h200"), 8, 143 * gb)
+    assert not option.fits and option.micro_batch_size == 1 and option.trials[-1] == (8, False, used[8])

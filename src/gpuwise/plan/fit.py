@@ -438,10 +438,14 @@ def _whole_first(v: Variant, floor: int | None, limit: float) -> bool:
 def _best_micro_batch(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limit: float,
                       whole_first: bool = False, ready: bool = False) -> FitOption:
     """The largest micro-batch (a divisor of `batch`, the rest accumulated) that fits, by the one
-    largest-batch loop (bracket.search) over the divisors in ascending order: micro-batch 1 first (when
-    even that does not fit, nothing larger does: one trace for the variants that cannot fit), then the
+    largest-batch loop (bracket.search) over the divisors in ascending order: micro-batch 1 first, then the
     whole batch, then the divisor the two predict (memory is about linear in the batch), then
-    bisection. With `whole_first` (`_whole_first`: adapters, or a full fine-tune whose state takes at most half
+    bisection. When micro-batch 1 does not fit, no accumulated micro-batch does, but the whole batch still may:
+    memory is not monotone there. Accumulation keeps the gradients of the micro-batches before through each
+    later forward (beside, under autocast, the 16-bit weight copies that forward builds), which one batch
+    without accumulation never holds: Llama-2-7B bf16 + checkpointing on an H200 takes 144.0 GB at 1 x 8, over
+    the card, and 138.1 GB at 8 x 1. So the whole batch is asked too (two traces for the variants that cannot
+    fit). With `whole_first` (`_whole_first`: adapters, or a full fine-tune whose state takes at most half
     the card) the whole batch is asked first: when that fits, micro-batch 1 does too (the
     same premise as above) and is not traced; when it does not, the divisors below it are bisected from
     the middle (micro-batch 1 last); the answer is the same in either order, only the traces run differ. The answer is traced and fits, and the next larger divisor is traced and does not (the
@@ -499,7 +503,7 @@ def _searched(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limit: float
         found = search(trial, n, limit=n, smallest_fail=n)
         return answer(found.largest_ok or 1)
     if not trial(1) or n == 1:
-        return answer(1)
+        return answer(n) if n > 1 and trial(n) else answer(1)  # the whole batch holds no accumulated gradients
     if trial(n):
         return answer(n)
     per_sample = (tried[n].device_used_bytes - tried[1].device_used_bytes) / max(batch - 1, 1)
