@@ -431,7 +431,6 @@ def _speed(trace: MemoryTrace, est: Estimate, spec: GpuSpec, wl: Workload, modes
                    network_gbps=network_gbps, micro_steps=modes.grad_accum, sync_every=sync_every)
 
 
-
 # -- GPU truth records (docs/contracts.md contract; read by gpuwise/truth.py): the estimate recomputed on the CPU
 # vs a real GPU's numbers --
 
