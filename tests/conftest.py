@@ -49,3 +49,17 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 120) -> subpro
     full_env = dict(os.environ, **(env or {}))
     return subprocess.run([sys.executable, "-m", "gpuwise", *args], capture_output=True, text=True,
                           env=full_env, timeout=timeout)
+
+
+@pytest.fixture
+def json_script(tmp_path):
+    """Run a Python script's text in a fresh interpreter (PYTHONPATH=src, a bare PATH: the worker scripts that
+    spawn gloo ranks) and return the JSON of its last stdout line; a failing script fails the test with its stderr."""
+    def run(text: str, name: str = "script.py", timeout: float = 300):
+        path = tmp_path / name
+        path.write_text(text)
+        proc = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=timeout,
+                              env={"PYTHONPATH": "src", "PATH": "/usr/bin:/bin"})
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run

@@ -2,8 +2,6 @@
 ranks, each measured with the CPU profiler (plan/tracing/cpu_truth.py's method)."""
 
 import json
-import subprocess
-import sys
 import textwrap
 
 import torch
@@ -73,13 +71,8 @@ def _model():
                                                      torch.nn.Linear(HIDDEN, WIDTH)) for _ in range(BLOCKS)])
 
 
-def test_fsdp2_per_rank_peak_matches_real_fully_shard(tmp_path):
-    script = tmp_path / "fsdp_ranks.py"
-    script.write_text(WORKER)
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
-                          env={"PYTHONPATH": "src", "PATH": "/usr/bin:/bin"})
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    truth = json.loads(proc.stdout.strip().splitlines()[-1])
+def test_fsdp2_per_rank_peak_matches_real_fully_shard(json_script):
+    truth = json_script(WORKER, "fsdp_ranks.py")
 
     wl = Workload("mlp", _model, lambda b: torch.randn(b, WIDTH), loss_fn=lambda m, x: m(x).pow(2).mean())
     trace = trace_step(wl, BATCH, StepConfig("adamw"), target="cpu")
@@ -237,18 +230,13 @@ FSDP1_WORKER = textwrap.dedent("""
 """) + RUN_TWO_RANKS
 
 
-def test_fsdp1_accumulating_root_flat_gradient_matches_real_fsdp1(tmp_path, capsys):
+def test_fsdp1_accumulating_root_flat_gradient_matches_real_fsdp1(tmp_path, capsys, json_script):
     """FSDP1 (use_orig_params=True, as Lightning Fabric wraps) accumulating under no_sync: the root's flat
     gradient is a cat of its parameters' gradients at the end of backward, added into the accumulated one.
     Measured: 51405940 B on both ranks; without the cat the plan said 47211632 (-8.2 %)."""
     from gpuwise.cli import main
 
-    script = tmp_path / "fsdp1_ranks.py"
-    script.write_text(FSDP1_WORKER)
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
-                          env={"PYTHONPATH": "src", "PATH": "/usr/bin:/bin"})
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    truth = json.loads(proc.stdout.strip().splitlines()[-1])
+    truth = json_script(FSDP1_WORKER, "fsdp1_ranks.py")
     job = tmp_path / "job.py"
     job.write_text(FSDP1_WORKER.split("def worker")[0])  # the same model(), batch(b) and loss(m, x)
     assert main(["estimate", str(job), "-b", "1", "--target", "cpu", "-n", "2", "--strategy", "fsdp1",
@@ -258,7 +246,8 @@ def test_fsdp1_accumulating_root_flat_gradient_matches_real_fsdp1(tmp_path, caps
         assert abs(plan - measured) <= 0.03 * measured, (plan, truth)
 
 
-def test_fsdp1_accumulating_with_a_reduce_scatter_every_micro_batch_matches_real_fsdp1(tmp_path, capsys):
+def test_fsdp1_accumulating_with_a_reduce_scatter_every_micro_batch_matches_real_fsdp1(tmp_path, capsys,
+                                                                                    json_script):
     """Composer's loop under FSDP (it enters no_sync only for a DDP model): every micro-batch's backward
     reduce-scatters, each rank keeps only its gradient shard between micro-batches, the new shard added
     into it. `--accum-sync every` plans that; the default (no_sync) plans unsharded gradients. Measured:
@@ -267,12 +256,8 @@ def test_fsdp1_accumulating_with_a_reduce_scatter_every_micro_batch_matches_real
     41963632, -9.1 %)."""
     from gpuwise.cli import main
 
-    script = tmp_path / "fsdp1_every.py"
-    script.write_text(FSDP1_WORKER.replace("if i < ACCUM - 1:", "if False:  # no no_sync: sync every micro-batch"))
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
-                          env={"PYTHONPATH": "src", "PATH": "/usr/bin:/bin"})
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    truth = json.loads(proc.stdout.strip().splitlines()[-1])
+    every = FSDP1_WORKER.replace("if i < ACCUM - 1:", "if False:  # no no_sync: sync every micro-batch")
+    truth = json_script(every, "fsdp1_every.py")
     job = tmp_path / "job.py"
     job.write_text(FSDP1_WORKER.split("def worker")[0])
 

@@ -1,9 +1,6 @@
 """FSDP2's kernels around its collectives (plan/speed/fsdp2.py): the bytes each copy moves, checked against real
 `fully_shard` on 2 gloo CPU ranks, whose ops a dispatch mode logs with their tensors; no timing."""
 
-import json
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -86,13 +83,8 @@ WORKER = textwrap.dedent(f"""
 """)
 
 
-def test_fsdp2_copies_are_what_real_fully_shard_moves(tmp_path):
-    script = tmp_path / "fsdp2_copies.py"
-    script.write_text(WORKER)
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
-                          env={"PYTHONPATH": "src", "PATH": "/usr/bin:/bin"})
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    real = json.loads(proc.stdout.strip().splitlines()[-1])
+def test_fsdp2_copies_are_what_real_fully_shard_moves(json_script):
+    real = json_script(WORKER, "fsdp2_copies.py")
     # bf16 parameters, fp32 reduce, no kept gradient: forward = copy-in (fp32 shard read, bf16 written) + copy-out
     # (bf16, every element read and written); backward = that again + chunk_cat (bf16 read, fp32 written)
     plain = fsdp2.kernel_bytes(ELEMENTS, 2, 2, 4, "bf16", "fp32")
