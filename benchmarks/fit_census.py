@@ -32,14 +32,10 @@ from pathlib import Path
 
 from gpuwise.plan.catalog import CATALOG
 from gpuwise.plan.curve import DEFAULT_MARGIN_PCT
-from gpuwise.plan.fit import fit_all_gpus
+from gpuwise.plan.fit import batch_divisors, fit_all_gpus
 from gpuwise.plan.fit_options import variants
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 def census(workload: str, batch: int, margin_pct: float) -> dict:
@@ -63,7 +59,7 @@ def census(workload: str, batch: int, margin_pct: float) -> dict:
                                   "answer": o.micro_batch_size, "fits": o.fits}
             s["traced"] |= {m for m, _, _ in o.trials}
             need = {o.micro_batch_size}
-            larger = [d for d in _divisors(batch) if d > o.micro_batch_size]
+            larger = sorted(d for d in batch_divisors(batch) if d > o.micro_batch_size)
             s["rule"] |= need | ({larger[0]} if o.fits and larger else set())
             s["synth"] |= need
             if o.fits and larger:

@@ -415,9 +415,8 @@ def _speed(trace: MemoryTrace, est: Estimate, spec: GpuSpec, wl: Workload, modes
     grad_bytes = reduce_factor * sum(e.nbytes for e in steady if e.action == "alloc" and e.category == "gradients")
     cfg = getattr(wl, "hf_config", None)
     blocks = int(getattr(cfg, "num_hidden_layers", 0) or getattr(cfg, "n_layer", 0) or 1)
-    if fsdp is not None:  # FSDP's units: the blocks and the root
-        costs = with_fsdp_kernels(costs, fsdp, grad_bytes // reduce_factor, 2 if precision.endswith("-pure") else 4,
-                                  modes.grad_accum, blocks + 1)
+    if fsdp is not None:
+        costs = with_fsdp_kernels(costs, fsdp, grad_bytes // reduce_factor, precision, modes.grad_accum, blocks)
     params = (est.by_category if nproc == 1 else live_peak(trace, round_to=512).by_category).get("parameters", 0)
     gathered = params // 2 if precision in ("bf16", "fp16") else params  # FSDP2 gathers in param_dtype
     seq_len = getattr(wl, "seq_len", None)

@@ -132,8 +132,8 @@ def _step_time_s(point: Point, v: Variant, spec: GpuSpec, samples: int, nproc: i
     if point.op_costs is not None and spec.bandwidth_bytes_per_s > 0:
         costs, _ = as_gpu_runs(point.op_costs, gpu_capability(spec))  # flash calls the GPU runs as cuDNN
         if v.split.strategy in FSDP_KERNELS and v.split.nproc > 1:  # as estimate prices them (its estimate_cmd)
-            costs = with_fsdp_kernels(costs, v.split, point.trainable_bytes,
-                                      2 if v.config.precision.endswith("-pure") else 4, v.modes.grad_accum, blocks + 1)
+            costs = with_fsdp_kernels(costs, v.split, point.trainable_bytes, v.config.precision, v.modes.grad_accum,
+                                      blocks)
         shards = v.split.shards if v.split.strategy in ("fsdp", "hsdp") else 1
         params = point.by_category.get("parameters", 0) * shards
         gathered = params // 2 if v.config.precision in ("bf16", "fp16") else params
@@ -162,7 +162,8 @@ def point_micro(point: Point, samples: int) -> int:
     return getattr(point, "micro_batch", samples)
 
 
-def _divisors(n: int) -> list[int]:
+def batch_divisors(n: int) -> list[int]:
+    """The divisors of `n`, largest first (the micro-batches a batch of `n` can be split into)."""
     return sorted({d for d in range(1, n + 1) if n % d == 0}, reverse=True)
 
 
@@ -458,7 +459,7 @@ def _best_micro_batch(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limi
     # the answer of a step the rebuild does not cover: traced whole, as its estimate_cmd traces it (the
     # extrapolation only led the search); the next smaller divisor where that does not fit
     trials = best.trials
-    for m in sorted((d for d in _divisors(batch) if d <= best.micro_batch_size), reverse=True):
+    for m in sorted((d for d in batch_divisors(batch) if d <= best.micro_batch_size), reverse=True):
         exact = _option(ev, v, spec, m, batch // m, limit, whole=True, ready=ready)
         trials = trials + [(m, exact.fits, exact.device_used_bytes)]
         if exact.fits or m == 1:
@@ -474,7 +475,7 @@ def _ask(v: Variant, micro: int, accum: int) -> tuple[int, StepConfig, TrainingM
 
 def _searched(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limit: float,
               whole_first: bool = False, ready: bool = False) -> FitOption:
-    divisors = sorted(_divisors(batch))        # index k (1-based) -> the k-th smallest divisor
+    divisors = sorted(batch_divisors(batch))        # index k (1-based) -> the k-th smallest divisor
     tried: dict[int, FitOption] = {}
     asked: list[int] = []                      # the trials in the order they were asked
 

@@ -12,12 +12,15 @@ from .ops import OpCosts
 FSDP_KERNELS = ("fsdp", "fsdp-grad-op", "hsdp")
 
 
-def with_fsdp_kernels(costs: OpCosts, split: Split, grad_bytes: int, grad_itemsize: int, micro_steps: int,
-                      units: int) -> OpCosts:
+def with_fsdp_kernels(costs: OpCosts, split: Split, grad_bytes: int, precision: str, micro_steps: int,
+                      blocks: int) -> OpCosts:
     """`costs` plus the kernels FSDP runs around its collectives in each of `micro_steps` micro-batches
-    (plan/speed/fsdp1.py for FSDP1's flat parameters, fsdp2.py for fully_shard), for a model whose gradients are
-    `grad_bytes` (elements of `grad_itemsize`): every micro-batch reduces under --accum-sync every (the sharded
+    (plan/speed/fsdp1.py for FSDP1's flat parameters, fsdp2.py for fully_shard), for a model of `blocks`
+    transformer blocks (its units: the blocks and the root) whose traced gradients are `grad_bytes`, 16-bit
+    under a `-pure` precision, else fp32: every micro-batch reduces under --accum-sync every (the sharded
     gradients accumulate from the second on), else only the last (no_sync)."""
+    grad_itemsize = 2 if precision.endswith("-pure") else 4
+    units = blocks + 1
     elements = grad_bytes / grad_itemsize
     out = costs.scaled(1.0)
     micro_steps = max(1, micro_steps)
