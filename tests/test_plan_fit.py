@@ -302,7 +302,8 @@ def test_traces_run_side_by_side_give_the_same_answers(tmp_path, monkeypatch):
     asks = [(m, config, TrainingModes(lora_rank=8, grad_accum=4 // m), Split()) for m in (1, 2, 4)]
     forked, here = Evaluator(source, "ada"), Evaluator(source, "ada")
     forked.prefetch(asks, workers=2)
-    assert forked.traces_run == 6
+    # micro-batches 1 and 2 are one step (two micro-steps traced): its 4-block check runs at one of them only
+    assert forked.traces_run == 5
     for m, c, modes, _ in asks:
         assert canonical(forked.rebuilt(None, m, c, modes)) == canonical(here.rebuilt(None, m, c, modes))
     assert forked.traces_run == here.traces_run

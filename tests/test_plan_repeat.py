@@ -208,3 +208,52 @@ def test_the_libraries_a_trace_runs_are_quiet_and_the_users_code_is_not(caplog):
     assert [str(w.message) for w in shown] == ["mine"]
     assert [r.getMessage() for r in caplog.records] == ["the user's notice"]
     assert logging.getLogger("bitsandbytes").level == logging.NOTSET  # restored
+
+
+@pytest.mark.parametrize("source,config,modes", [
+    # published widths of three families; LoRA under accumulation, full fine-tunes with and without checkpointing
+    ("examples/configs/llama-2-7b.json", StepConfig("adamw", "bf16", False), TrainingModes(lora_rank=16, grad_accum=2)),
+    ("benchmarks/published/configs/gemma-2b.json", StepConfig("adamw", "bf16", True), TrainingModes()),
+    ("benchmarks/published/configs/phi-1_5.json", StepConfig("sgd", "fp32", False), TrainingModes(grad_accum=2)),
+])
+def test_another_micro_batch_rebuilt_from_its_3_block_trace_and_the_checks_residual_equals_its_checked_rebuild(
+        source, config, modes):
+    """fit asks a step at several micro-batches; only the first runs the 4-block check. The others, rebuilt from
+    their 3-block trace and the check's residual, get what estimate's checked rebuild gets: events, FLOPs and
+    every op cost the speed model prices."""
+    wl = hf_workload(source, 128)
+    first = trace_workload(wl, 1, config, "cuda", repeat=True, modes=modes)
+    assert first.block_residual is not None and first.block_residual.micro_batch == 1
+    reused = trace_workload(wl, 2, config, "cuda", repeat=True, modes=modes, residual=first.block_residual)
+    assert any(n.startswith("repeated blocks: traced with 3 of") for n in reused.notes), reused.notes
+    checked = trace_workload(wl, 2, config, "cuda", repeat=True, modes=modes)
+    assert any(n.startswith("repeated blocks: traced with 3 and 4 of") for n in checked.notes), checked.notes
+    assert canonical(reused) == canonical(checked)
+    assert reused.flops_per_step == checked.flops_per_step
+    for part in reused.op_costs.PARTS:
+        nonzero = [{k: v for k, v in getattr(t.op_costs, part).items() if v} for t in (reused, checked)]
+        assert nonzero[0] == nonzero[1], part
+
+
+def test_a_residual_with_batch_sized_costs_outside_the_optimizer_is_not_reused():
+    """What one more block adds beyond its middle block's tagged ops is reused at another micro-batch only where
+    it is the optimizer's and zero_grad's (or counts of dispatches and launches): bytes a forward or backward op
+    outside the tags moves may change with the batch."""
+    from types import SimpleNamespace
+
+    from gpuwise.plan.speed.ops import OpCosts
+
+    def trace(**parts):
+        costs, middle = OpCosts(), OpCosts()
+        for part, values in parts.items():
+            getattr(costs, part).update(values)
+        return SimpleNamespace(op_costs=costs, middle_costs=middle, flops_per_step=0, middle_flops=0)
+
+    three = trace()
+    optimizer_only = trace(memory_bytes={("optimizer", "foreach"): 4096}, kernels={"optimizer": 1},
+                           host_ops={"backward": 14})
+    assert repeat.block_residual(three, optimizer_only, 1) is not None
+    backward_bytes = trace(memory_bytes={"backward": 4096})
+    assert repeat.block_residual(three, backward_bytes, 1) is None
+    forward_gemm = trace(gemms={("forward", 1, 128, 128, 128, 2, True): 1})
+    assert repeat.block_residual(three, forward_gemm, 1) is None

@@ -12,7 +12,8 @@ traces it whole, and so does fit for the answer of a variant that fits: `evaluat
 `Evaluator` caches traces by (blocks, micro-batch, step config, traced modes, the GPU's attention kernel
 class: GPUs whose capabilities pick the same SDPA kernels share traces): sharding
 and offload are transforms of a trace (plan/memory/sharding.py, plan/tracing/modes.py) and cost no new
-trace; accumulation over N micro-steps traces min(N, 2) of them whatever N is.
+trace; accumulation over N micro-steps traces min(N, 2) of them whatever N is. A step asked at several
+micro-batches runs its 4-block check at the first only (plan/tracing/repeat.py `BlockResidual`).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from .memory.sharding import rank_trace, trainable_bytes
 from .memory.split import Split
 from .tracer import NotRebuilt, quiet_libraries, trace_blocks, trace_workload
 from .tracing.modes import TrainingModes, offload_optimizer_state
-from .tracing.repeat import CHECKED, MIN_LAYERS, TRACED, blocks_alike
+from .tracing.repeat import CHECKED, MIN_LAYERS, TRACED, BlockResidual, blocks_alike
 from .tracing.setup import before_forks
 
 
@@ -139,6 +140,9 @@ class Evaluator:
         self._peaks: dict[int, tuple[MemoryTrace, Peak]] = {}  # id(trace) -> (trace, its live_peak)
         self.traces_run = 0
         self._param_count: int | None = None
+        # a step (its key less the micro-batch) -> the BlockResidual of its 4-block check at one micro-batch: its
+        # other micro-batches trace 3 blocks only (plan/tracing/repeat.py)
+        self._checked: dict[tuple, BlockResidual] = {}
 
     @contextlib.contextmanager
     def on_gpu(self, arch: str, capability: tuple[int, int] | None):
@@ -190,10 +194,17 @@ class Evaluator:
         small, calls = forked or ({}, {})
         with using_target(AttentionTarget(capability)) as target:
             trace = trace_workload(self.wl, micro_batch, config, "cuda", repeat, modes=traced, layers=layers,
-                                   whole=False, small=small)
+                                   whole=False, small=small, residual=self._checked.get(_step(key)))
+        self._remember(key, trace)
         # what `_shared` re-decides for another GPU: every attention call, in the order the traces ran
         trace.attention = (capability, sum((calls[n] for n in sorted(calls)), ()) + tuple(target.calls))
         return trace
+
+    def _remember(self, key: tuple, trace: MemoryTrace) -> None:
+        """A rebuilt step's residual, for its other micro-batches (the first micro-batch checked keeps it)."""
+        residual = getattr(trace, "block_residual", None)
+        if residual is not None:
+            self._checked.setdefault(_step(key), residual)
 
     def _blocks(self, key: tuple, blocks: int, config: StepConfig) -> tuple[MemoryTrace, tuple]:
         """One of the two small traces `key`'s rebuild needs (`blocks` blocks), as `_run` would trace it, and
@@ -239,7 +250,7 @@ class Evaluator:
         if key not in self._traces:
             try:
                 self._traces[key] = self._run(key, config, forked)
-                self.traces_run += 2 if _was_rebuilt(self._traces[key]) else 1
+                self.traces_run += _traces_in(self._traces[key])
             except NotRebuilt as exc:
                 self._traces[key] = exc
                 self.traces_run += len(exc.traces)
@@ -254,7 +265,7 @@ class Evaluator:
         capability and architecture of the GPU asking (by default this evaluator's). A deep model config's step
         that would leave a CPU idle is two tasks, its 4- and 3-block traces, rebuilt here once the forks are
         done (never while a fork may start: a fork of a process busy in another thread can inherit a held lock
-        and hang). With one idle CPU (or one trace to run) nothing runs here: `evaluate` traces as it asks."""
+        and hang); a step asked at several micro-batches is checked (its 4-block trace) at one of them only. With one idle CPU (or one trace to run) nothing runs here: `evaluate` traces as it asks."""
         import multiprocessing
 
         todo: dict[tuple, tuple] = {}
@@ -275,8 +286,15 @@ class Evaluator:
         # a model config's blocks are compared first (every trace of it asks, shared by the forks)
         alike = self.layers is not None and self.layers >= MIN_LAYERS and \
             blocks_alike(self.wl.hf_config, self.wl.task, self.layers) is None
-        pairs = {k for k in todo if alike and todo[k][0] is None and k[4]}  # rebuilt steps of the whole depth
-        tasks = [(key, blocks, todo[key][2], todo[key][4], asked[key]) for key, blocks in fork_tasks(list(todo), pairs, cpus)]
+        # rebuilt steps of the whole depth, not yet checked at another micro-batch (else one 3-block trace); a step
+        # asked at several micro-batches is checked at the first, the others (`riders`) trace 3 blocks each and are
+        # rebuilt here after it, with its residual
+        pairs = {k for k in todo if alike and todo[k][0] is None and k[4] and _step(k) not in self._checked}
+        first: dict[tuple, tuple] = {}
+        riders = [k for k in todo if k in pairs and first.setdefault(_step(k), k) != k]
+        keys = [k for k in todo if k not in riders]
+        tasks = [(key, blocks, todo[key][2], todo[key][4], asked[key])
+                 for key, blocks in fork_tasks(keys, pairs - set(riders), cpus) + [(k, TRACED) for k in riders]]
         n = min(cpus, len(tasks))
         if n < 2 or "fork" not in multiprocessing.get_all_start_methods():
             return
@@ -298,8 +316,9 @@ class Evaluator:
             elif trace is not None:
                 small, calls = forked.setdefault(key, ({}, {}))
                 small[blocks], calls[blocks] = trace, extra
-        for key, (small, calls) in forked.items():
-            if len(small) == 2:  # else one raised in its fork: `evaluate` traces both here, and raises
+        for key, (small, calls) in sorted(forked.items(), key=lambda kv: kv[0] in riders):  # riders after checks
+            if len(small) == 2 or key in riders and TRACED in small:  # else one raised in its fork: `evaluate`
+                # traces both here, and raises
                 stage, micro_batch, config, modes, capability = todo[key]
                 with self.on_gpu(self.arch, capability):
                     self.rebuilt(stage, micro_batch, config, modes, (small, calls))
@@ -308,7 +327,8 @@ class Evaluator:
         """A forked whole task's result in the cache, with the replays its fork ran (`_replays_of`)."""
         if trace is not None:
             self._traces[key] = trace
-            self.traces_run += 2 if _was_rebuilt(trace) else 1
+            self.traces_run += _traces_in(trace)
+            self._remember(key, trace)
             points, peak = replayed
             for rest, point, arch in points:  # keyed by the trace as it is here (`_point`)
                 self._points[(id(trace), *rest)] = (trace, point, arch)
@@ -518,5 +538,14 @@ def _traced_in_worker(item: tuple[tuple, int | None, StepConfig, Any, list]) -> 
         return key, blocks, None, None, None
 
 
-def _was_rebuilt(trace: MemoryTrace) -> bool:
-    return any(n.startswith("repeated blocks: traced with") for n in trace.notes)
+def _traces_in(trace: MemoryTrace) -> int:
+    """The traces a step took: its 3- and 4-block ones, its 3-block one (checked at another micro-batch), or itself."""
+    for note in trace.notes:
+        if note.startswith("repeated blocks: traced with"):
+            return 2 if note.startswith(f"repeated blocks: traced with {TRACED} and") else 1
+    return 1
+
+
+def _step(key: tuple) -> tuple:
+    """An `Evaluator` key less its micro-batch: the step."""
+    return key[:1] + key[2:]

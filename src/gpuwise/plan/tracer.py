@@ -12,7 +12,9 @@ search ask here; nothing else in plan/ imports the tracer's insides. What it doe
   each (plan/tracing/repeat.py); the notes say when it was traced whole instead, and why. With
   `whole=False` a deep model config that cannot be rebuilt is not traced whole: `NotRebuilt` says why and
   carries the 3- and 4-block traces already run (fit extrapolates from them, and says so). A caller may
-  run the two small traces elsewhere (`trace_blocks`, side by side) and hand them in (`small=`);
+  run the two small traces elsewhere (`trace_blocks`, side by side) and hand them in (`small=`), and a
+  caller that rebuilt the same step at another micro-batch hands in its `block_residual` (`residual=`):
+  only the 3-block trace runs;
 - the step is traced on fake tensors (plan/tracing/trace.py), with a fallback where that cannot run.
 """
 
@@ -30,7 +32,7 @@ from ..step import StepConfig
 from ..workload import Workload, load_workload
 from .memory.events import MemoryTrace
 from .tracing.modes import TrainingModes, apply_modes, offload_optimizer_state
-from .tracing.repeat import repeated_trace, small_trace
+from .tracing.repeat import BlockResidual, repeated_trace, small_trace
 
 Progress = Callable[[str], None]  # told each stage as it starts
 
@@ -48,16 +50,19 @@ class NotRebuilt(Exception):
 def trace_workload(workload: Workload | str, batch_size: int, config: StepConfig, target: str, repeat: bool = False,
                    progress: Progress | None = None, *, modes: TrainingModes | None = None,
                    layers: int | None = None, whole: bool = True,
-                   small: dict[int, MemoryTrace] | None = None) -> MemoryTrace:
+                   small: dict[int, MemoryTrace] | None = None,
+                   residual: BlockResidual | None = None) -> MemoryTrace:
     """The step's events (see the module's docstring). `small`: with `repeat`, the 3- and 4-block traces
-    already run (`trace_blocks`', e.g. side by side in forks), by block count; the rebuild uses them."""
+    already run (`trace_blocks`', e.g. side by side in forks), by block count; the rebuild uses them.
+    `residual`: with `repeat`, the same step's `block_residual` from another micro-batch's rebuild (its 4-block
+    check): this one's 4-block trace is not run."""
     wl = load_workload(workload)
     if layers is not None:
         wl = hf_workload(wl.source, wl.seq_len, wl.task, num_layers=layers)
     offload = modes is not None and modes.offload_optimizer
     wl, shaped = _with_modes(wl, modes, config)
     with quiet_libraries():
-        trace = _traced(wl, batch_size, config, target, repeat, progress, shaped, whole, small)
+        trace = _traced(wl, batch_size, config, target, repeat, progress, shaped, whole, small, residual)
     if not offload:
         return trace
     off = offload_optimizer_state(trace)
@@ -113,13 +118,14 @@ def quiet_libraries():
 
 def _traced(wl: Workload, batch_size: int, config: StepConfig, target: str, repeat: bool,
             progress: Progress | None, shaped: Callable[[Workload], Workload] | None = None,
-            whole: bool = True, small: dict[int, MemoryTrace] | None = None) -> MemoryTrace:
+            whole: bool = True, small: dict[int, MemoryTrace] | None = None,
+            residual: BlockResidual | None = None) -> MemoryTrace:
     from .tracing.trace import trace_step  # deferred: trace.py imports torch, `import gpuwise.plan` must not
 
     why = ""
     if repeat:
         small = dict(small or {})
-        rebuilt, why = repeated_trace(wl, batch_size, config, target, progress, shaped, small)
+        rebuilt, why = repeated_trace(wl, batch_size, config, target, progress, shaped, small, residual)
         if rebuilt is not None:
             return rebuilt
         if why and not whole:

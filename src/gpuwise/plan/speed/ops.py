@@ -154,6 +154,18 @@ class OpCosts:
             del out.attention[key]
         return out
 
+    def added(self, other: OpCosts, sign: int = 1) -> OpCosts:
+        """self + sign x other, key by key (exact: nothing clamped; a key of either is kept, also at 0)."""
+        out = OpCosts()
+        for part in self.PARTS:
+            a, b = getattr(self, part), getattr(other, part)
+            getattr(out, part).update({k: a.get(k, 0) + sign * b.get(k, 0) for k in set(a) | set(b)})
+        return out
+
+    def phases(self, parts: tuple[str, ...] = PARTS) -> set[str]:
+        """The phases with a nonzero count in `parts`."""
+        return {_phase(k) for part in parts for k, v in getattr(self, part).items() if v}
+
     def scaled(self, factor: float, phases: tuple[str, ...] = ("forward", "backward")) -> OpCosts:
         """Counts of `phases` times `factor` (gradient accumulation: N micro-steps per optimizer step)."""
         out = OpCosts()

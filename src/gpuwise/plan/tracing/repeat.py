@@ -18,20 +18,57 @@ whole, and the estimate says why. tests/test_plan_repeat.py compares rebuilt and
 decoders (byte-exact peaks) and checks that blocks which differ are traced whole.
 
 FLOPs are per-op sums: L blocks' FLOPs are the 3-layer trace's plus (L - 3) times the difference
-between the 4- and 3-layer traces.
+between the 4- and 3-layer traces; the op costs (the speed model's input) the same way.
+
+Another micro-batch of a step already checked needs only its 3-layer trace (`fit` asks a step at several):
+the 4-layer check is of the blocks' structure, which the batch does not change, and one more block's costs
+are the 3-layer trace's middle block's (its ops tagged while tracing) plus what the check measured beyond
+them (`BlockResidual`: the optimizer's loops over one more block's parameters, which no batch changes; where
+the forward or backward adds bytes or FLOPs outside the middle block's tags, there is no residual to reuse and
+every micro-batch is checked). tests/test_plan_repeat.py checks that such a rebuild equals the checked one.
 """
 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 from ...hf import TASKS, hf_workload, num_layers_of
 from ...step import StepConfig
 from ..memory.events import MemEvent, MemoryTrace, event_rows, events_from_rows
+from ..speed.ops import OpCosts
 
 TRACED = 3        # blocks in the trace the events are rebuilt from: first, middle, last
 CHECKED = 4       # blocks in the trace the rebuild is checked against
 MIN_LAYERS = 6    # below this, tracing the model whole costs about as much as the 3- and 4-block traces
+
+
+BATCH_FREE_PHASES = {"optimizer", "zero_grad"}  # phases whose ops no micro-batch changes
+COUNTS = ("kernels", "host_ops")  # OpCosts parts that count launches and dispatches: the code's, not the batch's
+
+
+@dataclass(frozen=True)
+class BlockResidual:
+    """What one more block adds to a step besides its middle block's tagged ops, where a 4-block check ran
+    (at `micro_batch`): the 4-block trace's op costs and FLOPs less the 3-block trace's and its middle block's."""
+
+    costs: OpCosts
+    flops: int
+    micro_batch: int
+
+
+def block_residual(three: MemoryTrace, four: MemoryTrace, micro_batch: int) -> BlockResidual | None:
+    """The residual of a checked rebuild, or None where it holds sizes of other phases than the optimizer's and
+    zero_grad's (a forward or backward op outside the middle block's tags could change with the batch; how many
+    ops it dispatches and kernels it launches do not: autograd's accumulation of a block's gradient runs in no
+    block's module)."""
+    middle = getattr(three, "middle_costs", None)
+    if middle is None or three.op_costs is None or four.op_costs is None:
+        return None
+    costs = four.op_costs.added(three.op_costs, -1).added(middle, -1)
+    if costs.phases(tuple(p for p in OpCosts.PARTS if p not in COUNTS)) - BATCH_FREE_PHASES:
+        return None
+    return BlockResidual(costs, four.flops_per_step - three.flops_per_step - three.middle_flops, micro_batch)
 
 
 class NotRepeating(Exception):
@@ -292,12 +329,15 @@ def small_trace(wl, blocks: int, batch_size: int, config: StepConfig, target: st
 
 
 def repeated_trace(wl, batch_size: int, config: StepConfig, target: str,
-                   progress=None, shaped=None, traced: dict | None = None) -> tuple[MemoryTrace | None, str]:
+                   progress=None, shaped=None, traced: dict | None = None,
+                   residual: BlockResidual | None = None) -> tuple[MemoryTrace | None, str]:
     """The step of `wl` (a model config with L blocks) rebuilt from 3- and 4-block traces, or (None, why).
     `shaped`: what makes the small models' workloads into the traced one (the training modes: LoRA,
     QLoRA, accumulation are applied to each small model as to the full one). `traced`, when given, gets
     the small traces run, by block count (a caller that cannot trace whole extrapolates from them); the
-    ones it holds already (`small_trace`'s, run elsewhere, e.g. side by side in forks) are not traced again."""
+    ones it holds already (`small_trace`'s, run elsewhere, e.g. side by side in forks) are not traced again.
+    `residual`: the same step's `BlockResidual` from a check at another micro-batch; the 4-block trace is then
+    not run (unless `traced` holds it). The rebuilt trace carries its `block_residual` (None: not reusable)."""
     cfg = getattr(wl, "hf_config", None)
     layers = num_layers_of(cfg) if cfg is not None else None
     if layers is None or layers < MIN_LAYERS:
@@ -311,6 +351,8 @@ def repeated_trace(wl, batch_size: int, config: StepConfig, target: str,
     for n in (TRACED, CHECKED):
         if n in traces:
             continue
+        if n == CHECKED and residual is not None and getattr(traces[TRACED], "middle_costs", None) is not None:
+            break  # checked at another micro-batch
         if progress is not None:
             progress(f"tracing {n} of {layers} blocks at batch {batch_size}")
         try:
@@ -318,21 +360,34 @@ def repeated_trace(wl, batch_size: int, config: StepConfig, target: str,
         except Exception as exc:  # noqa: BLE001 - whatever the fake trace cannot do, the whole trace handles
             traces.clear()
             return None, f"the {n}-block trace failed ({type(exc).__name__})"
+    three = traces[TRACED]
     try:
-        rows, steady = _rebuilt_rows(traces[TRACED], CHECKED)
-        if _canonical_rows(rows, steady) != canonical(traces[CHECKED]):
-            return None, f"the {CHECKED}-block trace differs from its rebuild from {TRACED} blocks"
+        if CHECKED in traces:
+            rows, steady = _rebuilt_rows(three, CHECKED)
+            if _canonical_rows(rows, steady) != canonical(traces[CHECKED]):
+                return None, f"the {CHECKED}-block trace differs from its rebuild from {TRACED} blocks"
         if progress is not None:
             progress(f"rebuilding {layers} blocks")
-        full = rebuild(traces[TRACED], layers)
+        full = rebuild(three, layers)
     except NotRepeating as exc:
         return None, str(exc)
-    f3, f4 = traces[TRACED].flops_per_step, traces[CHECKED].flops_per_step
+    if CHECKED in traces:
+        four = traces[CHECKED]
+        f4, c4 = four.flops_per_step, four.op_costs
+        full.block_residual = block_residual(three, four, batch_size)
+        full.notes.append(f"repeated blocks: traced with {TRACED} and {CHECKED} of {layers} blocks; the events of "
+                          f"blocks 1..{layers - 2} are the middle block's (exact: the {CHECKED}-block trace matched "
+                          "its rebuild event for event)")
+    else:  # one more block: the middle block's ops and the residual the check at another micro-batch measured
+        f4 = three.flops_per_step + three.middle_flops + residual.flops
+        c4 = None if three.op_costs is None else three.op_costs.added(three.middle_costs).added(residual.costs)
+        full.block_residual = residual
+        full.notes.append(f"repeated blocks: traced with {TRACED} of {layers} blocks; the events of blocks "
+                          f"1..{layers - 2} are the middle block's (exact: the same step's {CHECKED}-block trace "
+                          f"matched its rebuild at micro-batch {residual.micro_batch})")
+    f3 = three.flops_per_step
     full.flops_per_step = f3 + (layers - TRACED) * (f4 - f3)
-    c3, c4 = traces[TRACED].op_costs, traces[CHECKED].op_costs
+    c3 = three.op_costs
     if c3 is not None and c4 is not None:
         full.op_costs = c3.combine(c4, layers - TRACED)
-    full.notes.append(f"repeated blocks: traced with {TRACED} and {CHECKED} of {layers} blocks; the events of "
-                      f"blocks 1..{layers - 2} are the middle block's (exact: the {CHECKED}-block trace matched "
-                      "its rebuild event for event)")
     return full, ""

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 from ...step import tensors_in
 
+MIDDLE = 1  # the traced blocks are first, middle, last (plan/tracing/repeat.py): the middle one is any inner block
+
 
 @dataclass
 class EventLayers:
@@ -87,6 +89,12 @@ class LayerTags:
                 inputs.append([layer(t) for t in a])
         self._inputs = inputs
         self.output_index = None
+
+    def op_layer(self, module: str) -> int | None:
+        """The layer of the op running now (between `set_inputs` and `op_done`): the running block's; outside
+        the blocks, its inputs' (as `on_alloc` tags what it allocates)."""
+        here = self.layer_of(module)
+        return here if here is not None else self._provenance()
 
     def op_done(self) -> None:
         self._inputs = []

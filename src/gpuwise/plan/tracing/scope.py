@@ -44,18 +44,21 @@ class ModuleScope:
     def backward_starts(self) -> None:
         self._backward = ""
 
-    def current(self) -> str:
-        """Dotted name of the running module ("" outside modules)."""
+    def current(self, remember: bool = True) -> str:
+        """Dotted name of the running module ("" outside modules). In backward, a node without a module says the
+        last one seen; `remember=False` asks without making this node's module the one seen (a look that must
+        not change what the tracer's own later looks say)."""
         import torch
 
         if self.stack:
             return self.stack[-1]
         if torch._C._current_graph_task_id() != -1:
             node = torch._C._current_autograd_node()
-            if node is not None:
-                name = node.metadata.get(KEY)
-                if name is not None:
-                    self._backward = name
+            name = None if node is None else node.metadata.get(KEY)
+            if name is not None and not remember:
+                return name
+            if name is not None:
+                self._backward = name
             return self._backward
         return ""
 

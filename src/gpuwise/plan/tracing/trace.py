@@ -33,7 +33,7 @@ from .cudnn_rnn import rnn_as_gpu_runs_it
 from .fallback import trace_with_fallback
 from .kernels import FRESH_ZEROS_OPS, INPLACE_WITHOUT_MODE, output_bytes, promotion_copies_bytes, workspace
 from .probe import probe, probed
-from .repeat_tags import LayerTags
+from .repeat_tags import MIDDLE, LayerTags
 from .scope import ModuleScope
 from .sdpa import (
     active_target,
@@ -113,6 +113,10 @@ class _TraceMode(_dispatch_mode_base()):
         self.sums = InputBufferSums()  # the engine's in-place gradient sums (plan/tracing/accumulation.py)
         self._paused = False
         self.layers = None  # plan/tracing/repeat.py's LayerTags: which repeated block each event belongs to
+        # with `layers`: the steady step's ops of block 1 alone (its costs and FLOPs), for a rebuild that reuses
+        # another micro-batch's 4-block check (plan/tracing/repeat.py BlockResidual)
+        self.middle: OpCosts | None = None
+        self.middle_flops = 0
 
     @contextlib.contextmanager
     def paused(self):
@@ -124,12 +128,13 @@ class _TraceMode(_dispatch_mode_base()):
             self._paused = False
 
     # --- storages -------------------------------------------------------------------------------
-    def module(self) -> str:
+    def module(self, remember: bool = True) -> str:
         """The module running now; outside every module while autograd accumulates a gradient into a leaf
-        (AccumulateGrad runs after the module's backward, whose scope would otherwise linger)."""
-        if self.phase == "backward" and _accumulating_grad():
+        (AccumulateGrad runs after the module's backward, whose scope would otherwise linger). `remember=False`:
+        a look that leaves no trace on later looks (the op costs' tags; the events' modules stay as they were)."""
+        if self.phase == "backward" and _accumulating_grad(remember):
             return ""
-        return self.tracker.current()
+        return self.tracker.current(remember)
 
     def alloc(self, nbytes: int, op: str, storage=None) -> int:
         block = len(self.rec.blocks)
@@ -199,6 +204,8 @@ class _TraceMode(_dispatch_mode_base()):
                 self.sums.pending = None  # as `sums.candidate` does for every op
             if self.count_flops:
                 self.costs.record("prim.device", self.phase, args, kwargs, out, 0, func)
+                if self.middle is not None and self.layers.layer_of(self.module(remember=False)) == MIDDLE:
+                    self.middle.record("prim.device", self.phase, args, kwargs, out, 0, func)
             return out
         if func is torch.ops.aten._local_scalar_dense.default and self.item_default is not None:
             try:  # constants (e.g. an optimizer's step count) still have values under fake tensors
@@ -228,6 +235,9 @@ class _TraceMode(_dispatch_mode_base()):
                 op_flops = cudnn_rnn_flops(name, args)
             self.flops += op_flops
             self.costs.record(name, self.phase, args, kwargs, out, op_flops, func)
+            if self.middle is not None and self.layers.op_layer(self.module(remember=False)) == MIDDLE:
+                self.middle_flops += op_flops
+                self.middle.record(name, self.phase, args, kwargs, out, op_flops, func)
         if isinstance(out, torch.Tensor):
             if self.phase == "backward" and name in INPLACE_WITHOUT_MODE:
                 self._as_in_place(args[INPLACE_WITHOUT_MODE[name]], out, name)
@@ -255,7 +265,7 @@ class _TraceMode(_dispatch_mode_base()):
 _RAN = "gpuwise_ran_in"  # a leaf cast node's metadata: the backward runs (graph tasks) it ran in
 
 
-def _accumulating_grad() -> bool:
+def _accumulating_grad(remember: bool = True) -> bool:
     """AccumulateGrad runs, or again the cast of a leaf's gradient that feeds it (ToCopyBackward0 ->
     AccumulateGrad, run in an earlier backward already): autocast keeps one cast per weight for its whole
     region, so with gradient accumulation a later micro-step reuses the node an earlier forward made, and
@@ -271,9 +281,11 @@ def _accumulating_grad() -> bool:
     if kind != "ToCopyBackward0" or not node.next_functions or not all(
             fn is None or type(fn).__name__ == "AccumulateGrad" for fn, _ in node.next_functions):
         return False
-    task, ran_in = torch._C._current_graph_task_id(), node.metadata.setdefault(_RAN, set())
+    task, ran_in = torch._C._current_graph_task_id(), node.metadata.get(_RAN)
     if not ran_in:
-        ran_in.add(task)  # its first backward: in the scope of the module that made it
+        if remember:
+            node.metadata[_RAN] = {task}  # its first backward: in the scope of the module that made it
+        return False
     return task not in ran_in
 
 
@@ -466,6 +478,8 @@ def _trace_once(workload, batch_size: int, config: StepConfig, target: str, fake
         mode.notes.extend(stack.enter_context(every_layer_runs(model)) + compiled_notes(model))
         if layers is not None:
             mode.layers = LayerTags.follow(mode, model, layers)
+            if mode.layers is not None:
+                mode.middle = OpCosts()
         step = fake_train_step(workload, config, model) if fake else TrainStep(workload, config, "cpu", model)
         if cuda_like:
             step.workload = _SdpaCaughtInForward(step.workload)
@@ -515,6 +529,7 @@ def _trace_once(workload, batch_size: int, config: StepConfig, target: str, fake
     trace = MemoryTrace(events, steady_start, target, "fake-trace", notes=list(mode.notes), flops_per_step=flops)
     trace.layers = tags
     trace.op_costs = mode.costs
+    trace.middle_costs, trace.middle_flops = mode.middle, mode.middle_flops
     if cuda_like:
         trace.notes.append(attention_note(attn))
         trace.notes.append("cuda: traced on CPU tensors with CUDA's attention kernels and optimizer defaults"
