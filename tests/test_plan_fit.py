@@ -12,7 +12,8 @@ from gpuwise.hf import hf_workload
 from gpuwise.plan.fit import fit
 from gpuwise.plan.memory.sharding import shard_trace
 from gpuwise.plan.memory.split import Split
-from gpuwise.plan.scaled import Evaluator, phase_peaks
+from gpuwise.plan.point import phase_peaks
+from gpuwise.plan.scaled import Evaluator
 from gpuwise.plan.tracing.modes import TrainingModes
 from gpuwise.step import StepConfig
 
@@ -317,26 +318,26 @@ def test_the_load_of_fits_own_forks_does_not_stop_it_forking(monkeypatch):
     import time
     from types import SimpleNamespace
 
-    from gpuwise.plan import scaled
+    from gpuwise.plan import forks
 
     clock = {"t": 0.0, "cpu": 0.0, "load": 0.0}
-    monkeypatch.setattr(scaled, "_OWN", [])
+    monkeypatch.setattr(forks, "_OWN", [])
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1})
     monkeypatch.setattr(os, "getloadavg", lambda: (clock["load"], 0.0, 0.0))
     monkeypatch.setattr(os, "times", lambda: SimpleNamespace(user=clock["cpu"], system=0.0, children_user=0.0,
                                                              children_system=0.0))
     monkeypatch.setattr(time, "monotonic", lambda: clock["t"])
-    assert scaled.idle_cpus() == 2                  # an idle machine, fit just started
+    assert forks.idle_cpus() == 2                  # an idle machine, fit just started
     clock.update(t=60.0, cpu=120.0, load=1.9)       # a minute of its two forks: 2 CPU-seconds a second
-    assert scaled.idle_cpus() == 2
+    assert forks.idle_cpus() == 2
     clock.update(t=61.0, cpu=122.0, load=2.9)       # and another process busy since
-    assert scaled.idle_cpus() == 1
+    assert forks.idle_cpus() == 1
 
 
 def test_a_step_that_would_leave_a_cpu_idle_is_traced_as_two_tasks():
     """prefetch's fork tasks: a step is one task; where the steps would leave a CPU idle at the end, the last
     rebuilt ones become their 4- and 3-block traces (the side-by-side test above runs both kinds: 3 steps, 2 CPUs)."""
-    from gpuwise.plan.scaled import fork_tasks
+    from gpuwise.plan.forks import fork_tasks
 
     assert fork_tasks(["a", "b"], {"a", "b"}, 2) == [("a", None), ("b", None)]
     assert fork_tasks(["a", "b", "c"], {"a", "b", "c"}, 2) == [("a", None), ("b", None), ("c", 4), ("c", 3)]
@@ -372,7 +373,7 @@ class _Traces:
                 self.traces_run += 1
 
     def evaluate(self, micro, config, modes, split, whole=False):
-        from gpuwise.plan.scaled import Point
+        from gpuwise.plan.point import Point
 
         if self.key(micro, config, modes, split) not in self.kept:
             self.kept.add(self.key(micro, config, modes, split))

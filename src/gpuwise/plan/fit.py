@@ -46,9 +46,11 @@ from .fit_options import (
     variants,
 )
 from .flops import roofline, traffic_bytes
+from .forks import idle_cpus
 from .inputs import resolve_inputs
 from .memory.split import Split, comm_bytes_per_step, make_split
-from .scaled import Evaluator, Point, idle_cpus
+from .point import Point
+from .scaled import Evaluator
 from .speed.attention import as_gpu_runs
 from .speed.cost import TrainingCost, training_cost
 from .speed.fsdp_kernels import FSDP_KERNELS, with_fsdp_kernels

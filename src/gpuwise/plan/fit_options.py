@@ -13,7 +13,7 @@ from ..step import StepConfig
 from .catalog import GpuSpec
 from .curve import DEFAULT_MARGIN_PCT
 from .memory.split import DEFAULT_NODE_SIZE, Split
-from .scaled import Point
+from .point import Point
 from .tracing.modes import TrainingModes
 
 NOTES = {

@@ -20,101 +20,24 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from ..hf import TASKS, num_layers_of
 from ..step import StepConfig
 from ..workload import load_workload
+from .forks import fork_tasks, idle_cpus
 from .memory.cuda import cuda_memory
-from .memory.events import CATEGORIES, MemoryTrace, Peak, live_peak
+from .memory.events import MemoryTrace, Peak, live_peak
 from .memory.fsdp_units import block_param_bytes, fsdp_units_of
 from .memory.overheads import context_bytes, module_loading, replay_inputs
 from .memory.sharding import rank_trace, trainable_bytes
 from .memory.split import Split
+from .point import Point, phase_peaks
 from .tracer import NotRebuilt, quiet_libraries, trace_blocks, trace_workload
 from .tracing.modes import TrainingModes, offload_optimizer_state
-from .tracing.repeat import CHECKED, MIN_LAYERS, TRACED, BlockResidual, blocks_alike
+from .tracing.repeat import MIN_LAYERS, TRACED, BlockResidual, blocks_alike
 from .tracing.setup import before_forks
-
-
-@dataclass
-class Point:
-    """One rank's step at one micro-batch size, on one GPU architecture."""
-
-    device_used_bytes: int
-    peak_allocated_bytes: int
-    by_category: dict[str, int] = field(default_factory=dict)
-    flops_per_step: int = 0
-    trainable_bytes: int = 0        # gradients produced per micro-step (one per trainable parameter)
-    block_param_bytes: int = 0      # parameters of one repeated block (the FSDP unit)
-    notes: list[str] = field(default_factory=list)
-    phases: dict[str, tuple[int, dict[str, int]]] = field(default_factory=dict)  # phase -> (peak, categories)
-    activations_bytes: int = 0      # most saved activations live at once
-    batch_norm: bool = False        # the step runs batch norm (accumulation changes its statistics)
-    op_costs: Any = None            # plan/speed/ops.py OpCosts of the step (the speed model's input)
-    extrapolated: bool = False      # linear in the blocks from two small traces (the labelled fallback)
-
-    def extrapolate(self, two: Point, layers: int, at: tuple[int, int] = (1, 2)) -> Point:
-        """The step at `layers` from this point and `two`, traced with `at` = (a, a + 1) layers. Each
-        phase's peak is linear in the layers, but which phase peaks can change with depth (a max of
-        lines): every phase is extrapolated and the highest taken. The allocator's and context's bytes
-        above the live peak (cached free blocks, which accumulate per layer) are extrapolated the same way."""
-        w = (layers - at[0]) / (at[1] - at[0])
-
-        def lin(a: int, b: int) -> int:
-            return max(int(round(a + (b - a) * w)), 0)
-
-        best: tuple[int, dict[str, int]] = (0, {})
-        for phase, (b2, c2) in two.phases.items():
-            b1, c1 = self.phases.get(phase, (b2, c2))
-            total = lin(b1, b2)
-            if total > best[0]:
-                best = (total, {c: lin(c1.get(c, 0), c2.get(c, 0)) for c in CATEGORIES})
-        above = lin(self.device_used_bytes - self.peak_allocated_bytes, two.device_used_bytes - two.peak_allocated_bytes)
-        costs = (self.op_costs.combine(two.op_costs, w)
-                 if self.op_costs is not None and two.op_costs is not None else None)
-        return Point(best[0] + above, best[0], best[1], lin(self.flops_per_step, two.flops_per_step),
-                     lin(self.trainable_bytes, two.trainable_bytes), two.block_param_bytes, list(two.notes),
-                     {}, lin(self.activations_bytes, two.activations_bytes), self.batch_norm or two.batch_norm, costs,
-                     extrapolated=True)
-
-
-def phase_peaks(trace: MemoryTrace, round_to: int = 512) -> tuple[dict[str, tuple[int, dict[str, int]]], int]:
-    """Per phase of the steady step: the highest live bytes (sizes rounded as the allocator does) and
-    the categories live then; and the most activation bytes live at once."""
-    live: dict[int, tuple[int, int]] = {}  # block -> (size, category's index)
-    total = 0
-    names = list(CATEGORIES)  # the categories in order of first appearance after CATEGORIES: by_cat's keys
-    index = {c: i for i, c in enumerate(names)}
-    by_cat = [0] * len(names)
-    best: dict[str, int] = {}
-    peaks: dict[str, tuple[int, list[int]]] = {}  # phase -> (peak, by_cat then)
-    acts = 0
-    activations = index["activations"]
-    steady = trace.steady_start
-    for i, e in enumerate(trace.events):
-        size = -(-e.nbytes // round_to) * round_to
-        if e.action == "alloc":
-            c = index.get(e.category)
-            if c is None:
-                c = index[e.category] = len(names)
-                names.append(e.category)
-                by_cat.append(0)
-            live[e.block] = (size, c)
-            total += size
-            by_cat[c] += size
-        elif e.block in live:
-            size, c = live.pop(e.block)
-            total -= size
-            by_cat[c] -= size
-        if i >= steady:
-            if total > best.get(e.phase, -1):
-                best[e.phase] = total
-                peaks[e.phase] = (total, by_cat[:])
-            if by_cat[activations] > acts:
-                acts = by_cat[activations]
-    return {phase: (peak, dict(zip(names, cats))) for phase, (peak, cats) in peaks.items()}, acts
 
 
 class Evaluator:
@@ -229,6 +152,7 @@ class Evaluator:
                 capability, calls = trace.attention
                 if same_kernels(calls, capability, self.capability):
                     self._traces[key] = trace
+                    self._remember(key, trace)
                     return
 
     def trace(self, layers: int | None, micro_batch: int, config: StepConfig, modes: TrainingModes) -> MemoryTrace:
@@ -468,54 +392,6 @@ class Evaluator:
         point.notes.append(f"numbers from traces with {a} and {b} of {self.layers} layers, extrapolated to {layers} "
                            f"(not rebuilt exactly: {failed.why}; estimate traces it whole)")
         return point
-
-
-def fork_tasks(keys: list, pairs: set, cpus: int) -> list[tuple[Any, int | None]]:
-    """`prefetch`'s tasks for `cpus` forks: (key, None) traces a step (rebuilt in the fork from its 3- and
-    4-block traces where it is one of `pairs`), (key, blocks) one of those two small traces. A step is one
-    task (its second trace reuses what the fork's first set up: splitting every step made a 7B fit on 2
-    CPUs 0.4 s slower, 9.3 vs 8.9 s in-process), but where the tasks would leave a
-    CPU idle at the end, the last steps of `pairs` are two tasks each, the longer trace first."""
-    tasks: list[tuple[Any, int | None]] = [(key, None) for key in keys]
-    for key in [k for k in keys if k in pairs][::-1][:len(keys) % cpus if cpus > 1 else 0]:
-        tasks.remove((key, None))
-        tasks += [(key, CHECKED), (key, TRACED)]
-    return tasks
-
-
-def idle_cpus() -> int:
-    """CPUs this process may use that the last minute's load leaves free (itself counted): forks side by
-    side only help where they do not queue behind other work; 1 on a busy or one-CPU machine. The load this
-    process and its forks put there themselves (`_own_load`) is not another's: counted, a `--gpu all` fit
-    on an idle 2-CPU machine stopped forking after about 40 s of its own forks (load average over 1)."""
-    import os
-
-    usable = len(os.sched_getaffinity(0))
-    others = os.getloadavg()[0] - _own_load()
-    return max(1, min(usable, int(usable - others + 1)))
-
-
-_OWN: list[float] = []  # [when, CPU seconds of this process and its reaped forks then, their load then]
-
-
-def _own_load() -> float:
-    """This process's and its finished forks' share of the 1-minute load average, estimated as the kernel
-    averages the load (exponentially, over a minute) from their CPU seconds between calls; 0 at the first."""
-    import math
-    import os
-    import time
-
-    t = os.times()
-    now, cpu = time.monotonic(), t.user + t.system + t.children_user + t.children_system
-    if not _OWN:
-        _OWN[:] = [now, cpu, 0.0]
-        return 0.0
-    then, cpu_then, load = _OWN
-    if now > then:
-        decay = math.exp(-(now - then) / 60)
-        load = load * decay + (cpu - cpu_then) / (now - then) * (1 - decay)
-    _OWN[:] = [now, cpu, load]
-    return load
 
 
 _FORKED: Evaluator | None = None  # the evaluator a prefetch's forked workers trace for
