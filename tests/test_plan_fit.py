@@ -389,11 +389,11 @@ def test_the_searches_later_trials_are_traced_side_by_side_with_the_same_answers
     next one beside them only on a CPU that would idle) and the answers are those of the searches run one by one (prefetch doing nothing: one CPU)."""
     from dataclasses import replace
 
-    from gpuwise.plan import fit as fitting
+    from gpuwise.plan import fit_rounds
     from gpuwise.plan.catalog import lookup
     from gpuwise.plan.fit import _best_micro_batch, _side_by_side, variants
 
-    monkeypatch.setattr(fitting, "idle_cpus", lambda: 2)
+    monkeypatch.setattr(fit_rounds, "idle_cpus", lambda: 2)
     spec = lookup("rtx4090")
     # three searches: LoRA r16 whole batch first (fits up to 2), rank 4 micro-batch 1 first (fits up to 4),
     # and a rank-8 one micro-batch 1 first that fits at 8 (two trials)

@@ -91,13 +91,13 @@ def test_every_gpus_searches_side_by_side_give_each_gpu_its_own_fit(tmp_path, mo
     no round asks one step for two attention classes (the second asks next round, where it may share); the
     steps asked whole (a rebuild that failed) are traced in forks too, and no trace runs more than once."""
     from gpuwise.plan import fit as fitting
-    from gpuwise.plan import scaled
+    from gpuwise.plan import fit_rounds, scaled
     from gpuwise.plan.catalog import CATALOG
     from gpuwise.plan.scaled import Evaluator
     from gpuwise.plan.tracing.sdpa import kernel_class
 
     monkeypatch.setattr(scaled, "idle_cpus", lambda: 2)
-    monkeypatch.setattr(fitting, "idle_cpus", lambda: 2)
+    monkeypatch.setattr(fit_rounds, "idle_cpus", lambda: 2)
     two = {k: CATALOG[k] for k in ("a100-40gb", "v100-16gb")}
     monkeypatch.setattr(fitting, "CATALOG", two)
     source = _deep_tiny(tmp_path)

@@ -17,7 +17,6 @@ host-memory-bound CPU optimizer step are added. With a number of tokens or sampl
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import gc
 import shlex
@@ -45,8 +44,8 @@ from .fit_options import (
     untraceable_without,
     variants,
 )
+from .fit_rounds import Untraced, in_rounds
 from .flops import roofline, traffic_bytes
-from .forks import idle_cpus
 from .inputs import resolve_inputs
 from .memory.split import Split, comm_bytes_per_step, make_split
 from .point import Point
@@ -326,17 +325,6 @@ def _unsized(v: Variant, batch: int, lacking: list[str]) -> FitOption:
                      [note] + [NOTES[k] for k in v.keys if k in NOTES], batch, 1, needs=needs, sized=False)
 
 
-class _Untraced(Exception):
-    """A search run with `ready=True` reached a trial that needs a trace not kept yet: `ask` (what `prefetch`
-    gets for it), or None where it needs a trace that `prefetch` does not run; `then`: the trial likely asked
-    next, traced beside it where a CPU would idle otherwise."""
-
-    def __init__(self, ask: tuple | None):
-        super().__init__(ask)
-        self.ask = ask
-        self.then: list[tuple] = []
-
-
 def _side_by_side(ev: Evaluator, searches: list[tuple[Variant, bool]], spec: GpuSpec, batch: int,
                   limit: float) -> None:
     """Run the variants' searches (`_best_micro_batch`, with `whole_first` each) in rounds: each search runs
@@ -346,7 +334,7 @@ def _side_by_side(ev: Evaluator, searches: list[tuple[Variant, bool]], spec: Gpu
     earlier ones), so the answers are too; only when the traces run differs: a search's second and later trials
     no longer run one at a time here while the other CPUs idle. With one idle CPU `prefetch` runs nothing and
     this stops: the searches trace as they ask."""
-    _in_rounds(ev, [(spec, limit, v, whole) for v, whole in searches], batch, every_gpu=False)
+    in_rounds(ev, [(spec, limit, v, whole) for v, whole in searches], batch, _best_micro_batch, every_gpu=False)
 
 
 def _side_by_side_gpus(ev: Evaluator, searches: list[tuple[GpuSpec, float, Variant, bool]], batch: int) -> None:
@@ -357,68 +345,16 @@ def _side_by_side_gpus(ev: Evaluator, searches: list[tuple[GpuSpec, float, Varia
     as in `_side_by_side`, so the answers are too; a step asked in one round by GPUs of two attention classes
     is asked for the first only, and by the others again next round, where `same_kernels` may share its trace
     (as when the GPUs were fitted one after another): no trace runs that did not before."""
-    _in_rounds(ev, searches, batch, every_gpu=True)
-
-
-def _in_rounds(ev: Evaluator, searches: list[tuple[GpuSpec, float, Variant, bool]], batch: int,
-               every_gpu: bool) -> None:
-    asked: set[tuple] = set()
-    gpus = {spec.id: (spec.arch, gpu_capability(spec)) for spec, *_ in searches} if every_gpu else {}
-    while True:
-        asks, then, steps = [], [], {}  # steps: a step asked this round -> the attention class asking it
-        for spec, limit, v, whole_first in searches:
-            gpu = gpus.get(spec.id)
-            try:
-                with ev.on_gpu(*gpu) if gpu else contextlib.nullcontext():
-                    _best_micro_batch(ev, v, spec, batch, limit, whole_first, ready=True)
-            except _Untraced as untraced:
-                ask = _from(untraced.ask, gpu)
-                if ask is None or _ask_key(ask) in asked:
-                    continue
-                if steps.setdefault(_ask_key(ask, step=True), _ask_key(ask)) != _ask_key(ask):
-                    continue  # another attention class asks this step this round: asked again next round
-                asks.append(ask)
-                then += [a for a in (_from(t, gpu) for t in untraced.then)
-                         if _ask_key(a) not in asked and _ask_key(a, step=True) not in steps]
-            except GpuwiseError:
-                pass  # raised again where the search runs for its answer
-        if not asks:
-            return
-        asks += then[:max(idle_cpus() - len(asks), 0)]  # a likely next trial, on a CPU that would idle
-        before = ev.traces_run
-        ev.prefetch(asks)
-        if ev.traces_run == before:
-            return  # nothing ran side by side
-        asked.update(_ask_key(a) for a in asks)  # asked once: a trace that raised in its fork runs here
-
-
-def _from(ask: tuple | None, gpu: tuple[str, tuple[int, int] | None] | None) -> tuple | None:
-    """`ask` as `prefetch` takes it: (micro-batch, step, modes, split[, whole]), and where the searches are
-    every GPU's (`gpu`: the asking GPU's architecture and compute capability) whole, capability, architecture."""
-    if ask is None or gpu is None:
-        return ask
-    return (*ask[:4], len(ask) > 4 and ask[4], gpu[1], gpu[0])
-
-
-def _ask_key(ask: tuple, step: bool = False) -> tuple:
-    """What tells asks apart: the step (`step`: only that), whether traced whole, and the asking GPU's
-    attention class where the ask names its GPU's capability (`_from`)."""
-    micro, config, modes, split, *more = ask
-    key = (micro, tuple(sorted(vars(config).items())), modes, split, bool(more and more[0]))
-    if len(more) > 1 and not step:
-        from .tracing.sdpa import kernel_class  # deferred: imports torch
-
-        key += (kernel_class(more[1]),)
-    return key
+    in_rounds(ev, searches, batch, _best_micro_batch, every_gpu=True)
 
 
 def _option(ev: Evaluator, v: Variant, spec: GpuSpec, micro: int, accum: int, limit: float,
             whole: bool = False, ready: bool = False) -> FitOption:
-    """`v` at `micro` x `accum`. `ready`: over the traces kept only (raises `_Untraced` where it needs another)."""
+    """`v` at `micro` x `accum`. `ready`: over the traces kept only (raises `Untraced` where it needs another)."""
     if ready:
         traced = ev.traced(*_ask(v, micro, accum), whole=whole)
         if not traced:
-            raise _Untraced(_ask(v, micro, accum) + ((True,) if whole else ()) if traced is False else None)
+            raise Untraced(_ask(v, micro, accum) + ((True,) if whole else ()) if traced is False else None)
     point = ev.evaluate(*_ask(v, micro, accum), whole=whole)
     point.micro_batch = micro  # type: ignore[attr-defined]
     samples = micro * accum
@@ -491,7 +427,7 @@ def _searched(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limit: float
             try:
                 tried[k] = _option(ev, v, spec, m, batch // m, limit, ready=ready)
                 asked.append(k)
-            except _Untraced as untraced:
+            except Untraced as untraced:
                 above = (k + n) // 2
                 if whole_first and k == n // 2 and above not in (k, n):  # the bisection's first step: should
                     untraced.then = [_ask(v, divisors[above - 1], batch // divisors[above - 1])]  # it fit, this
