@@ -182,7 +182,8 @@ def estimate_inference(workload, batch_size: int = 1, context_len: int | None = 
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from .tracing.trace import TraceMode, label, settle
+    from .tracing.dispatch import TraceMode
+    from .tracing.trace import label, settle
 
     if dtype not in DTYPES:
         raise GpuwiseError(f"unknown dtype {dtype!r}; choose from: {', '.join(DTYPES)}")

@@ -39,7 +39,7 @@ def _dense(t) -> bool:
 
 
 class InputBufferSums:
-    """Bookkeeping for the tracer (plan/tracing/trace.py `_TraceMode`): node boundaries, and the one sum whose
+    """Bookkeeping for the tracer (plan/tracing/dispatch.py `TraceMode`): node boundaries, and the one sum whose
     operand may be freed next."""
 
     def __init__(self):

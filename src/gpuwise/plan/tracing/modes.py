@@ -256,7 +256,7 @@ def _freeze(model, patterns: tuple[str, ...]) -> int:
 
 
 def _tracer():
-    """gpuwise's tracing dispatch mode when one is active (plan/tracing/trace.py `_TraceMode`), else None."""
+    """gpuwise's tracing dispatch mode when one is active (plan/tracing/dispatch.py `TraceMode`), else None."""
     from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
     for mode in _get_current_dispatch_mode_stack():

@@ -30,7 +30,7 @@ class EventLayers:
 
 
 class LayerTags:
-    """Attached to the tracer (`_TraceMode.layers`) while a model with repeated blocks is traced."""
+    """Attached to the tracer (`TraceMode.layers`) while a model with repeated blocks is traced."""
 
     def __init__(self, prefix: str, count: int):
         self.prefix, self.count = prefix, count
