@@ -133,8 +133,8 @@ def test_the_library_returns_data_and_report_renders_it():
 
 # modules that import torch (or lightning) when imported: the only ones another module may import inside
 # a function, to keep `import gpuwise...` cheap
-IMPORT_TORCH = ("gpuwise.examples", "gpuwise.plan.tracing.trace", "gpuwise.plan.tracing.sdpa", "gpuwise.integrations.lightning",
-                "gpuwise.integrations.hf")
+IMPORT_TORCH = ("gpuwise.examples", "gpuwise.plan.tracing.trace", "gpuwise.plan.tracing.dispatch", "gpuwise.plan.tracing.sdpa",
+                "gpuwise.integrations.lightning", "gpuwise.integrations.hf")
 
 
 def test_in_function_imports_of_gpuwise_modules_only_defer_torch():
