@@ -189,7 +189,8 @@ class Evaluator:
         capability and architecture of the GPU asking (by default this evaluator's). A deep model config's step
         that would leave a CPU idle is two tasks, its 4- and 3-block traces, rebuilt here once the forks are
         done (never while a fork may start: a fork of a process busy in another thread can inherit a held lock
-        and hang); a step asked at several micro-batches is checked (its 4-block trace) at one of them only. With one idle CPU (or one trace to run) nothing runs here: `evaluate` traces as it asks."""
+        and hang); a step asked at several micro-batches is checked (its 4-block trace) at one of them only.
+        With one idle CPU (or one trace to run) nothing runs here: `evaluate` traces as it asks."""
         import multiprocessing
 
         todo: dict[tuple, tuple] = {}
@@ -240,9 +241,10 @@ class Evaluator:
             elif trace is not None:
                 small, calls = forked.setdefault(key, ({}, {}))
                 small[blocks], calls[blocks] = trace, extra
-        for key, (small, calls) in sorted(forked.items(), key=lambda kv: kv[0] in riders):  # riders after checks
-            if len(small) == 2 or key in riders and TRACED in small:  # else one raised in its fork: `evaluate`
-                # traces both here, and raises
+        # the riders after the checks whose residual they take; a step whose trace raised in its fork is not
+        # rebuilt here: `evaluate` traces it here, and raises
+        for key, (small, calls) in sorted(forked.items(), key=lambda kv: kv[0] in riders):
+            if len(small) == 2 or key in riders and TRACED in small:
                 stage, micro_batch, config, modes, capability = todo[key]
                 with self.on_gpu(self.arch, capability):
                     self.rebuilt(stage, micro_batch, config, modes, (small, calls))
