@@ -55,11 +55,11 @@ class ModuleScope:
         if torch._C._current_graph_task_id() != -1:
             node = torch._C._current_autograd_node()
             name = None if node is None else node.metadata.get(KEY)
-            if name is not None and not remember:
-                return name
-            if name is not None:
+            if name is None:
+                return self._backward
+            if remember:
                 self._backward = name
-            return self._backward
+            return name
         return ""
 
     def __enter__(self) -> ModuleScope:
