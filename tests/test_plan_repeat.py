@@ -89,6 +89,13 @@ def test_blocks_that_differ_are_traced_whole(tmp_path, extra, where):
     assert any(where in n and "traced whole" in n for n in est.notes)
 
 
+def test_blocks_with_buffers_are_compared(tmp_path):
+    """Apertus's xIELU activation holds scalar buffers in every block: they are compared as tensors (shape,
+    dtype), not taken for a module's attributes (which raised ValueError)."""
+    wl = hf_workload(_config(tmp_path, 6, model_type="apertus"), 16)
+    assert repeat.blocks_alike(wl.hf_config, wl.task, 6) is None
+
+
 def test_estimate_of_a_deep_config_says_it_reused_blocks(tmp_path):
     est = estimate(_config(tmp_path, 6), 2, target="cuda", search_max_batch=False)
     assert any("repeated blocks" in n for n in est.notes)

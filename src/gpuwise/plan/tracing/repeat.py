@@ -252,7 +252,8 @@ def _canonical_rows(rows, steady: int) -> tuple[int, list[tuple]]:
 
 
 def _signature(block) -> list[tuple]:
-    """Module types, parameter / buffer shapes, dtypes, trainability, and plain attributes of one block."""
+    """Module types, parameter / buffer shapes, dtypes, trainability, and plain attributes of one block:
+    (name, module type, attributes) per module, (name, shape, dtype, requires_grad | "buffer") per tensor."""
     sig = []
     for name, m in block.named_modules():
         attrs = tuple(sorted((k, v) for k, v in vars(m).items()
@@ -261,7 +262,7 @@ def _signature(block) -> list[tuple]:
     for name, p in block.named_parameters():
         sig.append((name, tuple(p.shape), str(p.dtype), p.requires_grad))
     for name, b in block.named_buffers():
-        sig.append((name, tuple(b.shape), str(b.dtype)))
+        sig.append((name, tuple(b.shape), str(b.dtype), "buffer"))
     return sig
 
 
@@ -306,7 +307,7 @@ def _without_numbering(column: list[tuple]) -> list[tuple]:
     """One signature entry across the blocks, less the attributes that only count the blocks (the value in
     block k is the value in block 0 plus k: a `layer_idx`)."""
     if len(column[0]) != 3 or any(len(c) != 3 or c[:2] != column[0][:2] for c in column):
-        return column
+        return column  # tensors (4 long), or modules of other names or types
     attrs = [dict(c[2]) for c in column]
     numbering = {k for k in attrs[0] if all(type(a.get(k)) is int and a[k] - attrs[0][k] == j
                                             for j, a in enumerate(attrs))} if len(attrs) > 1 else set()
