@@ -41,3 +41,26 @@ def test_data_dependent_model_still_gets_an_estimate_and_says_how():
     assert count_flops(load_workload(wl), 8) is None          # meta tensors cannot run .item(): no count, no crash
     est = estimate(wl, 8, optimizer="sgd", target="cuda", gpu="l4", search_max_batch=False)
     assert est.method != "fake-trace" and est.peak_allocated_bytes > 0 and est.fits
+
+
+def test_mixture_of_experts_grouped_gemms_are_traced_and_counted(tmp_path):
+    """transformers' experts run torch._grouped_mm. Under autocast with fp32 master weights the tokens are cast
+    to fp32 and CUDA runs its per-group fallback, which torch's bf16-only meta kernel refused; and torch has
+    no FLOP formula for the op. Both precisions now trace, with the experts' FLOPs, the same in each."""
+    import json
+
+    h, i, experts, top_k, layers = 256, 512, 8, 2, 2
+    config = tmp_path / "mixtral.json"
+    config.write_text(json.dumps({
+        "model_type": "mixtral", "vocab_size": 128, "hidden_size": h, "intermediate_size": i,
+        "num_hidden_layers": layers, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "max_position_embeddings": 64, "num_local_experts": experts, "num_experts_per_tok": top_k,
+        "tie_word_embeddings": False}))
+    tokens = 2 * 32
+    # each routed token: gate and up (h -> i) and down (i -> h); forward 2 FLOPs per weight, backward 4
+    experts_flops = 6 * tokens * top_k * 3 * h * i * layers
+    mixed = estimate(str(config), 2, precision="bf16", seq_len=32, gpu="H100", search_max_batch=False)
+    pure = estimate(str(config), 2, precision="bf16-pure", seq_len=32, gpu="H100", search_max_batch=False)
+    assert mixed.flops_per_step == pure.flops_per_step > experts_flops
+    gemms = mixed.trace.op_costs.gemms
+    assert any(key[1] == experts and key[0] == "forward" for key in gemms)  # one call: the experts as a batch

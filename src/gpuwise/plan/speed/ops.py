@@ -39,6 +39,7 @@ BATCH_NORM_BACKWARD = {"aten.native_batch_norm_backward", "aten.batch_norm_backw
                        "aten.miopen_batch_norm_backward"}
 # cuDNN's RNN (plan/tracing/cudnn_rnn.py): priced as the GEMMs and pointwise kernels it runs (cudnn_rnn_gemms)
 CUDNN_RNN_OPS = {"aten._cudnn_rnn", "aten._cudnn_rnn_backward"}
+GROUPED_MM = "aten._grouped_mm"  # mixture-of-experts GEMMs: `grouped_mm_gemm`, `grouped_mm_flops`
 # no kernel at all: allocation or a host-side read
 NO_KERNEL_OPS = {"aten.empty", "aten.empty_strided", "aten.empty_like", "aten._local_scalar_dense",
                  "aten.lift_fresh", "aten.set_", "aten.resize_", "aten.sym_size", "aten.sym_stride"}
@@ -83,6 +84,13 @@ class OpCosts:
         if name in GEMM_OPS:
             self.gemms[(phase, *_gemm_shape(name, args, out))] += 1
             self.kernels[phase] += 1
+        elif name == GROUPED_MM:
+            batch, m, n, k, itemsize = grouped_mm_gemm(args, kwargs)
+            aligned = all(_aligned(t) for t in _tensors((args[:2], out)))
+            self.gemms[(phase, batch, m, n, k, itemsize, aligned)] += 1
+            # CUDA's fast path is one grouped kernel (bf16); the fallback an mm per group
+            bf16 = str(args[0].dtype) == str(args[1].dtype) == "torch.bfloat16"
+            self.kernels[phase] += 1 if bf16 else batch
         elif name in CUDNN_RNN_OPS:
             for shape, calls in cudnn_rnn_gemms(name, args).items():
                 self.gemms[(phase, *shape)] += calls
@@ -443,6 +451,44 @@ def cudnn_rnn_pointwise(name: str, args) -> tuple[int, int]:
     gates, dirs, steps, batch, hidden, out, itemsize, inputs = _rnn_dims(name, args)
     kernels = len(inputs) * dirs * steps
     return kernels, kernels * batch * hidden * (3 * gates + 3) * itemsize
+
+
+def _grouped_mm_operands(args, kwargs):
+    given = {**dict(zip(("mat_a", "mat_b", "offs"), args)), **kwargs}
+    return given["mat_a"], given["mat_b"], given.get("offs")
+
+
+def grouped_mm_gemm(args, kwargs) -> tuple[int, int, int, int, int]:
+    """(batch, m, n, k, itemsize) standing for one `aten._grouped_mm` call (torch._grouped_mm: mixture-of-experts
+    GEMMs, one group per expert): its groups as a batch of equal GEMMs. How the tokens split among the groups
+    is data the trace does not have (the offsets); an even split is taken, which tiles each group as the
+    grouped kernel does. Layouts (torch/_meta_registrations.py `_create_grouped_mm_output_tensor`): 2d x 3d
+    (tokens S x K, G x K x N: the experts' forward), 2d x 2d (M x T, T x N, T split in G: weight gradients),
+    3d x 3d (a batched mm), 3d x 2d (G x M x K, K x N split in G)."""
+    a, b, offs = _grouped_mm_operands(args, kwargs)
+    if a.dim() == 2 and b.dim() == 3:
+        groups = b.shape[0]
+        return int(groups), math.ceil(a.shape[0] / groups), int(b.shape[2]), int(a.shape[1]), a.element_size()
+    if a.dim() == 2:
+        groups = offs.shape[0]
+        return int(groups), int(a.shape[0]), int(b.shape[1]), math.ceil(a.shape[1] / groups), a.element_size()
+    if b.dim() == 3:
+        return int(a.shape[0]), int(a.shape[1]), int(b.shape[2]), int(a.shape[2]), a.element_size()
+    groups = a.shape[0]
+    return int(groups), int(a.shape[1]), math.ceil(b.shape[1] / groups), int(a.shape[2]), a.element_size()
+
+
+def grouped_mm_flops(args, kwargs) -> int:
+    """FLOPs of one `aten._grouped_mm` call (torch's flop counter has no formula for it): 2 x the contraction
+    length x the output elements, whatever the split (2d x 2d: 2 M N T)."""
+    a, b, _ = _grouped_mm_operands(args, kwargs)
+    if a.dim() == 2 and b.dim() == 2:
+        return 2 * a.shape[0] * a.shape[1] * b.shape[1]
+    if a.dim() == 2:
+        return 2 * a.shape[0] * a.shape[1] * b.shape[2]
+    if b.dim() == 3:
+        return 2 * a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2]
+    return 2 * a.shape[1] * a.shape[2] * b.shape[1]
 
 
 def cudnn_rnn_flops(name: str, args) -> int:

@@ -14,7 +14,8 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..speed.ops import CUDNN_RNN_OPS, OpCosts, cudnn_rnn_flops
+from ..speed.ops import CUDNN_RNN_OPS, GROUPED_MM, OpCosts, cudnn_rnn_flops, grouped_mm_flops
+from . import grouped_mm
 from .accumulation import InputBufferSums
 from .kernels import FRESH_ZEROS_OPS, INPLACE_WITHOUT_MODE, output_bytes, promotion_copies_bytes, workspace
 from .probe import probe, probed
@@ -193,12 +194,15 @@ class TraceMode(_dispatch_mode_base()):
         if measured is None:
             during_bytes += promotion_copies_bytes(func, name, self.target, args)
         during = self.alloc(during_bytes, f"kernel workspace: {name}") if during_bytes else None
-        out = func(*args, **kwargs)
+        out = (grouped_mm.output(args, kwargs, self.target) if grouped_mm.needs_output(func, args)
+               else func(*args, **kwargs))
         if self.count_flops:
             formula = self._flop_registry.get(func.overloadpacket)
             op_flops = int(formula(*args, **kwargs, out_val=out)) if formula is not None else 0
             if formula is None and name in CUDNN_RNN_OPS:  # no torch formula: the GEMMs cuDNN runs
                 op_flops = cudnn_rnn_flops(name, args)
+            elif formula is None and name == GROUPED_MM:
+                op_flops = grouped_mm_flops(args, kwargs)
             self.flops += op_flops
             self.costs.record(name, self.phase, args, kwargs, out, op_flops, func)
             if self.middle is not None and self.layers.op_layer(self.module(remember=False)) == MIDDLE:
