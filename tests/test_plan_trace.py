@@ -187,6 +187,17 @@ def test_model_whose_init_reads_data_is_still_fake_traced():
     assert any("real weights" in n for n in trace.notes)
 
 
+def test_a_model_whose_init_reads_data_is_not_built_for_real_when_it_would_not_fit(monkeypatch):
+    """Building it with real weights takes its parameters' bytes of host memory: refused, one line, before
+    any allocation (Byte Latent Transformer's default config asked for 17 GiB and the machine killed gpuwise)."""
+    from gpuwise.plan.tracing import fallback
+
+    monkeypatch.setattr(fallback, "_available_bytes", lambda: 1024)
+    with pytest.raises(GpuwiseError, match="cannot tell: the model's initialisation reads data .* building it "
+                                           "with real weights would need"):
+        trace_step(wl("hf_vit.py"), 1, StepConfig(optimizer="sgd"))
+
+
 def test_extrapolation_from_batch_one_and_two():
     from gpuwise.plan.tracing.fallback import extrapolate
     from gpuwise.plan.tracing.trace import run_real

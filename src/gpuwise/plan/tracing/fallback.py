@@ -53,7 +53,7 @@ def trace_with_fallback(fake: TraceAt, real: TraceAt, batch_size: int, workload)
         first = (str(exc).strip().splitlines() or [""])[0][:160]
         why = f"fake tensors could not run the step ({kind}: {type(exc).__name__}: {first}): traced on real CPU tensors"
         cause = exc
-    _check_fits_in_ram(workload, why)
+    check_fits_in_ram(workload, why.split(': traced')[0])
     try:
         trace = real_trace(real, batch_size)
     except GpuwiseError:
@@ -64,22 +64,23 @@ def trace_with_fallback(fake: TraceAt, real: TraceAt, batch_size: int, workload)
     return trace
 
 
-def _check_fits_in_ram(workload, why: str) -> None:
-    """A real-tensor trace holds the parameters, their gradients and optimizer state in host memory:
-    refuse ("cannot tell", one line) rather than swap or be killed when they would not fit."""
+def check_fits_in_ram(workload, why: str, copies: int = 4) -> None:
+    """Real tensors of the model hold `copies` x its parameter bytes in host memory (a real-tensor trace: the
+    parameters, their gradients and two Adam moments; building it with real weights: 1): refuse ("cannot
+    tell: {why}", one line) rather than swap or be killed when they would not fit."""
     try:
         import torch
 
         with torch.device("meta"):
             model = workload.build_model()
         param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    except Exception:  # noqa: BLE001 - a model that cannot be built on meta: let the real trace try
+    except Exception:  # noqa: BLE001 - a model that cannot be built on meta: let the real tensors try
         return
-    need = 4 * param_bytes  # parameters, gradients, two Adam moments
+    need = copies * param_bytes
     if need > REAL_TRACE_RAM_FRACTION * _available_bytes():
-        raise GpuwiseError(f"cannot tell: {why.split(': traced')[0]}, and a real-tensor trace would need about "
-                           f"{need / 2**30:.1f} GiB of host memory (more than {REAL_TRACE_RAM_FRACTION:.0%} "
-                           f"of what is free)")
+        what = "a real-tensor trace" if copies > 1 else "building it with real weights"
+        raise GpuwiseError(f"cannot tell: {why}, and {what} would need about {need / 2**30:.1f} GiB of host "
+                           f"memory (more than {REAL_TRACE_RAM_FRACTION:.0%} of what is free)")
 
 
 def real_trace(real: TraceAt, batch_size: int) -> MemoryTrace:

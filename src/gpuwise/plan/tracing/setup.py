@@ -15,7 +15,7 @@ import gc
 
 from ... import optional_libs
 from ...step import StepConfig, TrainStep, enable_checkpointing, warm_optimizer
-from .fallback import is_fake_limit
+from .fallback import check_fits_in_ram, is_fake_limit
 
 WARMUPS = ("optimizer", "step", "copy")  # "copy": plan/memory/warmup.py
 
@@ -70,6 +70,9 @@ def build_model_for_trace(workload, fake_mode, mode):
     except Exception as exc:  # noqa: BLE001 - only fake-tensor limits are handled here
         if not is_fake_limit(exc):
             raise
+        first = (str(exc).strip().splitlines() or [""])[0][:160]
+        why = f"the model's initialisation reads data ({type(exc).__name__}: {first})"
+    check_fits_in_ram(workload, why, copies=1)
     import copy
 
     from torch._subclasses.fake_tensor import FakeCopyMode, unset_fake_temporarily
