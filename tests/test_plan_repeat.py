@@ -96,6 +96,22 @@ def test_blocks_with_buffers_are_compared(tmp_path):
     assert repeat.blocks_alike(wl.hf_config, wl.task, 6) is None
 
 
+def test_a_config_transformers_cannot_build_is_the_users_error_not_an_internal_one(tmp_path, monkeypatch):
+    """Comparing the blocks builds the model on the meta device first; when transformers cannot build it
+    (cohere_compass_text's default config: KeyError 'full_attention'), the step's own build says so."""
+    import transformers
+
+    from gpuwise.errors import GpuwiseError
+
+    def broken(*args, **kwargs):
+        raise KeyError("full_attention")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_config", broken)
+    repeat._blocks_alike.cache_clear()
+    with pytest.raises(GpuwiseError, match="model\\(\\) raised KeyError: 'full_attention'"):
+        estimate(_config(tmp_path, 6), 2, target="cuda", search_max_batch=False)
+
+
 def test_estimate_of_a_deep_config_says_it_reused_blocks(tmp_path):
     est = estimate(_config(tmp_path, 6), 2, target="cuda", search_max_batch=False)
     assert any("repeated blocks" in n for n in est.notes)

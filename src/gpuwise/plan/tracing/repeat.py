@@ -285,8 +285,11 @@ def _blocks_alike(config_json: str, config_class, task: str, layers: int) -> str
     import transformers
 
     hf_config = config_class if config_json is None else config_class.from_dict(json.loads(config_json))
-    with torch.device("meta"):
-        model = getattr(transformers, TASKS[task]).from_config(hf_config)
+    try:
+        with torch.device("meta"):
+            model = getattr(transformers, TASKS[task]).from_config(hf_config)
+    except Exception as exc:  # noqa: BLE001 - the step's own build says what is wrong, as the user's error
+        return f"the model could not be built on the meta device ({type(exc).__name__}: {exc})"
     lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == layers]
     if len(lists) != 1:
         return f"{len(lists)} lists of {layers} blocks (reuse needs exactly one)"
