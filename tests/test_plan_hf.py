@@ -65,6 +65,27 @@ def test_bad_config_is_one_line(tmp_path):
         gpuwise.estimate(str(bad), 1, target="cpu")
 
 
+def test_a_config_saved_by_transformers_5_with_an_infinite_float_loads(tmp_path):
+    """transformers >= 5 saves inf as {"__float__": "Infinity"} (Mamba-2's time_step_limit); it reads it back
+    as a float, and so does gpuwise, in the config and in the blocks' comparison (which round-trips it)."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "mamba2", "num_hidden_layers": 6, "hidden_size": 64, "num_heads": 8,
+                                "head_dim": 16, "expand": 2, "vocab_size": 128,
+                                "time_step_limit": [0.0, {"__float__": "Infinity"}]}))
+    cfg = hf.load_config(str(path))
+    assert cfg.time_step_limit[1] == float("inf")
+    from gpuwise.plan.tracing.repeat import blocks_alike
+
+    assert blocks_alike(cfg, "causal-lm", 6) is None
+
+
+def test_a_config_transformers_rejects_is_one_line(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "mamba2", "time_step_limit": "soon"}))
+    with pytest.raises(GpuwiseError, match="transformers rejects the config: .*time_step_limit"):
+        hf.load_config(str(path))
+
+
 def test_in_process_model_on_meta_and_real_agree():
     def make():
         return torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))

@@ -125,11 +125,31 @@ def read_config_dict(source: str) -> dict[str, Any]:
     return _read_json(path, str(source))
 
 
+def decoded_floats(data: dict[str, Any]) -> dict[str, Any]:
+    """A config dict as transformers reads it from JSON: transformers >= 5 writes the floats JSON has no
+    literal for (inf, nan) as {"__float__": "Infinity"} (`to_json_string`, `save_pretrained`) and decodes them
+    when it reads a config.json (configuration_utils.py `_dict_from_json_file`); older versions have neither."""
+    from transformers import PretrainedConfig
+
+    decode = getattr(PretrainedConfig, "_decode_special_floats", None)
+    return data if decode is None else decode(data)
+
+
+def _known_model_types() -> set[str]:
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    return set(CONFIG_MAPPING_NAMES)
+
+
+def _first_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}"
+
+
 def load_config(source: str, num_layers: int | None = None):
     """A transformers config object, optionally with its number of layers changed."""
     from transformers import AutoConfig
 
-    data = dict(read_config_dict(source))
+    data = decoded_floats(dict(read_config_dict(source)))
     data.pop("quantization_config", None)  # weights are random: a checkpoint's quantization does not apply
     for key in ("torch_dtype", "dtype", "_source"):  # the storage dtype is --precision's (fp32 master weights)
         data.pop(key, None)
@@ -137,7 +157,13 @@ def load_config(source: str, num_layers: int | None = None):
     try:
         cfg = AutoConfig.for_model(model_type, **data)
     except (ValueError, KeyError) as exc:
-        raise GpuwiseError(f"{source}: transformers does not know model_type {model_type!r}") from exc
+        if model_type not in _known_model_types():
+            raise GpuwiseError(f"{source}: transformers does not know model_type {model_type!r}") from exc
+        raise GpuwiseError(f"{source}: transformers rejects the config: {_first_line(exc)}") from exc
+    except Exception as exc:  # noqa: BLE001 - a field of the wrong type (transformers >= 5 validates strictly)
+        if type(exc).__name__ not in ("TypeError", "StrictDataclassFieldValidationError"):
+            raise
+        raise GpuwiseError(f"{source}: transformers rejects the config: {_first_line(exc)}") from exc
     if num_layers is not None:
         set_num_layers(cfg, num_layers)
     return cfg

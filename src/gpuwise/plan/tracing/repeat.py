@@ -33,7 +33,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from ...hf import TASKS, hf_workload, num_layers_of
+from ...hf import TASKS, decoded_floats, hf_workload, num_layers_of
 from ...step import StepConfig
 from ..memory.events import MemEvent, MemoryTrace, event_rows, events_from_rows
 from ..speed.ops import OpCosts
@@ -284,7 +284,7 @@ def _blocks_alike(config_json: str, config_class, task: str, layers: int) -> str
     import torch
     import transformers
 
-    hf_config = config_class if config_json is None else config_class.from_dict(json.loads(config_json))
+    hf_config = config_class if config_json is None else config_class.from_dict(decoded_floats(json.loads(config_json)))
     try:
         with torch.device("meta"):
             model = getattr(transformers, TASKS[task]).from_config(hf_config)
