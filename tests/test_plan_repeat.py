@@ -107,9 +107,11 @@ def test_a_config_transformers_cannot_build_is_the_users_error_not_an_internal_o
         raise KeyError("full_attention")
 
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_config", broken)
-    repeat._blocks_alike.cache_clear()
+    config = _config(tmp_path, 6, vocab_size=96)  # not a config an earlier test's comparison remembered
     with pytest.raises(GpuwiseError, match="model\\(\\) raised KeyError: 'full_attention'"):
-        estimate(_config(tmp_path, 6), 2, target="cuda", search_max_batch=False)
+        estimate(config, 2, target="cuda", search_max_batch=False)
+    monkeypatch.undo()
+    assert repeat.blocks_alike(hf_workload(config, 16).hf_config, "causal-lm", 6) is None  # nothing remembered
 
 
 def test_estimate_of_a_deep_config_says_it_reused_blocks(tmp_path):

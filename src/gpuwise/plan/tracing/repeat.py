@@ -273,8 +273,13 @@ def blocks_alike(hf_config, task: str, layers: int) -> str | None:
     try:
         text = hf_config.to_json_string()
     except (TypeError, ValueError):  # a config attribute JSON cannot hold: ask without remembering
-        return _blocks_alike.__wrapped__(None, hf_config, task, layers)
-    return _blocks_alike(text, type(hf_config), task, layers)
+        text = None
+    try:
+        if text is None:
+            return _blocks_alike.__wrapped__(None, hf_config, task, layers)
+        return _blocks_alike(text, type(hf_config), task, layers)
+    except Exception as exc:  # noqa: BLE001 - not remembered; the step's own build says what is wrong, as the user's error
+        return f"the model could not be built on the meta device ({type(exc).__name__}: {exc})"
 
 
 @functools.lru_cache(maxsize=16)
@@ -285,11 +290,8 @@ def _blocks_alike(config_json: str, config_class, task: str, layers: int) -> str
     import transformers
 
     hf_config = config_class if config_json is None else config_class.from_dict(decoded_floats(json.loads(config_json)))
-    try:
-        with torch.device("meta"):
-            model = getattr(transformers, TASKS[task]).from_config(hf_config)
-    except Exception as exc:  # noqa: BLE001 - the step's own build says what is wrong, as the user's error
-        return f"the model could not be built on the meta device ({type(exc).__name__}: {exc})"
+    with torch.device("meta"):
+        model = getattr(transformers, TASKS[task]).from_config(hf_config)
     lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == layers]
     if len(lists) != 1:
         return f"{len(lists)} lists of {layers} blocks (reuse needs exactly one)"
