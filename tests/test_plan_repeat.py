@@ -40,6 +40,19 @@ def test_rebuilt_events_equal_the_full_depth_trace(tmp_path, target, config):
     assert any("repeated blocks: traced with 3 and 4 of 6 blocks" in n for n in rebuilt.notes)
 
 
+def test_a_sweep_that_turns_at_the_first_block_is_rebuilt(tmp_path):
+    """GPT-NeoX under autocast: when the forward's outputs die, its KV cache is freed last block to first, then
+    autocast's cached casts first to last; the block-0 frees at the turn are their own run, not a tail
+    interleaved with block 1's (which left the middle block's events in no run: traced whole)."""
+    wl = hf_workload(_config(tmp_path, 6, model_type="gpt_neox"), 16)
+    config = StepConfig("adamw", "bf16", False)
+    rebuilt, why = repeated_trace(wl, 2, config, "cuda")
+    assert rebuilt is not None, why
+    full = trace_workload(wl, 2, config, "cuda", repeat=False)
+    assert canonical(rebuilt) == canonical(full)
+    assert live_peak(rebuilt) == live_peak(full)
+
+
 @pytest.mark.parametrize("config,modes", [
     (StepConfig("adamw", "bf16", False), TrainingModes(lora_rank=8)),   # adapters only train: no embedding grads
     (StepConfig("adamw", "bf16", True), TrainingModes(lora_rank=8)),    # a block's recompute meets the next's tail

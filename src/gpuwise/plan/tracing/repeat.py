@@ -226,7 +226,14 @@ def _chunks(events: list[MemEvent], tags: list[int | None]) -> list[tuple[int | 
             p = out[-2][0] if len(out) >= 2 else None
             # a, t, b one run turning back (a list freed last to first, right after its last block's run)
             reversed_run = a is not None and b is not None and b - t == t - a
-            if a is not None and not reversed_run and (a == b or (p is not None and p - a == t - a and abs(t - a) == 1)):
+            # p, a, t then a, b2: a sweep over the blocks that reaches the first or last block and comes back
+            # (a model's per-block list freed last to first, then another first to last: GPT-NeoX's KV cache,
+            # then autocast's cached casts, when the forward's outputs die)
+            after = chunks[c + 2][0] if c + 2 < len(chunks) else None
+            turning = (a is not None and p is not None and after is not None and a == b and abs(t - a) == 1
+                       and p - a == a - t and after - b == b - t)
+            if a is not None and not reversed_run and not turning and (
+                    a == b or (p is not None and p - a == t - a and abs(t - a) == 1)):
                 out[-1] = (a, out[-1][1], end)
                 continue
         if out and out[-1][0] == t:
