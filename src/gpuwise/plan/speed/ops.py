@@ -39,7 +39,7 @@ BATCH_NORM_BACKWARD = {"aten.native_batch_norm_backward", "aten.batch_norm_backw
                        "aten.miopen_batch_norm_backward"}
 # cuDNN's RNN (plan/tracing/cudnn_rnn.py): priced as the GEMMs and pointwise kernels it runs (cudnn_rnn_gemms)
 CUDNN_RNN_OPS = {"aten._cudnn_rnn", "aten._cudnn_rnn_backward"}
-GROUPED_MM = "aten._grouped_mm"  # mixture-of-experts GEMMs: `grouped_mm_gemm`, `grouped_mm_flops`
+GROUPED_MM_NAME = "aten._grouped_mm"  # mixture-of-experts GEMMs: `grouped_mm_gemm`, `grouped_mm_flops`
 # no kernel at all: allocation or a host-side read
 NO_KERNEL_OPS = {"aten.empty", "aten.empty_strided", "aten.empty_like", "aten._local_scalar_dense",
                  "aten.lift_fresh", "aten.set_", "aten.resize_", "aten.sym_size", "aten.sym_stride"}
@@ -84,7 +84,7 @@ class OpCosts:
         if name in GEMM_OPS:
             self.gemms[(phase, *_gemm_shape(name, args, out))] += 1
             self.kernels[phase] += 1
-        elif name == GROUPED_MM:
+        elif name == GROUPED_MM_NAME:
             batch, m, n, k, itemsize = grouped_mm_gemm(args, kwargs)
             aligned = all(_aligned(t) for t in _tensors((args[:2], out)))
             self.gemms[(phase, batch, m, n, k, itemsize, aligned)] += 1

@@ -14,7 +14,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..speed.ops import CUDNN_RNN_OPS, GROUPED_MM, OpCosts, cudnn_rnn_flops, grouped_mm_flops
+from ..speed.ops import CUDNN_RNN_OPS, GROUPED_MM_NAME, OpCosts, cudnn_rnn_flops, grouped_mm_flops
 from . import grouped_mm
 from .accumulation import InputBufferSums
 from .kernels import FRESH_ZEROS_OPS, INPLACE_WITHOUT_MODE, output_bytes, promotion_copies_bytes, workspace
@@ -201,7 +201,7 @@ class TraceMode(_dispatch_mode_base()):
             op_flops = int(formula(*args, **kwargs, out_val=out)) if formula is not None else 0
             if formula is None and name in CUDNN_RNN_OPS:  # no torch formula: the GEMMs cuDNN runs
                 op_flops = cudnn_rnn_flops(name, args)
-            elif formula is None and name == GROUPED_MM:
+            elif formula is None and name == GROUPED_MM_NAME:
                 op_flops = grouped_mm_flops(args, kwargs)
             self.flops += op_flops
             self.costs.record(name, self.phase, args, kwargs, out, op_flops, func)

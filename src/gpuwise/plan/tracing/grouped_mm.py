@@ -26,11 +26,11 @@ GROUPED_MM = _op()
 
 def needs_output(func, args) -> bool:
     """The call is a grouped GEMM torch's meta kernel refuses and CUDA runs: fake operands, not both bf16."""
+    if func is not GROUPED_MM or GROUPED_MM is None or len(args) < 2:
+        return False
     import torch
     from torch._subclasses.fake_tensor import FakeTensor
 
-    if func is not GROUPED_MM or GROUPED_MM is None or len(args) < 2:
-        return False
     a, b = args[0], args[1]
     return (isinstance(a, FakeTensor) and isinstance(b, FakeTensor)
             and (a.dtype, b.dtype) != (torch.bfloat16, torch.bfloat16))
