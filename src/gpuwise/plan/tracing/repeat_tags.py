@@ -123,6 +123,23 @@ class LayerTags:
         return here
 
     def finish(self, raw_events) -> EventLayers:
-        """Each event's layer: the block running when it happened, else the layer of its storage."""
+        """Each event's layer: the block running when it happened, else the layer of its storage. In a run of
+        frees, storages made outside the blocks from no block's input, in the run's phase, each freed right
+        after one block's storage, one for every block, are those blocks': per-block objects freed together
+        (a KV cache's layers, each with its position counter: Mistral's sliding-window cache, at the end of
+        the forward)."""
+        made = {e[1]: e[2] for e in raw_events if e[0] == "alloc"}  # storage -> the phase it was made in
+        run: dict[int, int] = {}  # storage -> the block whose storage was freed right before it, in this run
+        before = None  # layer of the free before, in this run of frees
+        for e in list(raw_events) + [("end", None, None, "", "", None)]:
+            if e[0] != "free" or (run and made.get(next(iter(run))) != e[2]):
+                if sorted(run.values()) == list(range(self.count)):
+                    self.block_layer.update(run)
+                run, before = {}, None
+                continue
+            layer = e[5] if e[5] is not None else self.block_layer.get(e[1])
+            if layer is None and before is not None and e[1] in self.block_layer and made.get(e[1]) == e[2]:
+                run[e[1]] = layer = before
+            before = layer
         out = [here if here is not None else self.block_layer.get(e[1]) for e in raw_events for here in (e[5],)]
         return EventLayers(self.prefix, self.count, out, dict(self.block_layer))
