@@ -185,6 +185,8 @@ def set_num_layers(cfg, n: int) -> None:
         if isinstance(getattr(cfg, key, None), int):
             setattr(cfg, key, n)
     for key in ("layer_types",):  # per-layer lists (Qwen2 sliding window, Gemma) follow the count
+        if isinstance(getattr(type(cfg), key, None), property):
+            continue  # derived from the count by the config itself (Mamba-2's, read-only)
         value = getattr(cfg, key, None)
         if isinstance(value, list) and value:
             setattr(cfg, key, (value * (n // len(value) + 1))[:n])

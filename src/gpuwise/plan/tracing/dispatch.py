@@ -84,6 +84,20 @@ class TraceMode(_dispatch_mode_base()):
         # another micro-batch's 4-block check (plan/tracing/repeat.py BlockResidual)
         self.middle: OpCosts | None = None
         self.middle_flops = 0
+        # while the model is built (`building`): for each storage made, the module its making was for, by id
+        # (plan/tracing/repeat_tags.py tag_construction)
+        self.building = False
+        self.built_in: dict[int, int] = {}
+
+    @contextlib.contextmanager
+    def following_construction(self):
+        """Inside (the model's construction and weight initialisation, which run in no module's forward), each
+        storage made is noted with the module it was made for (`built_in`, `_module_being_built`)."""
+        self.building = True
+        try:
+            yield
+        finally:
+            self.building = False
 
     @contextlib.contextmanager
     def paused(self):
@@ -109,6 +123,10 @@ class TraceMode(_dispatch_mode_base()):
         self.rec.blocks.append(_Block(nbytes, self.phase, module, op))
         layer = None if self.layers is None else self.layers.on_alloc(block, module)
         self.rec.events.append(("alloc", block, self.phase, module, op, layer))
+        if self.building:
+            made_for = _module_being_built()
+            if made_for is not None:
+                self.built_in[block] = made_for
         if storage is not None:
             key = id(storage)
             self.live[key] = (block, weakref.ref(storage, lambda _r, k=key: self.free_key(k)))
@@ -230,6 +248,25 @@ class TraceMode(_dispatch_mode_base()):
         if self.layers is not None:
             self.layers.op_done()
         return out
+
+
+def _module_being_built() -> int | None:
+    """The id of the module the innermost caller with one is building or initialising: its `module` argument
+    (transformers' `_init_weights(self, module)`, `Module.apply`'s functions), else its `self` (an `__init__`)."""
+    import sys
+
+    import torch
+
+    frame = sys._getframe(2)
+    for _ in range(40):
+        if frame is None:
+            return None
+        local = frame.f_locals
+        for name in ("module", "self"):
+            if isinstance(local.get(name), torch.nn.Module):
+                return id(local[name])
+        frame = frame.f_back
+    return None
 
 
 _RAN = "gpuwise_ran_in"  # a leaf cast node's metadata: the backward runs (graph tasks) it ran in

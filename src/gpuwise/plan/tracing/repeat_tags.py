@@ -48,6 +48,7 @@ class LayerTags:
             return None
         tags = cls(found[0] + ".", count)
         tags.tag_parameters(mode, model)
+        tags.tag_construction(mode, model.get_submodule(found[0]))
         return tags
 
     def layer_of(self, module: str) -> int | None:
@@ -62,6 +63,15 @@ class LayerTags:
             block = mode.block_of(t) if t is not None else None
             if block is not None:
                 self.block_layer[block] = self.layer_of(name.rsplit(".", 1)[0])
+
+    def tag_construction(self, mode, blocks) -> None:
+        """What was made for a block's modules while the model was built (temporaries of its `__init__` and of
+        its weights' initialisation: Mamba's A_log and dt_bias, GPT-J's sinusoidal positions), in no module's
+        forward, is that block's: the tracer notes the module each storage was made for (`TraceMode.built_in`)."""
+        owner = {id(m): i for i, block in enumerate(blocks) for m in block.modules()}
+        for block, module in mode.built_in.items():
+            if self.block_layer.get(block) is None and module in owner:
+                self.block_layer[block] = owner[module]
 
     def tag_optimizer_state(self, mode, optimizer) -> None:
         """A parameter's optimizer state (its step counter too, made from no input) is its block's."""
@@ -124,22 +134,25 @@ class LayerTags:
 
     def finish(self, raw_events) -> EventLayers:
         """Each event's layer: the block running when it happened, else the layer of its storage. In a run of
-        frees, storages made outside the blocks from no block's input, in the run's phase, each freed right
-        after one block's storage, one for every block, are those blocks': per-block objects freed together
-        (a KV cache's layers, each with its position counter: Mistral's sliding-window cache, at the end of
-        the forward)."""
-        made = {e[1]: e[2] for e in raw_events if e[0] == "alloc"}  # storage -> the phase it was made in
-        run: dict[int, int] = {}  # storage -> the block whose storage was freed right before it, in this run
-        before = None  # layer of the free before, in this run of frees
+        frees, storages made alike (same op, same module), outside the blocks from no block's input, in the
+        run's phase, each freed right after one block's storage, one for every block, are those blocks':
+        per-block objects freed together (a KV cache's layers, each with its position counter: Mistral's
+        sliding-window cache, at the end of the forward)."""
+        made = {e[1]: (e[2], e[3], e[4]) for e in raw_events if e[0] == "alloc"}  # storage -> phase, module, op
+        run: dict[tuple, dict[int, int]] = {}  # how made -> storage -> the block freed right before it
+        phase = before = None  # the run's phase; the layer of the free before, in this run
         for e in list(raw_events) + [("end", None, None, "", "", None)]:
-            if e[0] != "free" or (run and made.get(next(iter(run))) != e[2]):
-                if sorted(run.values()) == list(range(self.count)):
-                    self.block_layer.update(run)
-                run, before = {}, None
-                continue
+            if e[0] != "free" or e[2] != phase:
+                for alike in run.values():
+                    if sorted(alike.values()) == list(range(self.count)):
+                        self.block_layer.update(alike)
+                run, phase, before = {}, e[2], None
+                if e[0] != "free":
+                    continue
             layer = e[5] if e[5] is not None else self.block_layer.get(e[1])
-            if layer is None and before is not None and e[1] in self.block_layer and made.get(e[1]) == e[2]:
-                run[e[1]] = layer = before
+            how = made.get(e[1])
+            if layer is None and before is not None and e[1] in self.block_layer and how and how[0] == e[2]:
+                run.setdefault(how, {})[e[1]] = layer = before
             before = layer
         out = [here if here is not None else self.block_layer.get(e[1]) for e in raw_events for here in (e[5],)]
         return EventLayers(self.prefix, self.count, out, dict(self.block_layer))

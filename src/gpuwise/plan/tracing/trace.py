@@ -233,7 +233,8 @@ def _trace_once(workload, batch_size: int, config: StepConfig, target: str, fake
         if config.softmax_saves_input:
             mode.notes.append(SOFTMAX_NOTE)
         stack.enter_context(node_prehooks(mode.sums, lambda: len(mode.rec.blocks)))
-        model = build_model_for_trace(workload, fake_mode if fake else None, mode)
+        with mode.following_construction() if layers is not None else contextlib.nullcontext():
+            model = build_model_for_trace(workload, fake_mode if fake else None, mode)
         attn_note = set_attn_implementation(model, attn)
         if attn_note:
             mode.notes.append(attn_note)
