@@ -69,6 +69,20 @@ def test_storages_of_a_block_made_or_freed_outside_it_are_the_blocks(tmp_path, e
     assert live_peak(rebuilt) == live_peak(full)
 
 
+def test_a_first_block_unlike_the_others_is_traced_as_itself(tmp_path):
+    """A dense first block before mixture-of-experts ones (GLM-4.5's first_k_dense_replace = 1): the rebuild
+    keeps block 0's events and repeats the middle block's."""
+    moe = {"model_type": "glm4_moe", "first_k_dense_replace": 1, "n_routed_experts": 4, "num_experts_per_tok": 2,
+           "moe_intermediate_size": 32, "n_shared_experts": 1, "n_group": 1, "topk_group": 1, "head_dim": 16}
+    wl = hf_workload(_config(tmp_path, 6, **moe), 16)
+    config, target = StepConfig("adamw", "fp32", False), "cpu"
+    rebuilt, why = repeated_trace(wl, 2, config, target)
+    assert rebuilt is not None, why
+    full = trace_workload(wl, 2, config, target, repeat=False)
+    assert canonical(rebuilt) == canonical(full)
+    assert live_peak(rebuilt) == live_peak(full)
+
+
 @pytest.mark.parametrize("config,modes", [
     (StepConfig("adamw", "bf16", False), TrainingModes(lora_rank=8)),   # adapters only train: no embedding grads
     (StepConfig("adamw", "bf16", True), TrainingModes(lora_rank=8)),    # a block's recompute meets the next's tail

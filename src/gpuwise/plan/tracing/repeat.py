@@ -255,7 +255,7 @@ def _canonical_rows(rows, steady: int) -> tuple[int, list[tuple]]:
     return steady, [(r[0], ids.setdefault(r[1], len(ids)), *r[2:]) for r in rows]
 
 
-# -- is every block alike? -----------------------------------------------------------------------------
+# -- are the blocks alike? -----------------------------------------------------------------------------
 
 
 def _signature(block) -> list[tuple]:
@@ -274,7 +274,7 @@ def _signature(block) -> list[tuple]:
 
 
 def blocks_alike(hf_config, task: str, layers: int) -> str | None:
-    """None when the full-depth model's `layers` blocks are built alike; else why not. Attributes that
+    """None when the full-depth model's blocks after the first are built alike; else why not. Attributes that
     only number the blocks (their values run 0, 1, 2, ...: a `layer_idx`) are left out. Remembered per
     config (a batch sweep asks again for each batch)."""
     try:
@@ -302,22 +302,24 @@ def _blocks_alike(config_json: str, config_class, task: str, layers: int) -> str
     lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == layers]
     if len(lists) != 1:
         return f"{len(lists)} lists of {layers} blocks (reuse needs exactly one)"
-    sigs = [_signature(b) for b in lists[0]]
-    for i, sig in enumerate(sigs):
+    # block 0 is traced as itself (the rebuild keeps the first block's events): it may differ, as a dense first
+    # block before mixture-of-experts ones (first_k_dense_replace = 1) or RWKV's extra pre-LayerNorm does
+    sigs = [_signature(b) for b in lists[0]][1:]
+    for i, sig in enumerate(sigs, start=1):
         if len(sig) != len(sigs[0]):
-            return f"block {i} has other modules than block 0"
+            return f"block {i} has other modules than block 1"
     for pos in range(len(sigs[0])):
         column = [sig[pos] for sig in sigs]
         plain = _without_numbering(column)
-        for i, c in enumerate(plain):
+        for i, c in enumerate(plain, start=1):
             if c != plain[0]:
-                return f"block {i} differs from block 0 (in {c[0] or 'the block itself'})"
+                return f"block {i} differs from block 1 (in {c[0] or 'the block itself'})"
     return None
 
 
 def _without_numbering(column: list[tuple]) -> list[tuple]:
     """One signature entry across the blocks, less the attributes that only count the blocks (the value in
-    block k is the value in block 0 plus k: a `layer_idx`)."""
+    the k-th block compared is the first one's plus k: a `layer_idx`)."""
     if len(column[0]) != 3 or any(len(c) != 3 or c[:2] != column[0][:2] for c in column):
         return column  # tensors (4 long), or modules of other names or types
     attrs = [dict(c[2]) for c in column]
