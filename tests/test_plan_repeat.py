@@ -75,7 +75,7 @@ def test_a_first_block_unlike_the_others_is_traced_as_itself(tmp_path):
     moe = {"model_type": "glm4_moe", "first_k_dense_replace": 1, "n_routed_experts": 4, "num_experts_per_tok": 2,
            "moe_intermediate_size": 32, "n_shared_experts": 1, "n_group": 1, "topk_group": 1, "head_dim": 16}
     wl = hf_workload(_config(tmp_path, 6, **moe), 16)
-    config, target = StepConfig("adamw", "fp32", False), "cpu"
+    config, target = StepConfig("adamw", "bf16", False), "cuda"
     rebuilt, why = repeated_trace(wl, 2, config, target)
     assert rebuilt is not None, why
     full = trace_workload(wl, 2, config, target, repeat=False)
