@@ -84,10 +84,10 @@ class TraceMode(_dispatch_mode_base()):
         # another micro-batch's 4-block check (plan/tracing/repeat.py BlockResidual)
         self.middle: OpCosts | None = None
         self.middle_flops = 0
-        # while the model is built (`building`): for each storage made, the module its making was for, by id
-        # (plan/tracing/repeat_tags.py tag_construction)
+        # while the model is built (`building`): for each storage made, the module its making was for, a weak
+        # reference (an id could be a dead module's, reused) (plan/tracing/repeat_tags.py tag_construction)
         self.building = False
-        self.built_in: dict[int, int] = {}
+        self.built_in: dict[int, Any] = {}
 
     @contextlib.contextmanager
     def following_construction(self):
@@ -126,7 +126,7 @@ class TraceMode(_dispatch_mode_base()):
         if self.building:
             made_for = _module_being_built()
             if made_for is not None:
-                self.built_in[block] = made_for
+                self.built_in[block] = weakref.ref(made_for)
         if storage is not None:
             key = id(storage)
             self.live[key] = (block, weakref.ref(storage, lambda _r, k=key: self.free_key(k)))
@@ -250,8 +250,8 @@ class TraceMode(_dispatch_mode_base()):
         return out
 
 
-def _module_being_built() -> int | None:
-    """The id of the module the innermost caller with one is building or initialising: its `module` argument
+def _module_being_built():
+    """The module the innermost caller with one is building or initialising: its `module` argument
     (transformers' `_init_weights(self, module)`, `Module.apply`'s functions), else its `self` (an `__init__`)."""
     import sys
 
@@ -264,7 +264,7 @@ def _module_being_built() -> int | None:
         local = frame.f_locals
         for name in ("module", "self"):
             if isinstance(local.get(name), torch.nn.Module):
-                return id(local[name])
+                return local[name]
         frame = frame.f_back
     return None
 

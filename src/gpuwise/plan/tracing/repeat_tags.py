@@ -69,9 +69,10 @@ class LayerTags:
         its weights' initialisation: Mamba's A_log and dt_bias, GPT-J's sinusoidal positions), in no module's
         forward, is that block's: the tracer notes the module each storage was made for (`TraceMode.built_in`)."""
         owner = {id(m): i for i, block in enumerate(blocks) for m in block.modules()}
-        for block, module in mode.built_in.items():
-            if self.block_layer.get(block) is None and module in owner:
-                self.block_layer[block] = owner[module]
+        for block, ref in mode.built_in.items():
+            module = ref()  # None: a module that died during the construction, no block's
+            if self.block_layer.get(block) is None and module is not None and id(module) in owner:
+                self.block_layer[block] = owner[id(module)]
 
     def tag_optimizer_state(self, mode, optimizer) -> None:
         """A parameter's optimizer state (its step counter too, made from no input) is its block's."""
