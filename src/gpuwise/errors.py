@@ -1,6 +1,11 @@
 """Exception types. The CLI turns every `GpuwiseError` into one line on stderr and exit code 2."""
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message ("" when it has none): what a one-line report quotes."""
+    return (str(exc).strip().splitlines() or [""])[0]
+
+
 class GpuwiseError(Exception):
     """Bad input or an expected failure: the message is shown to the user as one line."""
 

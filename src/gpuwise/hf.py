@@ -22,7 +22,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from .contract import Workload, check_batch
-from .errors import GpuwiseError
+from .errors import GpuwiseError, first_line
 
 HF_PREFIX = "hf:"
 DEFAULT_SEQ_LEN = 512
@@ -141,10 +141,6 @@ def _known_model_types() -> set[str]:
     return set(CONFIG_MAPPING_NAMES)
 
 
-def _first_line(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}"
-
-
 def load_config(source: str, num_layers: int | None = None):
     """A transformers config object, optionally with its number of layers changed."""
     from transformers import AutoConfig
@@ -159,11 +155,11 @@ def load_config(source: str, num_layers: int | None = None):
     except (ValueError, KeyError) as exc:
         if model_type not in _known_model_types():
             raise GpuwiseError(f"{source}: transformers does not know model_type {model_type!r}") from exc
-        raise GpuwiseError(f"{source}: transformers rejects the config: {_first_line(exc)}") from exc
+        raise GpuwiseError(f"{source}: transformers rejects the config: {type(exc).__name__}: {first_line(exc)[:200]}") from exc
     except Exception as exc:  # noqa: BLE001 - a field of the wrong type (transformers >= 5 validates strictly)
         if type(exc).__name__ not in ("TypeError", "StrictDataclassFieldValidationError"):
             raise
-        raise GpuwiseError(f"{source}: transformers rejects the config: {_first_line(exc)}") from exc
+        raise GpuwiseError(f"{source}: transformers rejects the config: {type(exc).__name__}: {first_line(exc)[:200]}") from exc
     if num_layers is not None:
         set_num_layers(cfg, num_layers)
     return cfg

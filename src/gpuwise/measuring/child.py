@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import first_line
 from . import progress
 from .oom import is_oom
 
@@ -48,8 +49,7 @@ def _child_main(target: str, kwargs: dict, env: dict, conn) -> None:
         conn.send(("ok", fn(**kwargs), "", ""))
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, never lost
         status = "oom" if is_oom(exc) else "error"
-        line = (str(exc).strip().splitlines() or [""])[0]
-        conn.send((status, {}, f"{type(exc).__name__}: {line}", traceback.format_exc()))
+        conn.send((status, {}, f"{type(exc).__name__}: {first_line(exc)}", traceback.format_exc()))
     finally:
         progress.set_reporter(None)
         conn.close()

@@ -26,7 +26,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import replace
 
-from ..errors import GpuwiseError
+from ..errors import GpuwiseError, first_line
 from ..hf import hf_workload
 from ..step import StepConfig
 from ..workload import Workload, load_workload
@@ -140,5 +140,4 @@ def _traced(wl: Workload, batch_size: int, config: StepConfig, target: str, repe
     except GpuwiseError:
         raise
     except Exception as exc:  # the user's model failed in its step: one line, the cause chained for --debug
-        first = (str(exc).strip().splitlines() or [""])[0]
-        raise GpuwiseError(f"{wl.spec}: the training step raised {type(exc).__name__}: {first}") from exc
+        raise GpuwiseError(f"{wl.spec}: the training step raised {type(exc).__name__}: {first_line(exc)}") from exc

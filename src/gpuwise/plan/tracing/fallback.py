@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from ...errors import GpuwiseError
+from ...errors import GpuwiseError, first_line
 from ..memory.events import MemoryTrace, live_peak
 
 # a tracer bound to one workload, config, target and warm-up: batch size -> trace (plan/tracing/trace.py's run_fake
@@ -50,7 +50,7 @@ def trace_with_fallback(fake: TraceAt, real: TraceAt, batch_size: int, workload)
         raise
     except Exception as exc:  # noqa: BLE001 - any limit of fake tensors: try real ones
         kind = "needs real data" if is_fake_limit(exc) else "fake tensors failed"
-        first = (str(exc).strip().splitlines() or [""])[0][:160]
+        first = first_line(exc)[:160]
         why = f"fake tensors could not run the step ({kind}: {type(exc).__name__}: {first}): traced on real CPU tensors"
         cause = exc
     check_fits_in_ram(workload, why.split(': traced')[0])

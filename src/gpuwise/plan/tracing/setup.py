@@ -14,6 +14,7 @@ import dataclasses
 import gc
 
 from ... import optional_libs
+from ...errors import first_line
 from ...step import StepConfig, TrainStep, enable_checkpointing, warm_optimizer
 from .fallback import check_fits_in_ram, is_fake_limit
 
@@ -70,8 +71,7 @@ def build_model_for_trace(workload, fake_mode, mode):
     except Exception as exc:  # noqa: BLE001 - only fake-tensor limits are handled here
         if not is_fake_limit(exc):
             raise
-        first = (str(exc).strip().splitlines() or [""])[0][:160]
-        why = f"the model's initialisation reads data ({type(exc).__name__}: {first})"
+        why = f"the model's initialisation reads data ({type(exc).__name__}: {first_line(exc)[:160]})"
     check_fits_in_ram(workload, why, copies=1)
     import copy
 
