@@ -85,11 +85,12 @@ class OpCosts:
             self.gemms[(phase, *_gemm_shape(name, args, out))] += 1
             self.kernels[phase] += 1
         elif name == GROUPED_MM_NAME:
+            a, b, _, _ = grouped_mm_operands(args, kwargs)
             batch, m, n, k, itemsize = grouped_mm_gemm(args, kwargs)
-            aligned = all(_aligned(t) for t in _tensors((args[:2], out)))
+            aligned = all(_aligned(t) for t in _tensors((a, b, out)))
             self.gemms[(phase, batch, m, n, k, itemsize, aligned)] += 1
             # CUDA's fast path is one grouped kernel (bf16); the fallback an mm per group
-            bf16 = str(args[0].dtype) == str(args[1].dtype) == "torch.bfloat16"
+            bf16 = str(a.dtype) == str(b.dtype) == "torch.bfloat16"
             self.kernels[phase] += 1 if bf16 else batch
         elif name in CUDNN_RNN_OPS:
             for shape, calls in cudnn_rnn_gemms(name, args).items():
@@ -453,9 +454,10 @@ def cudnn_rnn_pointwise(name: str, args) -> tuple[int, int]:
     return kernels, kernels * batch * hidden * (3 * gates + 3) * itemsize
 
 
-def _grouped_mm_operands(args, kwargs):
-    given = {**dict(zip(("mat_a", "mat_b", "offs"), args)), **kwargs}
-    return given["mat_a"], given["mat_b"], given.get("offs")
+def grouped_mm_operands(args, kwargs) -> tuple:
+    """(mat_a, mat_b, offs, out_dtype) of `aten._grouped_mm(mat_a, mat_b, offs=None, bias=None, out_dtype=None)`."""
+    given = {**dict(zip(("mat_a", "mat_b", "offs", "bias", "out_dtype"), args)), **kwargs}
+    return given["mat_a"], given["mat_b"], given.get("offs"), given.get("out_dtype")
 
 
 def grouped_mm_gemm(args, kwargs) -> tuple[int, int, int, int, int]:
@@ -465,7 +467,7 @@ def grouped_mm_gemm(args, kwargs) -> tuple[int, int, int, int, int]:
     grouped kernel does. Layouts (torch/_meta_registrations.py `_create_grouped_mm_output_tensor`): 2d x 3d
     (tokens S x K, G x K x N: the experts' forward), 2d x 2d (M x T, T x N, T split in G: weight gradients),
     3d x 3d (a batched mm), 3d x 2d (G x M x K, K x N split in G)."""
-    a, b, offs = _grouped_mm_operands(args, kwargs)
+    a, b, offs, _ = grouped_mm_operands(args, kwargs)
     if a.dim() == 2 and b.dim() == 3:
         groups = b.shape[0]
         return int(groups), math.ceil(a.shape[0] / groups), int(b.shape[2]), int(a.shape[1]), a.element_size()
@@ -481,7 +483,7 @@ def grouped_mm_gemm(args, kwargs) -> tuple[int, int, int, int, int]:
 def grouped_mm_flops(args, kwargs) -> int:
     """FLOPs of one `aten._grouped_mm` call (torch's flop counter has no formula for it): 2 x the contraction
     length x the output elements, whatever the split (2d x 2d: 2 M N T)."""
-    a, b, _ = _grouped_mm_operands(args, kwargs)
+    a, b, _, _ = grouped_mm_operands(args, kwargs)
     if a.dim() == 2 and b.dim() == 2:
         return 2 * a.shape[0] * a.shape[1] * b.shape[1]
     if a.dim() == 2:

@@ -13,6 +13,8 @@ to 16 bytes on CUDA), with no other allocation: the fallback copies only the off
 
 from __future__ import annotations
 
+from ..speed.ops import grouped_mm_operands
+
 
 def _op():
     import torch
@@ -41,14 +43,12 @@ def output(args, kwargs, target: str):
     the operands live (below this dispatch mode: a fake tensor)."""
     import torch
 
-    names = ("mat_a", "mat_b", "offs", "bias", "out_dtype")
-    given = {**dict(zip(names, args)), **kwargs}
-    a, b, offs = given["mat_a"], given["mat_b"], given.get("offs")
+    a, b, offs, out_dtype = grouped_mm_operands(args, kwargs)
     if a.dim() == 2:
         size = [offs.size(0), a.size(0), b.size(1)] if b.dim() == 2 else [a.size(0), b.size(-1)]
     else:
         size = [a.size(1), b.size(1)] if b.dim() == 2 else [a.size(0), a.size(1), b.size(-1)]
-    dtype = given.get("out_dtype") or a.dtype
+    dtype = out_dtype or a.dtype
     if target != "cuda":
         return torch.empty(size, dtype=dtype, device=a.device)
     align = 16 // dtype.itemsize
