@@ -152,14 +152,14 @@ def load_config(source: str, num_layers: int | None = None):
     model_type = data.pop("model_type")
     try:
         cfg = AutoConfig.for_model(model_type, **data)
-    except (ValueError, KeyError) as exc:
+    except Exception as exc:  # noqa: BLE001 - an unknown model_type, or a field transformers rejects (>= 5: strictly)
+        if not isinstance(exc, (ValueError, KeyError, TypeError)) \
+                and type(exc).__name__ != "StrictDataclassFieldValidationError":
+            raise
         if model_type not in _known_model_types():
             raise GpuwiseError(f"{source}: transformers does not know model_type {model_type!r}") from exc
-        raise GpuwiseError(f"{source}: transformers rejects the config: {type(exc).__name__}: {first_line(exc)[:200]}") from exc
-    except Exception as exc:  # noqa: BLE001 - a field of the wrong type (transformers >= 5 validates strictly)
-        if type(exc).__name__ not in ("TypeError", "StrictDataclassFieldValidationError"):
-            raise
-        raise GpuwiseError(f"{source}: transformers rejects the config: {type(exc).__name__}: {first_line(exc)[:200]}") from exc
+        raise GpuwiseError(f"{source}: transformers rejects the config: {type(exc).__name__}: "
+                           f"{first_line(exc)[:200]}") from exc
     if num_layers is not None:
         set_num_layers(cfg, num_layers)
     return cfg
