@@ -13,7 +13,10 @@ traces it whole, and so does fit for the answer of a variant that fits: `evaluat
 class: GPUs whose capabilities pick the same SDPA kernels share traces): sharding
 and offload are transforms of a trace (plan/memory/sharding.py, plan/tracing/modes.py) and cost no new
 trace; accumulation over N micro-steps traces min(N, 2) of them whatever N is. A step asked at several
-micro-batches runs its 4-block check at the first only (plan/tracing/repeat.py `BlockResidual`).
+micro-batches runs its 4-block check at the first only (plan/tracing/repeat.py `BlockResidual`). A step under
+another named optimizer is the same step traced with AdamW, its optimizer's steps swapped
+(plan/tracing/optimizer_swap.py: checked event for event; traced itself where the check fails): 8-bit AdamW and
+Adafactor cost no trace of their own, and Adafactor, whose 4-block check fails, is exact rather than extrapolated.
 """
 
 from __future__ import annotations
@@ -34,7 +37,14 @@ from .memory.overheads import context_bytes, module_loading, replay_inputs
 from .memory.sharding import rank_trace, trainable_bytes
 from .memory.split import Split
 from .point import Point, phase_peaks
-from .tracer import NotRebuilt, quiet_libraries, trace_blocks, trace_workload
+from .tracer import (
+    NotRebuilt,
+    quiet_libraries,
+    trace_blocks,
+    trace_optimizer_steps,
+    trace_workload,
+    with_optimizer,
+)
 from .tracing.modes import TrainingModes, offload_optimizer_state
 from .tracing.repeat import MIN_LAYERS, TRACED, BlockResidual, blocks_alike
 from .tracing.setup import before_forks
@@ -66,6 +76,9 @@ class Evaluator:
         # a step (its key less the micro-batch) -> the BlockResidual of its 4-block check at one micro-batch: its
         # other micro-batches trace 3 blocks only (plan/tracing/repeat.py)
         self._checked: dict[tuple, BlockResidual] = {}
+        # (blocks, step, modes) -> that optimizer's steps traced alone (`_with_optimizer`), whatever the micro-batch
+        self._optimizer_steps: dict[tuple, Any] = {}
+        self._no_swap: set[tuple] = set()  # steps (`_steps_key`) whose swap's check failed: traced themselves
 
     @contextlib.contextmanager
     def on_gpu(self, arch: str, capability: tuple[int, int] | None):
@@ -171,6 +184,10 @@ class Evaluator:
         `forked`: the small traces already run in forks, and their attention calls (`prefetch`)."""
         key = self._key(layers, micro_batch, config, modes, True)
         self._shared(key)
+        if key not in self._traces and forked is None:
+            swapped = self._with_optimizer(layers, micro_batch, config, modes)
+            if swapped is not None:
+                self._traces[key] = swapped
         if key not in self._traces:
             try:
                 self._traces[key] = self._run(key, config, forked)
@@ -179,6 +196,44 @@ class Evaluator:
                 self._traces[key] = exc
                 self.traces_run += len(exc.traces)
         return self._traces[key]
+
+    def _base(self, config: StepConfig, layers: int | None, modes: TrainingModes) -> StepConfig | None:
+        """The step under AdamW, which `_with_optimizer` swaps another named optimizer into (None: it is AdamW or
+        the workload's own, or the swap's check failed for this step before)."""
+        if config.optimizer in (None, BASE_OPTIMIZER) or self._steps_key(layers, config, modes) in self._no_swap:
+            return None
+        return replace(config, optimizer=BASE_OPTIMIZER)
+
+    def _with_optimizer(self, layers: int | None, micro_batch: int, config: StepConfig,
+                        modes: TrainingModes) -> MemoryTrace | None:
+        """The step under `config`'s optimizer as the step under AdamW (rebuilt; traced here where not kept: it
+        costs what this step's own trace would, and serves AdamW's option and every other optimizer's at this
+        micro-batch) with the optimizer's steps swapped; None where there is no such step (it is AdamW's, or
+        AdamW's was not rebuilt) or the swap's check fails (remembered: it does not depend on the micro-batch):
+        then the step is traced itself."""
+        base = self._base(config, layers, modes)
+        if base is None:
+            return None
+        traced = self.rebuilt(layers, micro_batch, base, modes)
+        if not isinstance(traced, MemoryTrace):
+            return None
+        own, other = (self._steps_of(layers, c, modes) for c in (base, config))
+        swapped = with_optimizer(traced, own, other, config.optimizer, BASE_OPTIMIZER)
+        if swapped is None:
+            self._no_swap.add(self._steps_key(layers, config, modes))
+        return swapped
+
+    @staticmethod
+    def _steps_key(layers: int | None, config: StepConfig, modes: TrainingModes) -> tuple:
+        """What an optimizer's steps on the model depend on: blocks, step, modes (not the micro-batch)."""
+        return layers, tuple(sorted(vars(config).items())), replace(modes, offload_optimizer=False, grad_accum=1)
+
+    def _steps_of(self, layers: int | None, config: StepConfig, modes: TrainingModes):
+        """`config`'s optimizer's two steps on the model, traced alone once per blocks, step and modes."""
+        key = self._steps_key(layers, config, modes)
+        if key not in self._optimizer_steps:
+            self._optimizer_steps[key] = trace_optimizer_steps(self.wl, config, "cuda", modes=key[2], layers=layers)
+        return self._optimizer_steps[key]
 
     def prefetch(self, asks: list[tuple], workers: int | None = None) -> None:
         """Run the traces `evaluate` will ask for side by side, one per idle CPU (`workers` to say how many), in
@@ -195,18 +250,29 @@ class Evaluator:
 
         todo: dict[tuple, tuple] = {}
         asked: dict[tuple, list[tuple]] = {}  # key -> the asks it answers (its fork replays them)
+        steps: dict[tuple, tuple] = {}  # `_steps_key` -> (blocks, step, modes): optimizer steps a swap needs
         for micro_batch, config, modes, split, *more in asks:
             whole = bool(more and more[0])
             capability, arch = (more[1], more[2]) if len(more) > 2 else (self.capability, self.arch)
-            layers = self._layers(split)
-            stage = layers if layers != self.layers else None
+            stage = self._stage(split)
             with self.on_gpu(arch, capability):
                 # asked `whole` (`evaluate(..., whole=True)` after the rebuild failed): the step traced whole
                 key = self._key(stage, micro_batch, config, modes, not whole)
                 self._shared(key)
+                base = self._base(config, stage, modes) if not whole and key not in self._traces else None
+                swap = base is not None and not isinstance(
+                    self._traces.get(self._key(stage, micro_batch, base, modes, True)), NotRebuilt)
+                if swap:  # another optimizer's step is AdamW's, swapped here (`_with_optimizer`): AdamW's is traced
+                    for c in (base, config):  # and both optimizers' steps, in forks too
+                        if self._steps_key(stage, c, modes) not in self._optimizer_steps:
+                            steps.setdefault(self._steps_key(stage, c, modes), (stage, c, modes))
+                    config, key = base, self._key(stage, micro_batch, base, modes, True)
+                    self._shared(key)
             if key not in self._traces:
                 todo.setdefault(key, (stage, micro_batch, config, modes, capability))
-                asked.setdefault(key, []).append((micro_batch, config, modes, split, whole, capability, arch))
+                replays = asked.setdefault(key, [])  # the fork replays what was asked, not AdamW's for a swap
+                if not swap:
+                    replays.append((micro_batch, config, modes, split, whole, capability, arch))
         cpus = workers or idle_cpus()
         # a model config's blocks are compared first (every trace of it asks, shared by the forks)
         alike = self.layers is not None and self.layers >= MIN_LAYERS and \
@@ -218,8 +284,9 @@ class Evaluator:
         first: dict[tuple, tuple] = {}
         riders = [k for k in todo if k in pairs and first.setdefault(_step(k), k) != k]
         keys = [k for k in todo if k not in riders]
-        tasks = [(key, blocks, todo[key][2], todo[key][4], asked[key])
-                 for key, blocks in fork_tasks(keys, pairs - set(riders), cpus) + [(k, TRACED) for k in riders]]
+        tasks = [((OPTIMIZER_STEPS, k), OPTIMIZER_STEPS, c, None, (stage, modes)) for k, (stage, c, modes) in steps.items()]
+        tasks += [(key, blocks, todo[key][2], todo[key][4], asked[key])
+                  for key, blocks in fork_tasks(keys, pairs - set(riders), cpus) + [(k, TRACED) for k in riders]]
         n = min(cpus, len(tasks))
         if n < 2 or "fork" not in multiprocessing.get_all_start_methods():
             return
@@ -227,7 +294,8 @@ class Evaluator:
         _FORKED = self
         try:
             with (quiet_libraries(),  # the libraries before_forks imports are as quiet as in a trace
-                  before_forks([r[3] for r in todo.values()], [r[2] for r in todo.values()]),  # once, not per fork
+                  before_forks([r[3] for r in todo.values()] + [r[2] for r in steps.values()],  # once, not per fork
+                               [r[2] for r in todo.values()] + [r[1] for r in steps.values()]),
                   # one fork per CPU, reused: a fork's first trace pays what a process's first trace does (the
                   # fake tensors' dispatch cache, torch's lazy set-up: ~0.2 s of a 7B block trace), once per fork
                   multiprocessing.get_context("fork").Pool(n) as pool):
@@ -236,7 +304,10 @@ class Evaluator:
             _FORKED = None
         forked: dict[tuple, tuple[dict, dict]] = {}  # key -> (small traces, attention calls), by block count
         for key, blocks, trace, extra, replayed in done:
-            if blocks is None:
+            if blocks == OPTIMIZER_STEPS:
+                if trace is not None:  # else traced again here, where the swap asks for it
+                    self._optimizer_steps[key[1]] = trace
+            elif blocks is None:
                 self._keep(key, trace, extra, replayed)
             elif trace is not None:
                 small, calls = forked.setdefault(key, ({}, {}))
@@ -291,6 +362,13 @@ class Evaluator:
         key = self._key(stage, micro_batch, config, modes, True)
         self._shared(key)
         got = self._traces.get(key)
+        base = self._base(config, stage, modes)
+        if got is None and base is not None:  # AdamW's step, swapped (`_with_optimizer`), where that is rebuilt
+            kept = self._traces.get(self._key(stage, micro_batch, base, modes, True))
+            if kept is None:
+                return False  # `prefetch` traces AdamW's step
+            if isinstance(kept, MemoryTrace):
+                return True
         if got is None:
             return False
         if not isinstance(got, NotRebuilt):
@@ -300,6 +378,11 @@ class Evaluator:
         for k in keys:
             self._shared(k)
         return all(k in self._traces for k in keys) or (False if whole else None)
+
+    def _stage(self, split: Split) -> int | None:
+        """The blocks a rank's trace has where that is not the model's (a pipeline stage's), else None."""
+        layers = self._layers(split)
+        return layers if layers != self.layers else None
 
     def _layers(self, split: Split) -> int | None:
         if self.layers is not None and split.strategy == "pipeline":
@@ -396,6 +479,8 @@ class Evaluator:
         return point
 
 
+BASE_OPTIMIZER = "adamw"  # the optimizer whose step another named optimizer's is swapped into (`_with_optimizer`)
+OPTIMIZER_STEPS = "optimizer steps"  # a `prefetch` task: an optimizer's steps traced alone (`_steps_of`)
 _FORKED: Evaluator | None = None  # the evaluator a prefetch's forked workers trace for
 
 
@@ -406,6 +491,8 @@ def _traced_in_worker(item: tuple[tuple, int | None, StepConfig, Any, list]) -> 
     key, blocks, config, capability, asks = item
     _FORKED.capability = capability  # traced under the asking GPU's attention kernels (this fork's own copy)
     try:
+        if blocks == OPTIMIZER_STEPS:  # an optimizer's steps alone (`asks`: blocks and modes), for a swap
+            return key, blocks, _FORKED._steps_of(asks[0], config, asks[1]), None, None
         if blocks is not None:
             return (key, blocks, *_FORKED._blocks(key, blocks, config), None)
         trace = _FORKED._run(key, config)

@@ -2,6 +2,8 @@
 
     trace_workload(workload, batch_size, config, target, modes=..., layers=..., repeat=..., whole=...) -> MemoryTrace
     trace_blocks(workload, blocks, batch_size, config, target, modes=...) -> MemoryTrace   (one small trace of `repeat`)
+    trace_optimizer_steps(workload, config, target, modes=..., layers=...) -> OptimizerSteps
+    with_optimizer(trace, own, other) -> MemoryTrace | None   (the step traced with `own`'s optimizer, under `other`'s)
 
 `estimate`, `fit` (plan/scaled.py's Evaluator) and, through `estimate`, the hint and the largest-batch
 search ask here; nothing else in plan/ imports the tracer's insides. What it does, in order:
@@ -16,6 +18,8 @@ search ask here; nothing else in plan/ imports the tracer's insides. What it doe
   caller that rebuilt the same step at another micro-batch hands in its `block_residual` (`residual=`):
   only the 3-block trace runs;
 - the step is traced on fake tensors (plan/tracing/trace.py), with a fallback where that cannot run.
+Another optimizer is a transform of a traced step (plan/tracing/optimizer_swap.py): its two steps traced alone
+on the whole model put in place of the traced optimizer's, found in the step event for event (None where not).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from ..step import StepConfig
 from ..workload import Workload, load_workload
 from .memory.events import MemoryTrace
 from .tracing.modes import TrainingModes, apply_modes, offload_optimizer_state
+from .tracing.optimizer_swap import OptimizerSteps, optimizer_steps, swapped
 from .tracing.repeat import BlockResidual, repeated_trace, small_trace
 
 Progress = Callable[[str], None]  # told each stage as it starts
@@ -78,6 +83,26 @@ def trace_blocks(workload: Workload | str, blocks: int, batch_size: int, config:
     wl, shaped = _with_modes(load_workload(workload), modes, config)
     with quiet_libraries():
         return small_trace(wl, blocks, batch_size, config, target, shaped)
+
+
+def trace_optimizer_steps(workload: Workload | str, config: StepConfig, target: str, *,
+                          modes: TrainingModes | None = None, layers: int | None = None) -> OptimizerSteps:
+    """`config`'s optimizer made and stepping twice on the workload's model (`layers` blocks, `modes` applied), as
+    the step's trace records them: what `with_optimizer` puts into (and finds in) a traced step."""
+    wl = load_workload(workload)
+    if layers is not None:
+        wl = hf_workload(wl.source, wl.seq_len, wl.task, num_layers=layers)
+    wl, _ = _with_modes(wl, modes, config)
+    with quiet_libraries():
+        return optimizer_steps(wl, config, target)
+
+
+def with_optimizer(trace: MemoryTrace, own: OptimizerSteps, other: OptimizerSteps, name: str,
+                   base: str) -> MemoryTrace | None:
+    """`trace` (traced with optimizer `base`, whose steps are `own`) with optimizer `name`'s steps (`other`) in
+    their place; None where `own`'s steps are not found in it event for event (then trace the step itself)."""
+    return swapped(trace, own, other, f"optimizer: {name}'s steps traced alone on the whole model, in place of "
+                                      f"{base}'s in the step traced with {base} (found there event for event)")
 
 
 def _with_modes(wl: Workload, modes: TrainingModes | None, config: StepConfig):

@@ -93,14 +93,17 @@ def _moved(module: str, prefix: str, shift: int) -> str:
 
 def rebuild(trace: MemoryTrace, layers: int) -> MemoryTrace:
     """The events of the same step with `layers` blocks, from `trace` (traced with 3, events tagged)."""
-    rows, steady = _rebuilt_rows(trace, layers)
-    return MemoryTrace(events_from_rows(rows), steady, trace.device_type, trace.method, list(trace.notes),
-                       trace.flops_per_step)
+    rows, steady, made = _rebuilt_rows(trace, layers)
+    out = MemoryTrace(events_from_rows(rows), steady, trace.device_type, trace.method, list(trace.notes),
+                      trace.flops_per_step)
+    out.optimizer_made_at = made
+    return out
 
 
-def _rebuilt_rows(trace: MemoryTrace, layers: int) -> tuple[list[tuple], int]:
+def _rebuilt_rows(trace: MemoryTrace, layers: int) -> tuple[list[tuple], int, int | None]:
     """`rebuild`'s events as rows of MemEvent's fields in order (no objects yet: the 4-block check compares
-    them as they are), and where the steady step starts."""
+    them as they are), where the steady step starts, and where the optimizer was made (`optimizer_made_at`:
+    the first event after it; None where the trace does not say)."""
     info = trace.layers
     if info is None or info.count != TRACED:
         raise NotRepeating("the trace has no block tags")
@@ -132,7 +135,8 @@ def _rebuilt_rows(trace: MemoryTrace, layers: int) -> tuple[list[tuple], int]:
     ids: dict = {}   # a storage's key (an int inside the blocks, ("outside", block) outside) -> its new block
     freed: set[int] = set()
     names: dict[int, dict[str, str]] = {}  # shift -> module -> the module moved by the shift
-    steady = None
+    steady = made = None
+    made_at = getattr(trace, "optimizer_made_at", None)
     for c, (t, start, end) in enumerate(chunks):
         if t is None or t == 0:
             targets = [t]
@@ -166,6 +170,8 @@ def _rebuilt_rows(trace: MemoryTrace, layers: int) -> tuple[list[tuple], int]:
             shift = 0 if t is None else target - t
             if steady is None and start <= trace.steady_start < end:
                 steady = len(out) + trace.steady_start - start
+            if made is None and made_at is not None and start <= made_at < end:
+                made = len(out) + made_at - start
             here = names.setdefault(shift, {})
             for alloc, owner, fixed, key, moved, e in plan:
                 if owner is not None:
@@ -190,7 +196,7 @@ def _rebuilt_rows(trace: MemoryTrace, layers: int) -> tuple[list[tuple], int]:
                 out.append((e.action, block, e.nbytes, e.category, e.phase, module, e.op, e.stream))
     if steady is None:
         steady = len(out)
-    return out, steady
+    return out, steady, made
 
 
 def _chunks(events: list[MemEvent], tags: list[int | None]) -> list[tuple[int | None, int, int]]:
@@ -378,7 +384,7 @@ def repeated_trace(wl, batch_size: int, config: StepConfig, target: str,
     three = traces[TRACED]
     try:
         if CHECKED in traces:
-            rows, steady = _rebuilt_rows(three, CHECKED)
+            rows, steady, _ = _rebuilt_rows(three, CHECKED)
             if _canonical_rows(rows, steady) != canonical(traces[CHECKED]):
                 return None, f"the {CHECKED}-block trace differs from its rebuild from {TRACED} blocks"
         if progress is not None:

@@ -244,6 +244,7 @@ def _trace_once(workload, batch_size: int, config: StepConfig, target: str, fake
             if mode.layers is not None:
                 mode.middle = OpCosts()
         step = fake_train_step(workload, config, model) if fake else TrainStep(workload, config, "cpu", model)
+        made_at = len(mode.rec.events)  # the optimizer is the last thing the step makes (optimizer_swap.py)
         if cuda_like:
             step.workload = _SdpaCaughtInForward(step.workload)
         host_batch = workload.build_batch(batch_size)
@@ -291,6 +292,7 @@ def _trace_once(workload, batch_size: int, config: StepConfig, target: str, fake
         del step, batch, model
     trace = MemoryTrace(events, steady_start, target, "fake-trace", notes=list(mode.notes), flops_per_step=flops)
     trace.layers = tags
+    trace.optimizer_made_at = made_at
     trace.op_costs = mode.costs
     trace.middle_costs, trace.middle_flops = mode.middle, mode.middle_flops
     if cuda_like:
