@@ -191,7 +191,7 @@ def test_multi_gpu_options_have_their_estimate_cmds_speed(tmp_path, capsys):
 
 def test_a_step_the_rebuild_does_not_cover_is_extrapolated_and_says_so(tmp_path):
     """Adafactor (its factored state's frees do not pair up block by block): the 4-block trace is not
-    its rebuild, so estimate traces it whole; fit, where it cannot swap Adafactor's steps into AdamW's step
+    its rebuild, so estimate swaps its steps into AdamW's rebuilt step (exact: the step traced whole); fit, where it cannot swap Adafactor's steps into AdamW's step
     (as after that swap's check failed: tests/test_plan_optimizer_swap.py), extrapolates from the 3- and 4-block
     traces (no whole trace) and labels the option."""
     ev = Evaluator(_deep_tiny(tmp_path), "hopper")
@@ -207,7 +207,7 @@ def test_a_step_the_rebuild_does_not_cover_is_extrapolated_and_says_so(tmp_path)
     from gpuwise.plan import estimate
 
     est = estimate(_deep_tiny(tmp_path), 2, "adafactor", "bf16", search_max_batch=False)
-    assert any("traced whole" in n for n in est.notes)
+    assert any("adafactor's own step: repeated blocks not reused" in n for n in est.notes)  # estimate swaps
     assert ev.evaluate(2, config, modes, Split(), whole=True).device_used_bytes == est.device_used_bytes
 
 

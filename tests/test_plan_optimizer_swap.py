@@ -72,22 +72,28 @@ def test_a_step_with_another_optimizer_swapped_in_is_that_optimizers_trace(tmp_p
     assert swapped is not None
     assert any(n.startswith(f"optimizer: {optimizer}'s steps traced alone") for n in swapped.notes)
     assert "repeated blocks: traced with 3 and 4" in " ".join(traced.notes)  # AdamW's step, rebuilt
-    _same_step(swapped, trace_workload(source, 2, config, "cuda", True, modes=modes))  # as estimate traces it
+    direct = trace_workload(source, 2, config, "cuda", False, modes=modes)  # traced whole
+    _same_step(swapped, direct, setup=False)
     _, whole = _swapped(source, 2, config, modes, repeat=False)
-    _same_ops(whole, trace_workload(source, 2, config, "cuda", False, modes=modes))
+    _same_step(whole, direct)
+    _same_ops(whole, direct)
 
 
 def test_the_swap_at_a_published_width_gives_the_bytes_estimate_traces_whole():
     """Llama-3.2-1B's widths (16 blocks): AdamW's step rebuilt from 3 and 4 blocks, Adafactor's steps on the
-    whole model swapped in, is what estimate traces whole for Adafactor (whose 4-block check fails)."""
+    whole model swapped in, is Adafactor's step traced whole (its own 4-block check fails); estimate gives it so."""
     from gpuwise.hf import hf_workload
+    from gpuwise.plan import estimate
 
     source = hf_workload(LLAMA_1B, 64)
     config = StepConfig("adafactor", "bf16", True)
     traced, swapped = _swapped(source, 1, config, TrainingModes())
-    direct = trace_workload(source, 1, config, "cuda", True, modes=TrainingModes())
-    assert any(n.startswith("traced whole") for n in direct.notes)
+    direct = trace_workload(source, 1, config, "cuda", False, modes=TrainingModes())
     _same_step(swapped, direct, setup=False)
+    est = estimate(source, 1, "adafactor", "bf16", checkpointing=True, search_max_batch=False)
+    assert any(n.startswith("optimizer: adafactor's steps traced alone") for n in est.notes), est.notes
+    assert any(n.startswith("adafactor's own step: repeated blocks not reused") for n in est.notes)
+    assert est.device_used_bytes == cuda_memory(direct, "hopper").device_used_bytes
 
 
 def test_a_swap_whose_steps_are_not_in_the_trace_is_refused(tmp_path):
@@ -116,16 +122,18 @@ def test_fit_weighs_another_optimizer_without_tracing_its_step(tmp_path):
     point = ev.evaluate(2, adafactor, modes, Split())
     assert ev.traces_run == 2
     assert any(n.startswith(swap_note) for n in point.notes), point.notes
-    est = estimate(_deep(tmp_path), 2, "adafactor", "bf16", search_max_batch=False)
-    assert any(n.startswith("traced whole") for n in est.notes)
+    whole = ev._point(ev.trace(None, 2, adafactor, modes), modes, Split(), point.block_param_bytes)
+    assert point.device_used_bytes == whole.device_used_bytes  # Adafactor's step traced whole (one more trace)
+    assert ev.traces_run == 3
+    est = estimate(_deep(tmp_path), 2, "adafactor", "bf16", search_max_batch=False)  # estimate swaps too
     assert point.device_used_bytes == est.device_used_bytes
     # asked at other micro-batches (fit's rounds, side by side in forks): AdamW's steps are traced, one trace each
     # (their 3-block one: checked at 2), not Adafactor's; AdamW's option asks for them too
     assert ev.traced(4, adafactor, modes, Split()) is False
     ev.prefetch([(m, c, modes, Split()) for m in (4, 6) for c in (adamw, adafactor)], workers=2)
-    assert ev.traces_run == 4
+    assert ev.traces_run == 5
     for m in (4, 6):
         assert ev.traced(m, adafactor, modes, Split()) is True and ev.traced(m, adamw, modes, Split()) is True
         assert any(n.startswith(swap_note) for n in ev.evaluate(m, adafactor, modes, Split()).notes)
     ev.evaluate(8, adafactor, modes, Split())  # asked alone, in the parent: AdamW's step traced here
-    assert ev.traces_run == 5 and ev.traced(8, adamw, modes, Split()) is True
+    assert ev.traces_run == 6 and ev.traced(8, adamw, modes, Split()) is True

@@ -38,6 +38,7 @@ from .memory.sharding import rank_trace, trainable_bytes
 from .memory.split import Split
 from .point import Point, phase_peaks
 from .tracer import (
+    BASE_OPTIMIZER,
     NotRebuilt,
     quiet_libraries,
     trace_blocks,
@@ -479,7 +480,6 @@ class Evaluator:
         return point
 
 
-BASE_OPTIMIZER = "adamw"  # the optimizer whose step another named optimizer's is swapped into (`_with_optimizer`)
 OPTIMIZER_STEPS = "optimizer steps"  # a `prefetch` task: an optimizer's steps traced alone (`_steps_of`)
 _FORKED: Evaluator | None = None  # the evaluator a prefetch's forked workers trace for
 

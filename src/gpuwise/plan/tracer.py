@@ -61,13 +61,17 @@ def trace_workload(workload: Workload | str, batch_size: int, config: StepConfig
     already run (`trace_blocks`', e.g. side by side in forks), by block count; the rebuild uses them.
     `residual`: with `repeat`, the same step's `block_residual` from another micro-batch's rebuild (its 4-block
     check): this one's 4-block trace is not run."""
-    wl = load_workload(workload)
+    wl = given = load_workload(workload)
     if layers is not None:
         wl = hf_workload(wl.source, wl.seq_len, wl.task, num_layers=layers)
     offload = modes is not None and modes.offload_optimizer
+
+    def steps_of(c: StepConfig) -> OptimizerSteps:  # an optimizer's steps alone, once per workload, step, modes
+        return _steps_kept(given, c, target, modes, layers)
+
     wl, shaped = _with_modes(wl, modes, config)
     with quiet_libraries():
-        trace = _traced(wl, batch_size, config, target, repeat, progress, shaped, whole, small, residual)
+        trace = _traced(wl, batch_size, config, target, repeat, progress, shaped, whole, small, residual, steps_of)
     if not offload:
         return trace
     off = offload_optimizer_state(trace)
@@ -103,6 +107,46 @@ def with_optimizer(trace: MemoryTrace, own: OptimizerSteps, other: OptimizerStep
     their place; None where `own`'s steps are not found in it event for event (then trace the step itself)."""
     return swapped(trace, own, other, f"optimizer: {name}'s steps traced alone on the whole model, in place of "
                                       f"{base}'s in the step traced with {base} (found there event for event)")
+
+
+BASE_OPTIMIZER = "adamw"  # the optimizer whose rebuilt step another's steps are swapped into
+
+
+def _in_adamws_step(wl: Workload, batch_size: int, config: StepConfig, target: str, progress: Progress | None,
+                    shaped: Callable[[Workload], Workload] | None, why: str,
+                    steps_of: Callable[[StepConfig], OptimizerSteps]) -> MemoryTrace | None:
+    """A step under another named optimizer whose own blocks were not reused (`why`: Adafactor's 4-block check
+    fails): AdamW's step rebuilt, that optimizer's steps swapped in (checked event for event, the same events as
+    the step traced whole: tests/test_plan_optimizer_swap.py), instead of tracing L blocks. None where AdamW's step
+    is not rebuilt either or the swap refuses: then the step is traced whole."""
+    if config.optimizer in (None, BASE_OPTIMIZER):
+        return None
+    base = replace(config, optimizer=BASE_OPTIMIZER)
+    rebuilt, _ = repeated_trace(wl, batch_size, base, target, progress, shaped, {}, None)
+    if rebuilt is None:
+        return None
+    if progress is not None:
+        progress(f"tracing {BASE_OPTIMIZER}'s and {config.optimizer}'s steps alone")
+    out = with_optimizer(rebuilt, steps_of(base), steps_of(config), config.optimizer, BASE_OPTIMIZER)
+    if out is not None:
+        out.notes.append(f"{config.optimizer}'s own step: repeated blocks not reused ({why})")
+    return out
+
+
+_STEPS: dict[tuple, tuple[Workload, OptimizerSteps]] = {}  # `_steps_kept`'s, with the workload its key's id names
+
+
+def _steps_kept(wl: Workload, config: StepConfig, target: str, modes: TrainingModes | None,
+                layers: int | None) -> OptimizerSteps:
+    """`trace_optimizer_steps`, kept for the same workload object, step, target, modes and blocks: estimate's
+    largest-batch search asks the same optimizer's steps at every batch size (a few kept, the last ones)."""
+    key = (id(wl), tuple(sorted(vars(config).items())), target, modes, layers)
+    kept = _STEPS.get(key)
+    if kept is None or kept[0] is not wl:
+        if len(_STEPS) >= 8:
+            _STEPS.pop(next(iter(_STEPS)))
+        kept = _STEPS[key] = (wl, trace_optimizer_steps(wl, config, target, modes=modes, layers=layers))
+    return kept[1]
 
 
 def _with_modes(wl: Workload, modes: TrainingModes | None, config: StepConfig):
@@ -144,7 +188,8 @@ def quiet_libraries():
 def _traced(wl: Workload, batch_size: int, config: StepConfig, target: str, repeat: bool,
             progress: Progress | None, shaped: Callable[[Workload], Workload] | None = None,
             whole: bool = True, small: dict[int, MemoryTrace] | None = None,
-            residual: BlockResidual | None = None) -> MemoryTrace:
+            residual: BlockResidual | None = None,
+            steps_of: Callable[[StepConfig], OptimizerSteps] | None = None) -> MemoryTrace:
     from .tracing.trace import trace_step  # deferred: trace.py imports torch, `import gpuwise.plan` must not
 
     why = ""
@@ -155,6 +200,10 @@ def _traced(wl: Workload, batch_size: int, config: StepConfig, target: str, repe
             return rebuilt
         if why and not whole:
             raise NotRebuilt(why, small)
+        if why and steps_of is not None:
+            swapped_in = _in_adamws_step(wl, batch_size, config, target, progress, shaped, why, steps_of)
+            if swapped_in is not None:
+                return swapped_in
     if progress is not None:
         progress(f"tracing the step at batch {batch_size}")
     try:
