@@ -137,3 +137,21 @@ def test_fit_weighs_another_optimizer_without_tracing_its_step(tmp_path):
         assert any(n.startswith(swap_note) for n in ev.evaluate(m, adafactor, modes, Split()).notes)
     ev.evaluate(8, adafactor, modes, Split())  # asked alone, in the parent: AdamW's step traced here
     assert ev.traces_run == 6 and ev.traced(8, adamw, modes, Split()) is True
+
+
+def test_estimate_traces_the_step_whole_where_the_swap_cannot_run(tmp_path, monkeypatch):
+    """Adafactor's own blocks are not reused; where its steps cannot be traced alone, estimate traces the step
+    whole, as before the swap existed (the same bytes as the swap gives)."""
+    from gpuwise.plan import estimate, tracer
+
+    swapped = estimate(_deep(tmp_path), 2, "adafactor", "bf16", search_max_batch=False)
+    assert any(n.startswith("optimizer: adafactor's steps traced alone") for n in swapped.notes)
+
+    def fails(*a, **k):
+        raise RuntimeError("no optimizer steps here")
+
+    monkeypatch.setattr(tracer, "trace_optimizer_steps", fails)
+    monkeypatch.setattr(tracer, "_STEPS", {})
+    whole = estimate(_deep(tmp_path), 2, "adafactor", "bf16", search_max_batch=False)
+    assert any(n.startswith("traced whole: repeated blocks not reused") for n in whole.notes), whole.notes
+    assert whole.device_used_bytes == swapped.device_used_bytes

@@ -122,12 +122,15 @@ def _in_adamws_step(wl: Workload, batch_size: int, config: StepConfig, target: s
     if config.optimizer in (None, BASE_OPTIMIZER):
         return None
     base = replace(config, optimizer=BASE_OPTIMIZER)
-    rebuilt, _ = repeated_trace(wl, batch_size, base, target, progress, shaped, {}, None)
-    if rebuilt is None:
+    try:
+        rebuilt, _ = repeated_trace(wl, batch_size, base, target, progress, shaped, {}, None)
+        if rebuilt is None:
+            return None
+        if progress is not None:
+            progress(f"tracing {BASE_OPTIMIZER}'s and {config.optimizer}'s steps alone")
+        out = with_optimizer(rebuilt, steps_of(base), steps_of(config), config.optimizer, BASE_OPTIMIZER)
+    except Exception:  # noqa: BLE001 - whatever the swap cannot do, the whole trace handles (and reports)
         return None
-    if progress is not None:
-        progress(f"tracing {BASE_OPTIMIZER}'s and {config.optimizer}'s steps alone")
-    out = with_optimizer(rebuilt, steps_of(base), steps_of(config), config.optimizer, BASE_OPTIMIZER)
     if out is not None:
         out.notes.append(f"{config.optimizer}'s own step: repeated blocks not reused ({why})")
     return out
