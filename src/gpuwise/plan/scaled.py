@@ -41,6 +41,7 @@ from .tracer import (
     BASE_OPTIMIZER,
     NotRebuilt,
     quiet_libraries,
+    swap_base,
     trace_blocks,
     trace_optimizer_steps,
     trace_workload,
@@ -201,9 +202,7 @@ class Evaluator:
     def _base(self, config: StepConfig, layers: int | None, modes: TrainingModes) -> StepConfig | None:
         """The step under AdamW, which `_with_optimizer` swaps another named optimizer into (None: it is AdamW or
         the workload's own, or the swap's check failed for this step before)."""
-        if config.optimizer in (None, BASE_OPTIMIZER) or self._steps_key(layers, config, modes) in self._no_swap:
-            return None
-        return replace(config, optimizer=BASE_OPTIMIZER)
+        return None if self._steps_key(layers, config, modes) in self._no_swap else swap_base(config)
 
     def _with_optimizer(self, layers: int | None, micro_batch: int, config: StepConfig,
                         modes: TrainingModes) -> MemoryTrace | None:

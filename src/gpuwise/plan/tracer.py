@@ -112,6 +112,14 @@ def with_optimizer(trace: MemoryTrace, own: OptimizerSteps, other: OptimizerStep
 BASE_OPTIMIZER = "adamw"  # the optimizer whose rebuilt step another's steps are swapped into
 
 
+def swap_base(config: StepConfig) -> StepConfig | None:
+    """The step under AdamW that `config`'s optimizer's steps are swapped into (`with_optimizer`); None where
+    `config` is AdamW's own step or the workload's optimizer (unnamed)."""
+    if config.optimizer in (None, BASE_OPTIMIZER):
+        return None
+    return replace(config, optimizer=BASE_OPTIMIZER)
+
+
 def _in_adamws_step(wl: Workload, batch_size: int, config: StepConfig, target: str, progress: Progress | None,
                     shaped: Callable[[Workload], Workload] | None, why: str,
                     steps_of: Callable[[StepConfig], OptimizerSteps]) -> MemoryTrace | None:
@@ -119,9 +127,9 @@ def _in_adamws_step(wl: Workload, batch_size: int, config: StepConfig, target: s
     fails): AdamW's step rebuilt, that optimizer's steps swapped in (checked event for event, the same events as
     the step traced whole: tests/test_plan_optimizer_swap.py), instead of tracing L blocks. None where AdamW's step
     is not rebuilt either or the swap refuses: then the step is traced whole."""
-    if config.optimizer in (None, BASE_OPTIMIZER):
+    base = swap_base(config)
+    if base is None:
         return None
-    base = replace(config, optimizer=BASE_OPTIMIZER)
     try:
         rebuilt, _ = repeated_trace(wl, batch_size, base, target, progress, shaped, {}, None)
         if rebuilt is None:
