@@ -132,6 +132,69 @@ def test_blocks_that_differ_are_traced_whole(tmp_path, extra, where):
     assert any(where in n and "traced whole" in n for n in est.notes)
 
 
+@pytest.mark.parametrize("base,extra,units", [
+    # Gemma-2-2B: sliding-window and global attention alternate; a cache counter for each sliding block only
+    ("benchmarks/published/configs/gemma-2-2b.json", {"num_hidden_layers": 12}, repeat.Units(2, 2)),
+    # gpt-oss-20b's widths: alternating attention over mixture-of-experts blocks (fewer experts, the same routing)
+    ("gpt_oss", {"num_hidden_layers": 12, "num_local_experts": 4}, repeat.Units(2, 2)),
+    # SmolLM3-3B: every fourth block without RoPE
+    ("smollm3", {"num_hidden_layers": 24}, repeat.Units(4, 4)),
+], ids=["gemma2", "gpt_oss", "smollm3"])
+def test_blocks_whose_kinds_repeat_with_a_period_are_rebuilt_by_units_as_traced_whole(tmp_path, base, extra, units):
+    """Blocks of several kinds in a repeating pattern: the rebuild's unit is a period of blocks (after a first unit
+    of the blocks before the pattern, and as many more as make the rest whole periods); 3 and 4 units traced, the
+    step equals the one traced whole, event for event."""
+    from transformers import AutoConfig
+
+    if base.endswith(".json"):
+        cfg = json.load(open(base))
+    else:  # the family's defaults, its published widths; its per-block lists made again for the new depth
+        cfg = {**AutoConfig.for_model(base).to_dict(), "model_type": base, "layer_types": None, "no_rope_layers": None}
+    source = tmp_path / "config.json"
+    source.write_text(json.dumps({**cfg, **extra}))
+    wl = hf_workload(str(source), 64)
+    assert repeat.block_units(wl.hf_config, wl.task, extra["num_hidden_layers"]) == units
+    config = StepConfig("adamw", "bf16", False)
+    rebuilt, why = repeated_trace(wl, 1, config, "cuda")
+    assert rebuilt is not None, why
+    assert any(n.startswith("repeated blocks: traced with 3 and 4 of ") and "units of" in n for n in rebuilt.notes)
+    full = trace_workload(wl, 1, config, "cuda", repeat=False)
+    assert canonical(rebuilt) == canonical(full)
+    assert live_peak(rebuilt) == live_peak(full)
+    assert rebuilt.flops_per_step == full.flops_per_step
+
+
+def test_periods_are_found_after_the_blocks_before_them_and_refused_where_too_short():
+    """The period of blocks' kinds, its first unit (the blocks before the repetition and the remainder of whole
+    periods), at least MIN_LAYERS units; none where no period repeats."""
+    assert repeat._periodic([0] * 10) == repeat.Units(1, 1)
+    assert repeat._periodic([0, 0, 0] + [1] * 30) == repeat.Units(3, 1)          # dense blocks before MoE ones
+    assert repeat._periodic([0, 1] * 21) == repeat.Units(2, 2)                   # Gemma-2-9B: 42 blocks
+    assert repeat._periodic(([0] * 5 + [1]) * 10 + [0, 0]) == repeat.Units(2, 6)  # Gemma-3-27B: 62 blocks, 5:1
+    assert repeat._periodic([0, 1] * 5) is None                                  # 5 units of 2: too few
+    assert repeat._periodic([0] * 8 + [1] + [0] * 8) is None                     # one block unlike the others
+
+
+def test_a_period_whose_small_model_is_not_the_first_blocks_is_not_used(tmp_path, monkeypatch):
+    """The 3- and 4-unit models are the config built with fewer blocks: where that does not give the full model's
+    first blocks (a per-block setting the count does not cut), the rebuild is not used."""
+    wl = hf_workload(str(_gemma2(tmp_path)), 16)
+    assert repeat.block_units(wl.hf_config, wl.task, 12) == repeat.Units(2, 2)
+    repeat._block_units.cache_clear()
+    monkeypatch.setattr(repeat, "set_num_layers", lambda cfg, n: setattr(cfg, "num_hidden_layers", n) or setattr(
+        cfg, "layer_types", ["full_attention"] * n))  # the small models' blocks all global
+    why = repeat.block_units(wl.hf_config, wl.task, 12)
+    repeat._block_units.cache_clear()
+    assert isinstance(why, str) and "repeat every 2 after 2" in why and "not made of the first" in why
+
+
+def _gemma2(tmp_path):
+    path = tmp_path / "gemma2.json"
+    path.write_text(json.dumps({**TINY, "model_type": "gemma2", "num_hidden_layers": 12, "sliding_window": 4,
+                                "head_dim": 16}))
+    return path
+
+
 def test_blocks_with_buffers_are_compared(tmp_path):
     """Apertus's xIELU activation holds scalar buffers in every block: they are compared as tensors (shape,
     dtype), not taken for a module's attributes (which raised ValueError)."""
@@ -325,3 +388,14 @@ def test_a_residual_with_batch_sized_costs_outside_the_optimizer_is_not_reused()
     assert repeat.block_residual(three, backward_bytes, 1) is None
     forward_gemm = trace(gemms={("forward", 1, 128, 128, 128, 2, True): 1})
     assert repeat.block_residual(three, forward_gemm, 1) is None
+
+
+def test_an_attribute_of_one_block_alone_is_not_taken_for_numbering():
+    """A `layer_idx` counts the blocks (left out of their kinds); an int attribute only one block has is a
+    difference between blocks, whatever its value."""
+    def block(i, **extra):
+        return [("", "Block", ()), ("attn", "Attention", tuple(sorted({"layer_idx": i, **extra}.items())))]
+
+    assert repeat._kinds([block(i) for i in range(8)])[1:] == [0] * 7
+    odd = [block(i, **({"window": 9} if i == 5 else {})) for i in range(8)]
+    assert len(set(repeat._kinds(odd)[1:])) == 2

@@ -462,9 +462,12 @@ class Evaluator:
     def _extrapolated(self, failed: NotRebuilt, micro_batch: int, config: StepConfig, modes: TrainingModes,
                       split: Split, layers: int) -> Point:
         """The labelled fallback: linear in the blocks between two small traces (the rebuild's 3- and
-        4-block ones when they ran, else 1 and 2 blocks)."""
+        4-unit ones when they ran, else 1 and 2 blocks)."""
         if len(failed.traces) == 2:
             (a, ta), (b, tb) = sorted(failed.traces.items())
+            units = getattr(ta.layers, "units", None)  # the rebuild's units of blocks (a block each, or a period's)
+            if units is not None:
+                a, b = units.blocks(a), units.blocks(b)
         else:
             a, b = 1, 2
             ta, tb = (self.trace(n, micro_batch, config, modes) for n in (a, b))

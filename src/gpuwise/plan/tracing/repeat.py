@@ -33,10 +33,11 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from ...hf import TASKS, decoded_floats, hf_workload, num_layers_of
+from ...hf import TASKS, decoded_floats, hf_workload, num_layers_of, set_num_layers
 from ...step import StepConfig
 from ..memory.events import MemEvent, MemoryTrace, event_rows, events_from_rows
 from ..speed.ops import OpCosts
+from .repeat_tags import ONE, Units
 
 TRACED = 3        # blocks in the trace the events are rebuilt from: first, middle, last
 CHECKED = 4       # blocks in the trace the rebuild is checked against
@@ -110,6 +111,8 @@ def _rebuilt_rows(trace: MemoryTrace, layers: int) -> tuple[list[tuple], int, in
     if layers < TRACED:
         raise NotRepeating(f"{layers} blocks: fewer than the traced {TRACED}")
     events, tags, block_layer, prefix = trace.events, info.event_layer, info.block_layer, info.prefix
+    units = info.units
+    begins = units.start  # a unit's first block: module names move by blocks, the rebuild by units
     last = TRACED - 1
 
     # a storage of block i is known by what it is and the how-manieth such it is in its block: the same
@@ -122,7 +125,7 @@ def _rebuilt_rows(trace: MemoryTrace, layers: int) -> tuple[list[tuple], int, in
         if e.action == "alloc":
             i = block_layer.get(e.block)
             if i is not None:
-                what = (e.nbytes, e.category, e.phase, e.op, _moved(e.module, prefix, -i))
+                what = (e.nbytes, e.category, e.phase, e.op, _moved(e.module, prefix, -begins(i)))
                 seen[(i, what)] = seen.get((i, what), -1) + 1
                 role[e.block] = numbered.setdefault((what, seen[(i, what)]), len(numbered))
     for e in events:  # storages freed but not allocated in the trace: a role each
@@ -164,15 +167,16 @@ def _rebuilt_rows(trace: MemoryTrace, layers: int) -> tuple[list[tuple], int, in
             near = t is not None and abs(owner - t) <= 1
             fixed = None if near else 0 if owner == 0 else layers - 1 if owner == last else -1
             # freed by its last reference: named by where it was made
-            moved = fixed - owner if fixed is not None and e.action == "free" and not e.op else None
+            moved = begins(fixed) - begins(owner) if fixed is not None and e.action == "free" and not e.op else None
             plan.append((e.action == "alloc", owner, fixed, role[e.block], moved, e))
         for target in targets:
             shift = 0 if t is None else target - t
+            name_shift = 0 if t is None else begins(target) - begins(t)
             if steady is None and start <= trace.steady_start < end:
                 steady = len(out) + trace.steady_start - start
             if made is None and made_at is not None and start <= made_at < end:
                 made = len(out) + made_at - start
-            here = names.setdefault(shift, {})
+            here = names.setdefault(name_shift, {})
             for alloc, owner, fixed, key, moved, e in plan:
                 if owner is not None:
                     at = owner + shift if fixed is None else fixed
@@ -192,7 +196,7 @@ def _rebuilt_rows(trace: MemoryTrace, layers: int) -> tuple[list[tuple], int, in
                 moved_names = here if moved is None else names.setdefault(moved, {})
                 module = moved_names.get(e.module)
                 if module is None:
-                    module = moved_names[e.module] = _moved(e.module, prefix, shift if moved is None else moved)
+                    module = moved_names[e.module] = _moved(e.module, prefix, name_shift if moved is None else moved)
                 out.append((e.action, block, e.nbytes, e.category, e.phase, module, e.op, e.stream))
     if steady is None:
         steady = len(out)
@@ -280,37 +284,117 @@ def _signature(block) -> list[tuple]:
 
 
 def blocks_alike(hf_config, task: str, layers: int) -> str | None:
-    """None when the full-depth model's blocks after the first are built alike; else why not. Attributes that
-    only number the blocks (their values run 0, 1, 2, ...: a `layer_idx`) are left out. Remembered per
-    config (a batch sweep asks again for each batch)."""
+    """None when the rebuild can reuse the full-depth model's blocks (`block_units` finds its units); else why not."""
+    found = block_units(hf_config, task, layers)
+    return None if isinstance(found, Units) else found
+
+
+def block_units(hf_config, task: str, layers: int) -> Units | str:
+    """The units the full-depth model's blocks repeat in (plan/tracing/repeat_tags.py `Units`), or why there are
+    none. Blocks after the first built alike: a block each (`ONE`). Else blocks whose kinds repeat with a period
+    (Gemma-2's sliding and global attention alternating, a hybrid's attention block every eighth, dense blocks
+    before mixture-of-experts ones): unit 0 the blocks before the repetition (and as many more as make the rest
+    whole periods), then a period at a time; the small models, the model built with the first 3 and 4 units'
+    blocks, must be built of those same blocks' kinds (checked on the meta device). Attributes that only number
+    the blocks (a `layer_idx`) are left out. Remembered per config (a batch sweep asks again for each batch)."""
     try:
         text = hf_config.to_json_string()
     except (TypeError, ValueError):  # a config attribute JSON cannot hold: ask without remembering
         text = None
     try:
         if text is None:
-            return _blocks_alike.__wrapped__(None, hf_config, task, layers)
-        return _blocks_alike(text, type(hf_config), task, layers)
+            return _block_units.__wrapped__(None, hf_config, task, layers)
+        return _block_units(text, type(hf_config), task, layers)
     except Exception as exc:  # noqa: BLE001 - not remembered; the step's own build says what is wrong, as the user's error
         return f"the model could not be built on the meta device ({type(exc).__name__}: {exc})"
 
 
-@functools.lru_cache(maxsize=16)
-def _blocks_alike(config_json: str, config_class, task: str, layers: int) -> str | None:
-    import json
-
+def _blocks_of(hf_config, task: str, layers: int):
+    """The blocks of the model built on the meta device: its one ModuleList of `layers` (or why not)."""
     import torch
     import transformers
 
-    hf_config = config_class if config_json is None else config_class.from_dict(decoded_floats(json.loads(config_json)))
     with torch.device("meta"):
         model = getattr(transformers, TASKS[task]).from_config(hf_config)
     lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == layers]
     if len(lists) != 1:
         return f"{len(lists)} lists of {layers} blocks (reuse needs exactly one)"
-    # block 0 is traced as itself (the rebuild keeps the first block's events): it may differ, as a dense first
+    return [_signature(b) for b in lists[0]]
+
+
+@functools.lru_cache(maxsize=16)
+def _block_units(config_json: str, config_class, task: str, layers: int) -> Units | str:
+    import copy
+    import json
+
+    hf_config = config_class if config_json is None else config_class.from_dict(decoded_floats(json.loads(config_json)))
+    sigs = _blocks_of(hf_config, task, layers)
+    if isinstance(sigs, str):
+        return sigs
+    kinds = _kinds(sigs)
+    # block 0 is traced as itself (the rebuild keeps the first unit's events): it may differ, as a dense first
     # block before mixture-of-experts ones (first_k_dense_replace = 1) or RWKV's extra pre-LayerNorm does
-    sigs = [_signature(b) for b in lists[0]][1:]
+    if len(set(kinds[1:])) <= 1:
+        return ONE
+    units = _periodic(kinds)
+    if units is None:
+        return _first_difference(sigs)
+    for n in (TRACED, CHECKED):  # the small models are the full model's first blocks, kind for kind
+        small = copy.deepcopy(hf_config)
+        set_num_layers(small, units.blocks(n))
+        m = units.blocks(n)
+        got = _blocks_of(small, task, m)
+        if isinstance(got, str) or _kinds_side_by_side(sigs[:m], got):
+            return (f"{_first_difference(sigs)}; its blocks repeat every {units.period} after {units.first}, but the "
+                    f"model built with {m} blocks is not made of the first {m}")
+    return units
+
+
+def _kinds(sigs: list[list[tuple]]) -> list[int]:
+    """Each block's kind: blocks of equal signatures, less the attributes that only number the blocks (an int
+    attribute whose value less the block's index is the same in every block after the first that has it, two at
+    least), share one."""
+    values: dict[tuple, list] = {}
+    for i, sig in enumerate(sigs[1:], start=1):
+        for entry in sig:
+            if len(entry) == 3:  # a module: (name, type, attributes)
+                for k, v in entry[2]:
+                    values.setdefault((entry[0], k), []).append(v - i if type(v) is int else None)
+    numbering = {key for key, offsets in values.items()
+                 if len(offsets) > 1 and None not in offsets and len(set(offsets)) == 1}
+    numbered: dict[tuple, int] = {}
+    out = []
+    for sig in sigs:
+        plain = tuple((e[0], e[1], tuple((k, v) for k, v in e[2] if (e[0], k) not in numbering)) if len(e) == 3 else e
+                      for e in sig)
+        out.append(numbered.setdefault(plain, len(numbered)))
+    return out
+
+
+def _kinds_side_by_side(full: list[list[tuple]], small: list[list[tuple]]) -> bool:
+    """Whether the small model's blocks differ from the full model's first ones (in kind, block for block)."""
+    both = _kinds(full + small)  # one numbering of kinds for both (the blocks' indices then count the other's too)
+    return both[len(full):] != both[:len(full)]
+
+
+def _periodic(kinds: list[int]) -> Units | None:
+    """The units of the fewest blocks traced (the 4-unit trace's) whose kinds repeat from unit 1 on, with at least
+    MIN_LAYERS units and a first unit no longer than the blocks the 4-unit trace leaves out (blocks before the
+    repetition are traced in both small traces); None where no period gives that."""
+    layers, best = len(kinds), None
+    for period in range(1, layers // MIN_LAYERS + 1):
+        # the repetition starts after the last block that differs from the one a period later (block 1 at least)
+        q = max((i + 1 for i in range(layers - period) if kinds[i] != kinds[i + period]), default=1)
+        units = Units(q + (layers - q) % period, period)
+        enough = units.unit_of(layers - 1) + 1 >= MIN_LAYERS and units.first <= layers - units.blocks(CHECKED)
+        if enough and (best is None or units.blocks(CHECKED) < best.blocks(CHECKED)):
+            best = units
+    return best
+
+
+def _first_difference(sigs: list[list[tuple]]) -> str:
+    """Why blocks after the first are not alike: the first one that differs from block 1, and where."""
+    sigs = sigs[1:]
     for i, sig in enumerate(sigs, start=1):
         if len(sig) != len(sigs[0]):
             return f"block {i} has other modules than block 1"
@@ -320,7 +404,7 @@ def _blocks_alike(config_json: str, config_class, task: str, layers: int) -> str
         for i, c in enumerate(plain, start=1):
             if c != plain[0]:
                 return f"block {i} differs from block 1 (in {c[0] or 'the block itself'})"
-    return None
+    return "the blocks differ"
 
 
 def _without_numbering(column: list[tuple]) -> list[tuple]:
@@ -337,16 +421,30 @@ def _without_numbering(column: list[tuple]) -> list[tuple]:
 # -- the estimate's entry ------------------------------------------------------------------------------
 
 
+def _named(units: Units) -> str:
+    return "blocks" if units == ONE else "units"
+
+
+def units_of(wl) -> Units:
+    """The units `wl`'s model config's blocks repeat in (`block_units`; a block each where there are none)."""
+    cfg = wl.hf_config
+    found = block_units(cfg, wl.task, num_layers_of(cfg))
+    return found if isinstance(found, Units) else ONE
+
+
 def small_trace(wl, blocks: int, batch_size: int, config: StepConfig, target: str, shaped=None) -> MemoryTrace:
-    """The step of `wl`'s model config built with `blocks` blocks (`shaped`: its training modes applied),
-    traced as the rebuild traces it: events tagged by block, no fallback, the warm-up a CUDA target's."""
+    """The step of `wl`'s model config built with its first `blocks` units (`units_of`: a block each where its
+    blocks are alike) (`shaped`: its training modes applied), traced as the rebuild traces it: events tagged by
+    unit, no fallback, the warm-up a CUDA target's."""
     from .trace import trace_step
 
-    small = hf_workload(wl.source, wl.seq_len, wl.task, num_layers=blocks)
+    units = units_of(wl)
+    small = hf_workload(wl.source, wl.seq_len, wl.task, num_layers=units.blocks(blocks))
     if shaped is not None:
         small = shaped(small)
     warmup = "copy" if target == "cuda" else "optimizer"
-    return trace_step(small, batch_size, config, target, fallback=False, warmup=warmup, layers=blocks)
+    return trace_step(small, batch_size, config, target, fallback=False, warmup=warmup,
+                      layers=units.blocks(blocks), units=units)
 
 
 def repeated_trace(wl, batch_size: int, config: StepConfig, target: str,
@@ -365,9 +463,13 @@ def repeated_trace(wl, batch_size: int, config: StepConfig, target: str,
         return None, ""  # not a model config, or too shallow to gain: nothing to say
     if progress is not None:
         progress(f"comparing the {layers} blocks (built on the meta device)")
-    why = blocks_alike(cfg, wl.task, layers)
-    if why is not None:
-        return None, why
+    units = block_units(cfg, wl.task, layers)
+    if not isinstance(units, Units):
+        return None, units
+    blocks = layers  # the rebuild counts units (a block each where the blocks are alike)
+    layers = units.unit_of(blocks - 1) + 1
+    of = f"{layers} blocks" if units == ONE else \
+        f"{layers} units of {blocks} blocks (unit 0: blocks 0..{units.first - 1}, then {units.period} blocks a unit)"
     traces = traced if traced is not None else {}
     for n in (TRACED, CHECKED):
         if n in traces:
@@ -375,20 +477,21 @@ def repeated_trace(wl, batch_size: int, config: StepConfig, target: str,
         if n == CHECKED and residual is not None and getattr(traces[TRACED], "middle_costs", None) is not None:
             break  # checked at another micro-batch
         if progress is not None:
-            progress(f"tracing {n} of {layers} blocks at batch {batch_size}")
+            progress(f"tracing {n} of {of} at batch {batch_size}")
         try:
             traces[n] = small_trace(wl, n, batch_size, config, target, shaped)
         except Exception as exc:  # noqa: BLE001 - whatever the fake trace cannot do, the whole trace handles
             traces.clear()
-            return None, f"the {n}-block trace failed ({type(exc).__name__})"
+            return None, f"the {n}-{_named(units)[:-1]} trace failed ({type(exc).__name__})"
     three = traces[TRACED]
     try:
         if CHECKED in traces:
             rows, steady, _ = _rebuilt_rows(three, CHECKED)
             if _canonical_rows(rows, steady) != canonical(traces[CHECKED]):
-                return None, f"the {CHECKED}-block trace differs from its rebuild from {TRACED} blocks"
+                return None, (f"the {CHECKED}-{_named(units)[:-1]} trace differs from its rebuild from {TRACED} "
+                              f"{_named(units)}")
         if progress is not None:
-            progress(f"rebuilding {layers} blocks")
+            progress(f"rebuilding {of}")
         full = rebuild(three, layers)
     except NotRepeating as exc:
         return None, str(exc)
@@ -396,16 +499,16 @@ def repeated_trace(wl, batch_size: int, config: StepConfig, target: str,
         four = traces[CHECKED]
         f4, c4 = four.flops_per_step, four.op_costs
         full.block_residual = block_residual(three, four, batch_size)
-        full.notes.append(f"repeated blocks: traced with {TRACED} and {CHECKED} of {layers} blocks; the events of "
-                          f"blocks 1..{layers - 2} are the middle block's (exact: the {CHECKED}-block trace matched "
-                          "its rebuild event for event)")
+        full.notes.append(f"repeated blocks: traced with {TRACED} and {CHECKED} of {of}; the events of "
+                          f"{_named(units)} 1..{layers - 2} are the middle {_named(units)[:-1]}'s (exact: the "
+                          f"{CHECKED}-{_named(units)[:-1]} trace matched its rebuild event for event)")
     else:  # one more block: the middle block's ops and the residual the check at another micro-batch measured
         f4 = three.flops_per_step + three.middle_flops + residual.flops
         c4 = None if three.op_costs is None else three.op_costs.added(three.middle_costs).added(residual.costs)
         full.block_residual = residual
-        full.notes.append(f"repeated blocks: traced with {TRACED} of {layers} blocks; the events of blocks "
-                          f"1..{layers - 2} are the middle block's (exact: the same step's {CHECKED}-block trace "
-                          f"matched its rebuild at micro-batch {residual.micro_batch})")
+        full.notes.append(f"repeated blocks: traced with {TRACED} of {of}; the events of {_named(units)} "
+                          f"1..{layers - 2} are the middle {_named(units)[:-1]}'s (exact: the same step's "
+                          f"{CHECKED}-{_named(units)[:-1]} trace matched its rebuild at micro-batch {residual.micro_batch})")
     f3 = three.flops_per_step
     full.flops_per_step = f3 + (layers - TRACED) * (f4 - f3)
     c3 = three.op_costs

@@ -8,6 +8,10 @@ to: a parameter to the block it sits in (by name), a gradient or optimizer state
 the i-th output of a foreach op to the layer of the i-th element of its input lists; a free outside the
 blocks to the layer of the storage it frees. Events whose inputs mix layers or have none belong to none
 (None).
+
+"Layer" here is the rebuild's unit (`Units`): one block, or in a model whose blocks alternate kinds (Gemma-2's
+sliding and global attention, a hybrid's every-eighth attention block), the first blocks together, then `period`
+consecutive blocks at a time. A model of alike blocks has units of one block: unit i is block i.
 """
 
 from __future__ import annotations
@@ -16,46 +20,74 @@ from dataclasses import dataclass
 
 from ...step import tensors_in
 
-MIDDLE = 1  # the traced blocks are first, middle, last (plan/tracing/repeat.py): the middle one is any inner block
+MIDDLE = 1  # the traced units are first, middle, last (plan/tracing/repeat.py): the middle one is any inner unit
+
+
+@dataclass(frozen=True)
+class Units:
+    """How a model's blocks group into the units the rebuild repeats: unit 0 is the first `first` blocks (traced as
+    themselves), every later unit `period` consecutive blocks, each unit's blocks of the same kinds in the same
+    order as every other's (plan/tracing/repeat.py `block_units`)."""
+
+    first: int = 1
+    period: int = 1
+
+    def blocks(self, units: int) -> int:
+        """Blocks in `units` units."""
+        return self.first + (units - 1) * self.period
+
+    def unit_of(self, block: int) -> int:
+        return 0 if block < self.first else 1 + (block - self.first) // self.period
+
+    def start(self, unit: int) -> int:
+        """The unit's first block."""
+        return 0 if unit == 0 else self.first + (unit - 1) * self.period
+
+
+ONE = Units()  # alike blocks: a unit is a block
 
 
 @dataclass
 class EventLayers:
-    """Per event of a trace (same order): the layer it belongs to; per block: the layer of its storage."""
+    """Per event of a trace (same order): the unit it belongs to; per block of storage: the unit of its storage."""
 
     prefix: str                      # dotted path of the blocks' ModuleList, with a trailing "."
-    count: int                       # how many blocks the traced model had
+    count: int                       # how many units the traced model had
     event_layer: list[int | None]
     block_layer: dict[int, int | None]
+    units: Units = ONE               # how its blocks make the units
 
 
 class LayerTags:
     """Attached to the tracer (`TraceMode.layers`) while a model with repeated blocks is traced."""
 
-    def __init__(self, prefix: str, count: int):
-        self.prefix, self.count = prefix, count
+    def __init__(self, prefix: str, count: int, units: Units = ONE):
+        self.prefix, self.units = prefix, units
+        self.count = units.unit_of(count - 1) + 1  # units
+        self._every_block = sorted(units.unit_of(b) for b in range(count))  # one per block: each one's unit
         self.block_layer: dict[int, int | None] = {}
-        self._inputs: list = []           # per input: a layer, or a list of layers (a foreach list)
+        self._inputs: list = []           # per input: a unit, or a list of units (a foreach list)
         self.output_index: int | None = None
 
     @classmethod
-    def follow(cls, mode, model, count: int) -> LayerTags | None:
-        """Tags for `model`'s one ModuleList of `count` blocks (None when there is not exactly one)."""
+    def follow(cls, mode, model, count: int, units: Units = ONE) -> LayerTags | None:
+        """Tags for `model`'s one ModuleList of `count` blocks, by `units` (None when there is not exactly one)."""
         import torch
 
         found = [name for name, m in model.named_modules() if isinstance(m, torch.nn.ModuleList) and len(m) == count]
         if len(found) != 1 or not found[0]:
             return None
-        tags = cls(found[0] + ".", count)
+        tags = cls(found[0] + ".", count, units)
         tags.tag_parameters(mode, model)
         tags.tag_construction(mode, model.get_submodule(found[0]))
         return tags
 
     def layer_of(self, module: str) -> int | None:
+        """The unit of the block `module` is in (None outside the blocks)."""
         if not module.startswith(self.prefix):
             return None
         head = module[len(self.prefix):].split(".", 1)[0]
-        return int(head) if head.isdigit() else None
+        return self.units.unit_of(int(head)) if head.isdigit() else None
 
     def tag_parameters(self, mode, model) -> None:
         """Parameters and buffers belong to the block they sit in (they are built outside any forward)."""
@@ -68,7 +100,7 @@ class LayerTags:
         """What was made for a block's modules while the model was built (temporaries of its `__init__` and of
         its weights' initialisation: Mamba's A_log and dt_bias, GPT-J's sinusoidal positions), in no module's
         forward, is that block's: the tracer notes the module each storage was made for (`TraceMode.built_in`)."""
-        owner = {id(m): i for i, block in enumerate(blocks) for m in block.modules()}
+        owner = {id(m): self.units.unit_of(i) for i, block in enumerate(blocks) for m in block.modules()}
         for block, ref in mode.built_in.items():
             module = ref()  # None: a module that died during the construction, no block's
             if self.block_layer.get(block) is None and module is not None and id(module) in owner:
@@ -133,10 +165,19 @@ class LayerTags:
         self.block_layer[block] = here if here is not None else self._provenance()
         return here
 
+    def _one_each(self, units: list[int]) -> bool:
+        """Whether storages freed in a run, by the unit each was freed after, are one per block, or in units of
+        several blocks (a cache's counter for each sliding-window block only), as many per unit."""
+        if self.units == ONE or sorted(units) == self._every_block:
+            return sorted(units) == self._every_block
+        per_unit = [units.count(u) for u in range(self.count)]
+        return min(per_unit) >= 1 and len(set(per_unit)) == 1
+
     def finish(self, raw_events) -> EventLayers:
         """Each event's layer: the block running when it happened, else the layer of its storage. In a run of
         frees, storages made alike (same op, same module), outside the blocks from no block's input, in the
-        run's phase, each freed right after one block's storage, one for every block, are those blocks':
+        run's phase, each freed right after one block's storage, one for every block (or as many for every unit),
+        are those blocks':
         per-block objects freed together (a KV cache's layers, each with its position counter: Mistral's
         sliding-window cache, at the end of the forward)."""
         made = {e[1]: (e[2], e[3], e[4]) for e in raw_events if e[0] == "alloc"}  # storage -> phase, module, op
@@ -145,7 +186,7 @@ class LayerTags:
         for e in list(raw_events) + [("end", None, None, "", "", None)]:
             if e[0] != "free" or e[2] != phase:
                 for alike in run.values():
-                    if sorted(alike.values()) == list(range(self.count)):
+                    if self._one_each(list(alike.values())):
                         self.block_layer.update(alike)
                 run, phase, before = {}, e[2], None
                 if e[0] != "free":
@@ -156,4 +197,4 @@ class LayerTags:
                 run.setdefault(how, {})[e[1]] = layer = before
             before = layer
         out = [here if here is not None else self.block_layer.get(e[1]) for e in raw_events for here in (e[5],)]
-        return EventLayers(self.prefix, self.count, out, dict(self.block_layer))
+        return EventLayers(self.prefix, self.count, out, dict(self.block_layer), self.units)

@@ -29,7 +29,7 @@ from .cuda_autocast import cuda_autocast_policy
 from .cudnn_rnn import rnn_as_gpu_runs_it
 from .dispatch import TraceMode
 from .fallback import trace_with_fallback
-from .repeat_tags import LayerTags
+from .repeat_tags import ONE, LayerTags, Units
 from .scope import ModuleScope
 from .sdpa import (
     active_target,
@@ -171,16 +171,16 @@ def run_real(workload, batch_size: int, config: StepConfig, target: str, warmup:
 
 
 def _run(workload, batch_size: int, config: StepConfig, target: str, fake: bool,
-         warmup: str = "optimizer", layers: int | None = None) -> MemoryTrace:
+         warmup: str = "optimizer", layers: int | None = None, units: Units = ONE) -> MemoryTrace:
     """`_trace_once`; a warm-up step that cannot be copied from the steady one (plan/memory/warmup.py) is traced."""
     if (config.zero_grad == "zeros" or config.keep_last_loss) and warmup in ("copy", "optimizer"):
         warmup = "step"  # the first step leaves every gradient (or its loss's graph) allocated: trace it whole
     if warmup == "copy":
         try:
-            return _trace_once(workload, batch_size, config, target, fake, "copy", layers)
+            return _trace_once(workload, batch_size, config, target, fake, "copy", layers, units)
         except NotCopyable:
             warmup = "step"
-    return _trace_once(workload, batch_size, config, target, fake, warmup, layers)
+    return _trace_once(workload, batch_size, config, target, fake, warmup, layers, units)
 
 
 class _SdpaCaughtInForward:
@@ -206,13 +206,13 @@ def _real_batch(mode: TraceMode, workload, batch_size: int):
 
 
 def _trace_once(workload, batch_size: int, config: StepConfig, target: str, fake: bool,
-                warmup: str = "optimizer", layers: int | None = None) -> MemoryTrace:
+                warmup: str = "optimizer", layers: int | None = None, units: Units = ONE) -> MemoryTrace:
     """The tracer. Tensors are CPU tensors (fake or real) standing for `target`'s: autograd on fake CUDA
     tensors aborts a CPU-only torch (no CUDA device guard), so what differs on CUDA is emulated instead:
     attention runs the kernel the GPU would pick (plan/tracing/sdpa.py), optimizers default to foreach as on
     CUDA, and kernel workspaces come from the target's registry entries. `layers`: the model has that
-    many repeated blocks in one ModuleList; each event is tagged with the block it belongs to
-    (`trace.layers`, read by plan/tracing/repeat.py)."""
+    many repeated blocks in one ModuleList; each event is tagged with the unit of blocks it belongs to (`units`:
+    a block each by default) (`trace.layers`, read by plan/tracing/repeat.py)."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -240,7 +240,7 @@ def _trace_once(workload, batch_size: int, config: StepConfig, target: str, fake
             mode.notes.append(attn_note)
         mode.notes.extend(stack.enter_context(every_layer_runs(model)) + compiled_notes(model))
         if layers is not None:
-            mode.layers = LayerTags.follow(mode, model, layers)
+            mode.layers = LayerTags.follow(mode, model, layers, units)
             if mode.layers is not None:
                 mode.middle = OpCosts()
         step = fake_train_step(workload, config, model) if fake else TrainStep(workload, config, "cpu", model)
@@ -304,7 +304,8 @@ def _trace_once(workload, batch_size: int, config: StepConfig, target: str, fake
 
 
 def trace_step(workload, batch_size: int, config: StepConfig | None = None, target: str = "cpu",
-               *, fallback: bool = True, warmup: str | None = None, layers: int | None = None) -> MemoryTrace:
+               *, fallback: bool = True, warmup: str | None = None, layers: int | None = None,
+               units: Units = ONE) -> MemoryTrace:
     """Trace setup, a warm-up step and the steady-state step of `workload` at `batch_size` on `target`.
 
     Returns the events (`events[steady_start:]` is the steady step) and `flops_per_step`. Falls back to
@@ -315,8 +316,8 @@ def trace_step(workload, batch_size: int, config: StepConfig | None = None, targ
     traced as "step" where a copy would differ); `"optimizer"` only creates the optimizer state, without
     the first forward/backward (the default for "cpu", whose live-bytes peak does not depend on
     history). "copy" and "optimizer" trace one forward/backward instead of two. `layers` (with
-    `fallback=False`): the model has that many repeated blocks; each event is tagged with its block
-    (plan/tracing/repeat.py's rebuild). `batch_size` comes validated from the public edge (the CLI's
+    `fallback=False`): the model has that many repeated blocks; each event is tagged with its block's unit
+    (`units`; plan/tracing/repeat.py's rebuild). `batch_size` comes validated from the public edge (the CLI's
     argument parser, plan/inputs.resolve_inputs); the workload's own `build_batch` guards it again.
     """
     check_target(target)
@@ -328,7 +329,7 @@ def trace_step(workload, batch_size: int, config: StepConfig | None = None, targ
     if warmup not in WARMUPS:
         raise GpuwiseError(f"unknown warm-up {warmup!r}; choose from: {', '.join(WARMUPS)}")
     if not fallback:
-        return _run(workload, batch_size, config, target, fake=True, warmup=warmup, layers=layers)
+        return _run(workload, batch_size, config, target, fake=True, warmup=warmup, layers=layers, units=units)
     if layers is not None:
         raise ValueError("layers= tags a fake trace's events: pass fallback=False")
     return trace_with_fallback(lambda b: run_fake(workload, b, config, target, warmup),
