@@ -9,6 +9,12 @@ rebuilt for L blocks: block 0 from the first, blocks 1..L-2 from the middle one,
 Events are tagged with their block while tracing (plan/tracing/repeat_tags.py); an event that refers to a
 storage of another block (a backward freeing the previous block's saved output) keeps its distance.
 
+Blocks of several kinds in a repeating pattern (Gemma-2's sliding and global attention alternating, SmolLM3's
+block without RoPE every fourth, Qwen3-Next's full attention after three linear ones, dense blocks before
+mixture-of-experts ones) are rebuilt the same way by units (plan/tracing/repeat_tags.py `Units`): unit 0 is the
+blocks before the pattern (and as many more as leave whole periods), every later unit one period of blocks; the
+model is traced with its first 3 and 4 units' blocks, and "block" below reads "unit" (`block_units`).
+
 When is that exact? When every one of the L blocks is built alike (checked on the full-depth model built
 on the meta device: module types, parameter shapes and dtypes, plain attributes except the block's
 index, e.g. a sliding-window flag set per layer), and the rebuild reproduces a real trace: the
@@ -117,7 +123,10 @@ def _rebuilt_rows(trace: MemoryTrace, layers: int) -> tuple[list[tuple], int, in
 
     # a storage of block i is known by what it is and the how-manieth such it is in its block: the same
     # storage of another block has the same role (the 4-block check proves the pairing). Roles are numbered
-    # (equal roles, equal numbers) so that a storage's key in the rebuild is one int: block * roles + role
+    # (equal roles, equal numbers) so that a storage's key in the rebuild is one int: block * roles + role.
+    # Units of blocks: modules are named from their unit's start, unit 0's from where it would start if it were
+    # a period long (it ends as a period does: its last block's output is what the next unit's backward frees)
+    aligned = {0: units.period - units.first}
     role: dict[int, int] = {}
     numbered: dict[tuple, int] = {}
     seen: dict[tuple, int] = {}
@@ -125,7 +134,7 @@ def _rebuilt_rows(trace: MemoryTrace, layers: int) -> tuple[list[tuple], int, in
         if e.action == "alloc":
             i = block_layer.get(e.block)
             if i is not None:
-                what = (e.nbytes, e.category, e.phase, e.op, _moved(e.module, prefix, -begins(i)))
+                what = (e.nbytes, e.category, e.phase, e.op, _moved(e.module, prefix, aligned.get(i, -begins(i))))
                 seen[(i, what)] = seen.get((i, what), -1) + 1
                 role[e.block] = numbered.setdefault((what, seen[(i, what)]), len(numbered))
     for e in events:  # storages freed but not allocated in the trace: a role each
@@ -178,6 +187,8 @@ def _rebuilt_rows(trace: MemoryTrace, layers: int) -> tuple[list[tuple], int, in
                 made = len(out) + made_at - start
             here = names.setdefault(name_shift, {})
             for alloc, owner, fixed, key, moved, e in plan:
+                if owner is None and len(targets) > 1 and target != targets[0 if alloc else -1]:
+                    continue  # a storage of no block, made or freed in a run over the blocks: once, at its start or end
                 if owner is not None:
                     at = owner + shift if fixed is None else fixed
                     if not 0 <= at < layers:
@@ -382,7 +393,7 @@ def _periodic(kinds: list[int]) -> Units | None:
     MIN_LAYERS units and a first unit no longer than the blocks the 4-unit trace leaves out (blocks before the
     repetition are traced in both small traces); None where no period gives that."""
     layers, best = len(kinds), None
-    for period in range(1, layers // MIN_LAYERS + 1):
+    for period in range(1, (layers - 1) // (MIN_LAYERS - 1) + 1):  # a first block and MIN_LAYERS - 1 periods at least
         # the repetition starts after the last block that differs from the one a period later (block 1 at least)
         q = max((i + 1 for i in range(layers - period) if kinds[i] != kinds[i + period]), default=1)
         units = Units(q + (layers - q) % period, period)

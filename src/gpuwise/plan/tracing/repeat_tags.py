@@ -167,11 +167,12 @@ class LayerTags:
 
     def _one_each(self, units: list[int]) -> bool:
         """Whether storages freed in a run, by the unit each was freed after, are one per block, or in units of
-        several blocks (a cache's counter for each sliding-window block only), as many per unit."""
+        several blocks (a cache's counter for each sliding-window block only), as many in every unit after the
+        first (the first unit's blocks may be other kinds)."""
         if self.units == ONE or sorted(units) == self._every_block:
             return sorted(units) == self._every_block
-        per_unit = [units.count(u) for u in range(self.count)]
-        return min(per_unit) >= 1 and len(set(per_unit)) == 1
+        per_unit = [units.count(u) for u in range(1, self.count)]
+        return 0 in units and min(per_unit) >= 1 and len(set(per_unit)) == 1
 
     def finish(self, raw_events) -> EventLayers:
         """Each event's layer: the block running when it happened, else the layer of its storage. In a run of
