@@ -7,7 +7,7 @@
 A family whose blocks alternate kinds (Gemma-2's sliding and global attention, a hybrid's attention block every
 fourth, dense blocks before mixture-of-experts ones) was traced whole. The rebuild now repeats a period of blocks
 (a unit) after a first unit, checked by a 4-unit trace. For each family benchmarks/family_sweep.py traced whole
-whose default (published-size) config has such units (`block_units` other than a block each), in a child process (300 s):
+whose default (published-size) config has units (`block_units`), in a child process (300 s):
 the step as estimate traces it (`-b 1 --seq-len 512`, bf16, AdamW, a CUDA target) and the same step traced
 whole, compared:
 
@@ -16,6 +16,9 @@ whole, compared:
   (frees of construction temporaries; what is live at the peak is the same);
 - DIFFERS: anything else (a defect);
 - refused: the rebuild said why not (its 4-unit check failed, a small trace failed): traced whole, as before.
+
+Families of alike blocks (a unit each) that family_sweep traced whole are compared too: the rebuild now also
+places a storage of no block made or freed in a run over the blocks once, where it refused before.
 
 Rows are appended to benchmarks/results/units_rebuild.jsonl as they come; the table goes to the .json beside it.
 """
@@ -51,7 +54,7 @@ def one(model_type: str) -> dict:
     from gpuwise.hf import hf_workload, num_layers_of
     from gpuwise.plan.memory.events import live_peak
     from gpuwise.plan.tracer import quiet_libraries, trace_workload
-    from gpuwise.plan.tracing.repeat import ONE, Units, block_units, canonical, repeated_trace
+    from gpuwise.plan.tracing.repeat import Units, block_units, canonical, repeated_trace
     from gpuwise.step import StepConfig
 
     row: dict = {"type": model_type}
@@ -68,7 +71,7 @@ def one(model_type: str) -> dict:
             return {**row, "status": "no config", "detail": f"{type(exc).__name__}"}
         layers = num_layers_of(wl.hf_config)
         units = block_units(wl.hf_config, wl.task, layers) if layers else "no blocks"
-        if not isinstance(units, Units) or units == ONE:
+        if not isinstance(units, Units):
             return {**row, "status": "not by units", "detail": str(units)[:160]}
         row.update(layers=layers, first=units.first, period=units.period)
         config = StepConfig("adamw", "bf16", False)
