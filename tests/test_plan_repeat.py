@@ -10,7 +10,7 @@ from gpuwise.hf import hf_workload
 from gpuwise.plan import estimate
 from gpuwise.plan.memory.events import live_peak
 from gpuwise.plan.tracer import trace_workload
-from gpuwise.plan.tracing import repeat
+from gpuwise.plan.tracing import repeat, repeat_tags
 from gpuwise.plan.tracing.modes import TrainingModes
 from gpuwise.plan.tracing.repeat import canonical, rebuild, repeated_trace
 from gpuwise.plan.tracing.trace import _run
@@ -172,6 +172,28 @@ def test_blocks_whose_kinds_repeat_with_a_period_are_rebuilt_by_units_as_traced_
         assert rows == full_rows
     assert live_peak(rebuilt) == live_peak(full)
     assert rebuilt.flops_per_step == full.flops_per_step
+
+
+def test_per_block_objects_made_outside_the_blocks_are_the_blocks_of_their_kind(tmp_path):
+    """Gemma-3 under LoRA (peft's model keeps the cache to the end of the forward): the cache's position counter of
+    each sliding-window block is made before the blocks run and freed with the others, not in a sweep over the
+    blocks; made one after another, as many as the sliding blocks, they are those blocks'. Cohere2 (3:1) too."""
+    from transformers import AutoConfig
+
+    for base, layers in (("gemma3_text", 34), ("cohere2", 24)):
+        cfg = {**AutoConfig.for_model(base).to_dict(), "model_type": base, "layer_types": None,
+               "num_hidden_layers": layers}
+        source = tmp_path / f"{base}.json"
+        source.write_text(json.dumps(cfg))
+        wl = hf_workload(str(source), 512 if base == "gemma3_text" else 64)
+        config, modes = StepConfig("adamw", "bf16", False), TrainingModes(lora_rank=16) if base == "gemma3_text" else None
+        rebuilt = trace_workload(wl, 1, config, "cuda", repeat=True, modes=modes)
+        assert any(n.startswith("repeated blocks: traced with 3 and 4 of ") for n in rebuilt.notes), rebuilt.notes
+        full = trace_workload(wl, 1, config, "cuda", repeat=False, modes=modes)
+        (steady, rows), (full_steady, full_rows) = canonical(rebuilt), canonical(full)
+        assert steady == full_steady and rows[steady:] == full_rows[steady:]
+        assert Counter(rows[:steady]) == Counter(full_rows[:steady])
+        assert live_peak(rebuilt) == live_peak(full)
 
 
 def test_periods_are_found_after_the_blocks_before_them_and_refused_where_too_short():
@@ -406,6 +428,6 @@ def test_an_attribute_of_one_block_alone_is_not_taken_for_numbering():
     def block(i, **extra):
         return [("", "Block", ()), ("attn", "Attention", tuple(sorted({"layer_idx": i, **extra}.items())))]
 
-    assert repeat._kinds([block(i) for i in range(8)])[1:] == [0] * 7
+    assert repeat_tags.block_kinds([block(i) for i in range(8)])[1:] == [0] * 7
     odd = [block(i, **({"window": 9} if i == 5 else {})) for i in range(8)]
-    assert len(set(repeat._kinds(odd)[1:])) == 2
+    assert len(set(repeat_tags.block_kinds(odd)[1:])) == 2

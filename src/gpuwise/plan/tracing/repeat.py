@@ -43,7 +43,7 @@ from ...hf import TASKS, decoded_floats, hf_workload, num_layers_of, set_num_lay
 from ...step import StepConfig
 from ..memory.events import MemEvent, MemoryTrace, event_rows, events_from_rows
 from ..speed.ops import OpCosts
-from .repeat_tags import ONE, Units
+from .repeat_tags import ONE, Units, block_kinds, block_signature
 
 TRACED = 3        # blocks in the trace the events are rebuilt from: first, middle, last
 CHECKED = 4       # blocks in the trace the rebuild is checked against
@@ -279,21 +279,6 @@ def _canonical_rows(rows, steady: int) -> tuple[int, list[tuple]]:
 # -- are the blocks alike? -----------------------------------------------------------------------------
 
 
-def _signature(block) -> list[tuple]:
-    """Module types, parameter / buffer shapes, dtypes, trainability, and plain attributes of one block:
-    (name, module type, attributes) per module, (name, shape, dtype, requires_grad | "buffer") per tensor."""
-    sig = []
-    for name, m in block.named_modules():
-        attrs = tuple(sorted((k, v) for k, v in vars(m).items()
-                             if isinstance(v, (bool, int, float, str, type(None))) and not k.startswith("_")))
-        sig.append((name, type(m).__qualname__, attrs))
-    for name, p in block.named_parameters():
-        sig.append((name, tuple(p.shape), str(p.dtype), p.requires_grad))
-    for name, b in block.named_buffers():
-        sig.append((name, tuple(b.shape), str(b.dtype), "buffer"))
-    return sig
-
-
 def blocks_alike(hf_config, task: str, layers: int) -> str | None:
     """None when the rebuild can reuse the full-depth model's blocks (`block_units` finds its units); else why not."""
     found = block_units(hf_config, task, layers)
@@ -330,7 +315,7 @@ def _blocks_of(hf_config, task: str, layers: int):
     lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == layers]
     if len(lists) != 1:
         return f"{len(lists)} lists of {layers} blocks (reuse needs exactly one)"
-    return [_signature(b) for b in lists[0]]
+    return [block_signature(b) for b in lists[0]]
 
 
 @functools.lru_cache(maxsize=16)
@@ -342,7 +327,7 @@ def _block_units(config_json: str, config_class, task: str, layers: int) -> Unit
     sigs = _blocks_of(hf_config, task, layers)
     if isinstance(sigs, str):
         return sigs
-    kinds = _kinds(sigs)
+    kinds = block_kinds(sigs)
     # block 0 is traced as itself (the rebuild keeps the first unit's events): it may differ, as a dense first
     # block before mixture-of-experts ones (first_k_dense_replace = 1) or RWKV's extra pre-LayerNorm does
     if len(set(kinds[1:])) <= 1:
@@ -361,30 +346,9 @@ def _block_units(config_json: str, config_class, task: str, layers: int) -> Unit
     return units
 
 
-def _kinds(sigs: list[list[tuple]]) -> list[int]:
-    """Each block's kind: blocks of equal signatures, less the attributes that only number the blocks (an int
-    attribute whose value less the block's index is the same in every block after the first that has it, two at
-    least), share one."""
-    values: dict[tuple, list] = {}
-    for i, sig in enumerate(sigs[1:], start=1):
-        for entry in sig:
-            if len(entry) == 3:  # a module: (name, type, attributes)
-                for k, v in entry[2]:
-                    values.setdefault((entry[0], k), []).append(v - i if type(v) is int else None)
-    numbering = {key for key, offsets in values.items()
-                 if len(offsets) > 1 and None not in offsets and len(set(offsets)) == 1}
-    numbered: dict[tuple, int] = {}
-    out = []
-    for sig in sigs:
-        plain = tuple((e[0], e[1], tuple((k, v) for k, v in e[2] if (e[0], k) not in numbering)) if len(e) == 3 else e
-                      for e in sig)
-        out.append(numbered.setdefault(plain, len(numbered)))
-    return out
-
-
 def _kinds_side_by_side(full: list[list[tuple]], small: list[list[tuple]]) -> bool:
     """Whether the small model's blocks differ from the full model's first ones (in kind, block for block)."""
-    both = _kinds(full + small)  # one numbering of kinds for both (the blocks' indices then count the other's too)
+    both = block_kinds(full + small)  # one numbering of kinds for both (the blocks' indices then count the other's too)
     return both[len(full):] != both[:len(full)]
 
 

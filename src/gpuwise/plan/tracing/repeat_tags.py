@@ -47,6 +47,42 @@ class Units:
 ONE = Units()  # alike blocks: a unit is a block
 
 
+def block_signature(block) -> list[tuple]:
+    """Module types, parameter / buffer shapes, dtypes, trainability, and plain attributes of one block:
+    (name, module type, attributes) per module, (name, shape, dtype, requires_grad | "buffer") per tensor."""
+    sig = []
+    for name, m in block.named_modules():
+        attrs = tuple(sorted((k, v) for k, v in vars(m).items()
+                             if isinstance(v, (bool, int, float, str, type(None))) and not k.startswith("_")))
+        sig.append((name, type(m).__qualname__, attrs))
+    for name, p in block.named_parameters():
+        sig.append((name, tuple(p.shape), str(p.dtype), p.requires_grad))
+    for name, b in block.named_buffers():
+        sig.append((name, tuple(b.shape), str(b.dtype), "buffer"))
+    return sig
+
+
+def block_kinds(sigs: list[list[tuple]]) -> list[int]:
+    """Each block's kind: blocks of equal signatures, less the attributes that only number the blocks (an int
+    attribute whose value less the block's index is the same in every block after the first that has it, two at
+    least), share one."""
+    values: dict[tuple, list] = {}
+    for i, sig in enumerate(sigs[1:], start=1):
+        for entry in sig:
+            if len(entry) == 3:  # a module: (name, type, attributes)
+                for k, v in entry[2]:
+                    values.setdefault((entry[0], k), []).append(v - i if type(v) is int else None)
+    numbering = {key for key, offsets in values.items()
+                 if len(offsets) > 1 and None not in offsets and len(set(offsets)) == 1}
+    numbered: dict[tuple, int] = {}
+    out = []
+    for sig in sigs:
+        plain = tuple((e[0], e[1], tuple((k, v) for k, v in e[2] if (e[0], k) not in numbering)) if len(e) == 3 else e
+                      for e in sig)
+        out.append(numbered.setdefault(plain, len(numbered)))
+    return out
+
+
 @dataclass
 class EventLayers:
     """Per event of a trace (same order): the unit it belongs to; per block of storage: the unit of its storage."""
@@ -68,6 +104,7 @@ class LayerTags:
         self.block_layer: dict[int, int | None] = {}
         self._inputs: list = []           # per input: a unit, or a list of units (a foreach list)
         self.output_index: int | None = None
+        self.kinds: list[int] | None = None  # each block's kind (`block_kinds`), for units of several kinds
 
     @classmethod
     def follow(cls, mode, model, count: int, units: Units = ONE) -> LayerTags | None:
@@ -78,6 +115,8 @@ class LayerTags:
         if len(found) != 1 or not found[0]:
             return None
         tags = cls(found[0] + ".", count, units)
+        if units != ONE:
+            tags.kinds = block_kinds([block_signature(b) for b in model.get_submodule(found[0])])
         tags.tag_parameters(mode, model)
         tags.tag_construction(mode, model.get_submodule(found[0]))
         return tags
@@ -174,6 +213,26 @@ class LayerTags:
         per_unit = [units.count(u) for u in range(1, self.count)]
         return 0 in units and min(per_unit) >= 1 and len(set(per_unit)) == 1
 
+    def _made_per_block(self, raw_events, made: dict) -> None:
+        """Units of several kinds: storages made one after another outside the blocks, from no block's input, alike
+        (same phase, module, op), as many as the blocks of one kind and more than the units, are those blocks', in
+        order (a cache's position counter for each sliding-window block, made before the blocks run: freed all
+        together where the model's output keeps the cache, so that the frees' sweep below does not find them). A
+        wrong pairing (a few alike storages that happen to be as many) fails the 4-unit check: traced whole."""
+        kinds = self.kinds
+        by_kind = {k: [b for b, kb in enumerate(kinds) if kb == k] for k in set(kinds)}
+        counts = [len(blocks) for blocks in by_kind.values()]
+        run: list[int] = []
+        for e in list(raw_events) + [("end", None, None, "", "", None)]:
+            if run and (e[0] != "alloc" or e[5] is not None or made.get(e[1]) != made[run[0]]
+                        or self.block_layer.get(e[1]) is not None):
+                owners = [blocks for blocks in by_kind.values() if len(blocks) == len(run)]
+                if len(run) > self.count and len(owners) == 1 and counts.count(len(run)) == 1:
+                    self.block_layer.update({s: self.units.unit_of(b) for s, b in zip(run, owners[0])})
+                run = []
+            if e[0] == "alloc" and e[5] is None and e[1] in self.block_layer and self.block_layer[e[1]] is None:
+                run.append(e[1])
+
     def finish(self, raw_events) -> EventLayers:
         """Each event's layer: the block running when it happened, else the layer of its storage. In a run of
         frees, storages made alike (same op, same module), outside the blocks from no block's input, in the
@@ -182,6 +241,8 @@ class LayerTags:
         per-block objects freed together (a KV cache's layers, each with its position counter: Mistral's
         sliding-window cache, at the end of the forward)."""
         made = {e[1]: (e[2], e[3], e[4]) for e in raw_events if e[0] == "alloc"}  # storage -> phase, module, op
+        if self.kinds is not None:
+            self._made_per_block(raw_events, made)
         run: dict[tuple, dict[int, int]] = {}  # how made -> storage -> the block freed right before it
         phase = before = None  # the run's phase; the layer of the free before, in this run
         for e in list(raw_events) + [("end", None, None, "", "", None)]:
