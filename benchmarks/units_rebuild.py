@@ -1,6 +1,6 @@
 """Blocks of several kinds rebuilt by units (plan/tracing/repeat.py `block_units`), against the step traced whole.
 
-    nice python benchmarks/units_rebuild.py                 # the families family_sweep traced whole
+    nice python benchmarks/units_rebuild.py                 # the families family_sweep traced whole (families())
     python benchmarks/units_rebuild.py --types gemma2,gpt_oss
     python benchmarks/units_rebuild.py --table              # the recorded table, run nothing
 
@@ -40,10 +40,12 @@ LIMIT_S = 300
 
 
 def families() -> list[str]:
-    """The families benchmarks/family_sweep.py recorded as traced whole (the others were rebuilt a block at a
-    time, or do not run)."""
+    """The families benchmarks/family_sweep.py records as traced whole, and those already recorded here (traced
+    whole before units of several kinds: the sweep now records most of them as rebuilt)."""
     rows = [json.loads(line) for line in (RESULTS / "family_sweep.jsonl").read_text().splitlines()]
-    return sorted({r["type"] for r in rows if r["status"] == "whole"})
+    mine = RESULTS / "units_rebuild.jsonl"
+    recorded = {json.loads(line)["type"] for line in mine.read_text().splitlines()} if mine.exists() else set()
+    return sorted({r["type"] for r in rows if r["status"] == "whole"} | recorded)
 
 
 def one(model_type: str) -> dict:
