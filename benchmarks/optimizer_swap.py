@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -106,24 +105,11 @@ def main() -> None:
     if args.one:
         print(json.dumps(one(args.one)))
         return
-    jsonl = RESULTS / "optimizer_swap.jsonl"
-    done = {json.loads(line)["type"]: json.loads(line) for line in jsonl.read_text().splitlines()} \
-        if jsonl.exists() else {}
+    from per_family import rows_by_child
+
     types = args.types.split(",") if args.types else list(FAMILIES)
-    for t in types if not args.table else []:
-        if t in done:
-            continue
-        print(f"optimizer_swap: {t}", file=sys.stderr, flush=True)
-        try:
-            proc = subprocess.run([sys.executable, __file__, "--one", t], capture_output=True, text=True,
-                                  timeout=LIMIT_S, cwd=ROOT)
-            row = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else \
-                {"type": t, "error": (proc.stderr.strip().splitlines() or ["?"])[-1]}
-        except subprocess.TimeoutExpired:
-            row = {"type": t, "error": f"over {LIMIT_S} s"}
-        done[t] = row
-        with jsonl.open("a") as fh:
-            fh.write(json.dumps(row) + "\n")
+    done = rows_by_child(__file__, [] if args.table else types, RESULTS / "optimizer_swap.jsonl", LIMIT_S, ROOT,
+                         lambda t, why: {"type": t, "error": why})
     rows = [done[t] for t in types if t in done]
     counts = Counter(r[o]["status"] for r in rows if "error" not in r for o in OPTIMIZERS)
     summary = {"families": len(rows), "errors": sum("error" in r for r in rows), "swaps": dict(counts),

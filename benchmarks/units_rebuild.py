@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -119,24 +118,11 @@ def main() -> None:
     if args.one:
         print(json.dumps(one(args.one)))
         return
-    jsonl = RESULTS / "units_rebuild.jsonl"
-    done = {json.loads(line)["type"]: json.loads(line) for line in jsonl.read_text().splitlines()} \
-        if jsonl.exists() else {}
+    from per_family import rows_by_child
+
     types = args.types.split(",") if args.types else families()
-    for t in types if not args.table else []:
-        if t in done:
-            continue
-        print(f"units_rebuild: {t}", file=sys.stderr, flush=True)
-        try:
-            proc = subprocess.run([sys.executable, __file__, "--one", t], capture_output=True, text=True,
-                                  timeout=LIMIT_S, cwd=ROOT)
-            row = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else \
-                {"type": t, "status": "error", "detail": (proc.stderr.strip().splitlines() or ["?"])[-1][:200]}
-        except subprocess.TimeoutExpired:
-            row = {"type": t, "status": "error", "detail": f"over {LIMIT_S} s"}
-        done[t] = row
-        with jsonl.open("a") as fh:
-            fh.write(json.dumps(row) + "\n")
+    done = rows_by_child(__file__, [] if args.table else types, RESULTS / "units_rebuild.jsonl", LIMIT_S, ROOT,
+                         lambda t, why: {"type": t, "status": "error", "detail": why[:200]})
     rows = [done[t] for t in types if t in done and done[t]["status"] not in ("not by units", "no config")]
     counts = Counter(r["status"] for r in rows)
     summary = {"families": len(rows), "counts": dict(counts), "rows": rows}
