@@ -43,7 +43,7 @@ from ...hf import TASKS, decoded_floats, hf_workload, num_layers_of, set_num_lay
 from ...step import StepConfig
 from ..memory.events import MemEvent, MemoryTrace, event_rows, events_from_rows
 from ..speed.ops import OpCosts
-from .repeat_tags import ONE, Units, block_kinds, block_signature
+from .repeat_tags import ONE, Units, block_kinds, block_signature, plain_signatures
 
 TRACED = 3        # blocks in the trace the events are rebuilt from: first, middle, last
 CHECKED = 4       # blocks in the trace the rebuild is checked against
@@ -126,7 +126,6 @@ def _rebuilt_rows(trace: MemoryTrace, layers: int) -> tuple[list[tuple], int, in
     # (equal roles, equal numbers) so that a storage's key in the rebuild is one int: block * roles + role.
     # Units of blocks: modules are named from their unit's start, unit 0's from where it would start if it were
     # a period long (it ends as a period does: its last block's output is what the next unit's backward frees)
-    aligned = {0: units.period - units.first}
     role: dict[int, int] = {}
     numbered: dict[tuple, int] = {}
     seen: dict[tuple, int] = {}
@@ -134,7 +133,8 @@ def _rebuilt_rows(trace: MemoryTrace, layers: int) -> tuple[list[tuple], int, in
         if e.action == "alloc":
             i = block_layer.get(e.block)
             if i is not None:
-                what = (e.nbytes, e.category, e.phase, e.op, _moved(e.module, prefix, aligned.get(i, -begins(i))))
+                moved_by = units.period - units.first if i == 0 else -begins(i)
+                what = (e.nbytes, e.category, e.phase, e.op, _moved(e.module, prefix, moved_by))
                 seen[(i, what)] = seen.get((i, what), -1) + 1
                 role[e.block] = numbered.setdefault((what, seen[(i, what)]), len(numbered))
     for e in events:  # storages freed but not allocated in the trace: a role each
@@ -369,28 +369,15 @@ def _periodic(kinds: list[int]) -> Units | None:
 
 def _first_difference(sigs: list[list[tuple]]) -> str:
     """Why blocks after the first are not alike: the first one that differs from block 1, and where."""
-    sigs = sigs[1:]
-    for i, sig in enumerate(sigs, start=1):
-        if len(sig) != len(sigs[0]):
+    plain = plain_signatures(sigs)[1:]
+    for i, sig in enumerate(plain, start=1):
+        if len(sig) != len(plain[0]):
             return f"block {i} has other modules than block 1"
-    for pos in range(len(sigs[0])):
-        column = [sig[pos] for sig in sigs]
-        plain = _without_numbering(column)
-        for i, c in enumerate(plain, start=1):
-            if c != plain[0]:
-                return f"block {i} differs from block 1 (in {c[0] or 'the block itself'})"
+    for pos, entry in enumerate(plain[0]):
+        for i, sig in enumerate(plain, start=1):
+            if sig[pos] != entry:
+                return f"block {i} differs from block 1 (in {sig[pos][0] or 'the block itself'})"
     return "the blocks differ"
-
-
-def _without_numbering(column: list[tuple]) -> list[tuple]:
-    """One signature entry across the blocks, less the attributes that only count the blocks (the value in
-    the k-th block compared is the first one's plus k: a `layer_idx`)."""
-    if len(column[0]) != 3 or any(len(c) != 3 or c[:2] != column[0][:2] for c in column):
-        return column  # tensors (4 long), or modules of other names or types
-    attrs = [dict(c[2]) for c in column]
-    numbering = {k for k in attrs[0] if all(type(a.get(k)) is int and a[k] - attrs[0][k] == j
-                                            for j, a in enumerate(attrs))} if len(attrs) > 1 else set()
-    return [(c[0], c[1], tuple((k, v) for k, v in c[2] if k not in numbering)) for c in column]
 
 
 # -- the estimate's entry ------------------------------------------------------------------------------

@@ -63,9 +63,14 @@ def block_signature(block) -> list[tuple]:
 
 
 def block_kinds(sigs: list[list[tuple]]) -> list[int]:
-    """Each block's kind: blocks of equal signatures, less the attributes that only number the blocks (an int
-    attribute whose value less the block's index is the same in every block after the first that has it, two at
-    least), share one."""
+    """Each block's kind: blocks of equal signatures, less the attributes that only number them, share one."""
+    numbered: dict[tuple, int] = {}
+    return [numbered.setdefault(plain, len(numbered)) for plain in plain_signatures(sigs)]
+
+
+def plain_signatures(sigs: list[list[tuple]]) -> list[tuple]:
+    """The blocks' signatures less the attributes that only number the blocks (an int attribute whose value less
+    the block's index is the same in every block after the first that has it, two at least: a `layer_idx`)."""
     values: dict[tuple, list] = {}
     for i, sig in enumerate(sigs[1:], start=1):
         for entry in sig:
@@ -74,13 +79,8 @@ def block_kinds(sigs: list[list[tuple]]) -> list[int]:
                     values.setdefault((entry[0], k), []).append(v - i if type(v) is int else None)
     numbering = {key for key, offsets in values.items()
                  if len(offsets) > 1 and None not in offsets and len(set(offsets)) == 1}
-    numbered: dict[tuple, int] = {}
-    out = []
-    for sig in sigs:
-        plain = tuple((e[0], e[1], tuple((k, v) for k, v in e[2] if (e[0], k) not in numbering)) if len(e) == 3 else e
-                      for e in sig)
-        out.append(numbered.setdefault(plain, len(numbered)))
-    return out
+    return [tuple((e[0], e[1], tuple((k, v) for k, v in e[2] if (e[0], k) not in numbering)) if len(e) == 3 else e
+                  for e in sig) for sig in sigs]
 
 
 @dataclass
@@ -208,8 +208,10 @@ class LayerTags:
         """Whether storages freed in a run, by the unit each was freed after, are one per block, or in units of
         several blocks (a cache's counter for each sliding-window block only), as many in every unit after the
         first (the first unit's blocks may be other kinds)."""
-        if self.units == ONE or sorted(units) == self._every_block:
-            return sorted(units) == self._every_block
+        if sorted(units) == self._every_block:
+            return True
+        if self.units == ONE:
+            return False
         per_unit = [units.count(u) for u in range(1, self.count)]
         return 0 in units and min(per_unit) >= 1 and len(set(per_unit)) == 1
 
@@ -221,13 +223,12 @@ class LayerTags:
         wrong pairing (a few alike storages that happen to be as many) fails the 4-unit check: traced whole."""
         kinds = self.kinds
         by_kind = {k: [b for b, kb in enumerate(kinds) if kb == k] for k in set(kinds)}
-        counts = [len(blocks) for blocks in by_kind.values()]
         run: list[int] = []
         for e in list(raw_events) + [("end", None, None, "", "", None)]:
             if run and (e[0] != "alloc" or e[5] is not None or made.get(e[1]) != made[run[0]]
                         or self.block_layer.get(e[1]) is not None):
                 owners = [blocks for blocks in by_kind.values() if len(blocks) == len(run)]
-                if len(run) > self.count and len(owners) == 1 and counts.count(len(run)) == 1:
+                if len(run) > self.count and len(owners) == 1:  # one kind has that many blocks
                     self.block_layer.update({s: self.units.unit_of(b) for s, b in zip(run, owners[0])})
                 run = []
             if e[0] == "alloc" and e[5] is None and e[1] in self.block_layer and self.block_layer[e[1]] is None:
