@@ -29,7 +29,7 @@ from .flops import Roofline, count_flops, roofline, traffic_bytes
 from .inputs import resolve_inputs
 from .lengths import apply_run_peak, at_run_lengths
 from .memory.allocator import AllocatorResult
-from .memory.cuda import CudaMemory, cuda_memory
+from .memory.cuda import CudaMemory, cuda_memory, retries_note
 from .memory.events import CATEGORIES, MemoryTrace, check_target, live_peak
 from .memory.fsdp_units import block_param_bytes, fsdp_units_of
 from .memory.overheads import DEFAULT_ARCH, Overheads
@@ -72,6 +72,7 @@ class Estimate:
     gpu_memory_bytes: int | None = None
     overheads: Overheads | None = None
     allocator: AllocatorResult | None = None
+    allocator_free: AllocatorResult | None = None  # the replay with room, when the step runs only by retries
     roofline: Roofline | None = None
     capacity: Capacity | None = None
     speed: Speed | None = None        # predicted step time on the named GPU (plan/speed/model.py)
@@ -111,7 +112,9 @@ class Estimate:
         if self.allocator is not None:
             a = self.allocator
             d["allocator"] = {"segments": a.segments, "fragmentation": a.fragmentation,
-                              "max_reserved_bytes": a.max_reserved_bytes, "peak_requested_bytes": a.peak_requested_bytes}
+                              "max_reserved_bytes": a.max_reserved_bytes, "peak_requested_bytes": a.peak_requested_bytes,
+                              "retries": a.retries, "steady_retries": a.steady_retries,
+                              "reserved_with_room_bytes": (self.allocator_free or a).max_reserved_bytes}
         if self.roofline is not None:
             d["roofline"] = self.roofline.to_dict()
         if self.capacity is not None:
@@ -299,6 +302,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
             flops = counted
             notes.append("FLOPs counted on meta tensors (forward + backward)")
 
+    limit = int(spec.memory_bytes * (1 - margin_pct / 100)) if spec is not None else None  # device bytes to stay under
     if target == "cpu":
         peak = live_peak(trace)
         isa = cpu_isa.onednn_isa()
@@ -310,7 +314,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     else:
         if on_progress is not None:
             on_progress("replaying the caching allocator")
-        cuda = cuda_memory(trace, arch, module_loading)
+        cuda = cuda_memory(trace, arch, module_loading, limit)
         peak = live_peak(cuda.trace, round_to=512)  # breakdown in allocator-rounded sizes, workspaces included
         if spec is None:
             notes.append(f"no GPU named: context and workspaces of a {arch} GPU assumed")
@@ -322,7 +326,9 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
                        cuda.result.peak_allocated_bytes, cuda.result.peak_reserved_bytes, cuda.device_used_bytes,
                        dict(peak.by_category), flops, None, spec.name if spec else None, checkpointing,
                        tensor_peak_bytes=live_peak(trace).allocated_bytes, overheads=cuda.overheads,
-                       allocator=cuda.result)
+                       allocator=cuda.result, allocator_free=cuda.free)
+        if cuda.free is not None:
+            notes.append(retries_note(cuda))
     est.breakdown_at(peak)
     est.trace = trace
     if run_len is not None:
@@ -362,7 +368,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
                 if on_progress is not None:
                     on_progress(f"largest batch: batch {b}")
                 traces[b] = traced(b)
-                return _curve_point(b, cuda_memory(traces[b], arch, module_loading))
+                return _curve_point(b, cuda_memory(traces[b], arch, module_loading, limit))
 
             def replayed(b: int, a: int, c: int) -> CurvePoint | None:
                 if (a, c) not in pairs:
@@ -370,14 +376,13 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
                 if pairs[(a, c)] is None:
                     return None
                 return _curve_point(b, cuda_memory(interpolate(traces[a], a, traces[c], c, b, pairs[(a, c)]), arch,
-                                                   module_loading))
+                                                   module_loading, limit))
 
             est.capacity = find_capacity(point, batch_size, spec.memory_bytes, margin_pct, first=first,
                                          replayed=replayed)
             est.max_batch_size = est.capacity.max_batch_size
             if not est.capacity.settled:
                 notes.append("largest-batch search stopped at its trace budget: max_batch_size is a lower bound")
-        limit = spec.memory_bytes * (1 - margin_pct / 100)
         est.fits = est.device_used_bytes <= limit
     if target == "cuda":
         est.attention = attention_summary(attention)

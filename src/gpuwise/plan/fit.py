@@ -47,6 +47,7 @@ from .fit_options import (
 from .fit_rounds import Untraced, in_rounds
 from .flops import roofline, traffic_bytes
 from .inputs import resolve_inputs
+from .memory.cuda import retries_note
 from .memory.split import Split, comm_bytes_per_step, make_split
 from .point import Point
 from .scaled import Evaluator
@@ -62,6 +63,7 @@ GB = 1e9
 # NVLink go through PCIe: Gen5 x16 64 GB/s, Gen4 x16 32 GB/s per direction (PCI-SIG), at ~80% in practice.
 LINK_BYTES_PER_S = {"h100-sxm": 450 * GB, "h200": 450 * GB, "a100-40gb": 300 * GB, "a100-80gb": 300 * GB,
                     "v100-16gb": 150 * GB, "v100-32gb": 150 * GB, "h100-pcie": 0.8 * 64 * GB}
+NO_SPEED = "speed: cannot tell on a GPU known by its memory alone (no FLOP/s or bandwidth): samples/s 0"
 PCIE_BYTES_PER_S = 0.8 * 32 * GB            # PCIe Gen4 x16, ~80% of 32 GB/s: host <-> GPU (offload)
 HOST_MEMORY_BYTES_PER_S = 50 * GB           # assumption: a server's sustained DRAM bandwidth for CPU Adam
 CPU_ADAM_BYTES_PER_PARAM = 28               # fp32 p, g, m, v read (16) + p, m, v written (12)
@@ -128,9 +130,12 @@ class FitResult:
 
 def _step_time_s(point: Point, v: Variant, spec: GpuSpec, samples: int, nproc: int, blocks: int = 1) -> float:
     """One rank's step: the speed model over the traced ops (plan/speed/model.py) where the trace recorded
-    them, else the roofline bound plus the split's communication; pipeline bubble and offload added."""
+    them, else the roofline bound plus the split's communication; pipeline bubble and offload added. 0.0 on a GPU
+    known by its memory alone (`--gpu 24GiB`: no FLOP/s or bandwidth): the speed cannot be told."""
+    if spec.bandwidth_bytes_per_s <= 0:
+        return 0.0
     rl = roofline(point.flops_per_step, traffic_bytes(point.by_category), samples, spec, v.config.precision)
-    if point.op_costs is not None and spec.bandwidth_bytes_per_s > 0:
+    if point.op_costs is not None:
         costs, _ = as_gpu_runs(point.op_costs, gpu_capability(spec))  # flash calls the GPU runs as cuDNN
         if v.split.strategy in FSDP_KERNELS and v.split.nproc > 1:  # as estimate prices them (its estimate_cmd)
             costs = with_fsdp_kernels(costs, v.split, point.trainable_bytes, v.config.precision, v.modes.grad_accum,
@@ -357,13 +362,21 @@ def _option(ev: Evaluator, v: Variant, spec: GpuSpec, micro: int, accum: int, li
             raise Untraced(_ask(v, micro, accum) + ((True,) if whole else ()) if traced is False else None)
     point = ev.evaluate(*_ask(v, micro, accum), whole=whole)
     point.micro_batch = micro  # type: ignore[attr-defined]
+    if point.device_used_bytes > limit >= point.peak_allocated_bytes:  # it may run by freeing the cache
+        capped = ev.under_limit(point, int(limit))
+        if capped is not None:
+            point.device_used_bytes = capped.device_used_bytes
+            point.notes.append(retries_note(capped))
     samples = micro * accum
     t = _step_time_s(point, v, spec, samples, v.split.nproc, ev.layers or 1)
     sps = samples * v.split.data_parallel / t if t > 0 else 0.0
     name = v.name if accum == 1 else f"{v.name} + accumulation {accum}x{micro}"
+    notes = notes_of(v, micro, accum, point)
+    if t <= 0:
+        notes.insert(0, NO_SPEED)
     return FitOption(name, changes_of(v, micro, accum, v.split.nproc), point.device_used_bytes <= limit,
-                     point.device_used_bytes, sps, samples * v.split.data_parallel, notes_of(v, micro, accum, point),
-                     micro, accum, t, extrapolated=point.extrapolated)
+                     point.device_used_bytes, sps, samples * v.split.data_parallel, notes, micro, accum, t,
+                     extrapolated=point.extrapolated)
 
 
 def _whole_first(v: Variant, floor: int | None, limit: float) -> bool:

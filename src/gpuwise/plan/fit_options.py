@@ -142,7 +142,7 @@ def notes_of(v: Variant, micro: int, accum: int, point: Point) -> list[str]:
         notes.append(NOTES["sharded"])
     if accum > 1:
         notes.append(NOTES["accum-bn" if point.batch_norm else "accum"].format(k=accum, m=micro))
-    notes += [n for n in point.notes if n.startswith(("numbers from", "pipeline", "DDP", "fsdp", "zero", "hsdp"))]
+    notes += [n for n in point.notes if n.startswith(("numbers from", "pipeline", "DDP", "fsdp", "zero", "hsdp", "allocator"))]
     return list(dict.fromkeys(notes))
 
 

@@ -52,7 +52,7 @@ from ..hf import hf_workload, is_config_source
 from ..workload import load_workload
 from .memory.allocator import replay
 from .memory.cuda import cuda_memory
-from .memory.events import MemEvent, live_peak
+from .memory.events import MemEvent, built_on_the_host, live_peak
 from .memory.overheads import add_workspaces
 
 
@@ -305,7 +305,7 @@ def first_micro_step_memory(trace, arch: str, loading: str | None = None):
     if first is None:
         return None
 
-    with_ws, overheads = add_workspaces(first, arch, loading=loading)
+    with_ws, overheads = add_workspaces(built_on_the_host(first), arch, loading=loading)
     r = replay(with_ws, steady_repeats=1)
     return (r.peak_allocated_bytes, r.peak_reserved_bytes, r.max_reserved_bytes, overheads.outside_allocator_bytes,
             live_peak(with_ws, round_to=512))

@@ -26,6 +26,9 @@ class Point:
     batch_norm: bool = False        # the step runs batch norm (accumulation changes its statistics)
     op_costs: Any = None            # plan/speed/ops.py OpCosts of the step (the speed model's input)
     extrapolated: bool = False      # linear in the blocks from two small traces (the labelled fallback)
+    # not a field (not compared, not in asdict): the Evaluator's key of the replay behind it, None where the
+    # numbers are not one replay's (an extrapolation, a pipeline stage)
+    replayed_from = None
 
     def extrapolate(self, two: Point, layers: int, at: tuple[int, int] = (1, 2)) -> Point:
         """The step at `layers` from this point and `two`, traced with `at` = (a, a + 1) layers. Each

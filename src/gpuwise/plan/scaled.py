@@ -30,7 +30,7 @@ from ..hf import TASKS, num_layers_of
 from ..step import StepConfig
 from ..workload import load_workload
 from .forks import fork_tasks, idle_cpus
-from .memory.cuda import cuda_memory
+from .memory.cuda import CudaMemory, cuda_memory
 from .memory.events import MemoryTrace, Peak, live_peak
 from .memory.fsdp_units import block_param_bytes, fsdp_units_of
 from .memory.overheads import context_bytes, module_loading, replay_inputs
@@ -72,6 +72,7 @@ class Evaluator:
         self._traces: dict[tuple, MemoryTrace | NotRebuilt] = {}
         self._fsdp_units: tuple | None = None
         self._points: dict[tuple, tuple[MemoryTrace, Point, str]] = {}  # ... -> (trace, point, replayed for arch)
+        self._capped: dict[tuple, CudaMemory | None] = {}  # (a _points key, limit, arch) -> `under_limit`
         self._peaks: dict[int, tuple[MemoryTrace, Peak]] = {}  # id(trace) -> (trace, its live_peak)
         self.traces_run = 0
         self._param_count: int | None = None
@@ -402,8 +403,23 @@ class Evaluator:
         _, done, arch = self._points[key]
         # replayed for an architecture with the same workspaces: only the CUDA context differs
         used = done.device_used_bytes - context_bytes(arch, module_loading()) + context_bytes(self.arch, module_loading())
-        return replace(done, device_used_bytes=used, by_category=dict(done.by_category), notes=list(done.notes),
-                       phases=dict(done.phases))
+        point = replace(done, device_used_bytes=used, by_category=dict(done.by_category), notes=list(done.notes),
+                        phases=dict(done.phases))
+        point.replayed_from = key
+        return point
+
+    def under_limit(self, point: Point, limit_bytes: int) -> CudaMemory | None:
+        """`point`'s step on a card offering `limit_bytes` where its replay with room reserves more: the
+        replay under that cap (plan/memory/cuda.py), when the step runs so (by freeing the allocator's cache);
+        None when it does not, or `point` is not one replay's (an extrapolation, a pipeline stage)."""
+        if point.replayed_from is None or point.replayed_from not in self._points:
+            return None
+        key = (point.replayed_from, limit_bytes, self.arch)
+        if key not in self._capped:
+            trace, modes, split, block, params = self._points[point.replayed_from][0], *point.replayed_from[1:5]
+            got = cuda_memory(self._ranked(trace, modes, split, block, params), self.arch, limit_bytes=limit_bytes)
+            self._capped[key] = got if got.free is not None else None
+        return self._capped[key]
 
     def _live_peak(self, trace: MemoryTrace) -> Peak:
         """`live_peak(trace)`, once per trace (`evaluate` asks for every option and GPU; kept with its trace:
@@ -415,14 +431,21 @@ class Evaluator:
     def _param_bytes(self, trace: MemoryTrace) -> int:
         return self._live_peak(trace).by_category.get("parameters", 0)
 
+    def _ranked(self, trace: MemoryTrace, modes: TrainingModes, split: Split, block_param_bytes: int,
+                param_bytes: int | None) -> MemoryTrace:
+        """One rank's trace of `trace` (the optimizer state offloaded where the modes say so)."""
+        if modes.offload_optimizer:
+            trace = offload_optimizer_state(trace)
+        return rank_trace(trace, split, block_param_bytes, self.units(split), param_bytes,
+                          accumulating=modes.grad_accum > 1)
+
     def _replayed(self, trace: MemoryTrace, modes: TrainingModes, split: Split, block_param_bytes: int,
                   param_bytes: int | None) -> Point:
         costs = trace.op_costs
+        ranked = self._ranked(trace, modes, split, block_param_bytes, param_bytes)
         if modes.offload_optimizer:
             trace = offload_optimizer_state(trace)
         trainable = trainable_bytes(trace)
-        ranked = rank_trace(trace, split, block_param_bytes, self.units(split), param_bytes,
-                            accumulating=modes.grad_accum > 1)
         cuda = cuda_memory(ranked, self.arch)
         peak = self._live_peak(trace) if ranked is trace else live_peak(ranked)
         phases, acts = phase_peaks(ranked)
@@ -447,6 +470,7 @@ class Evaluator:
         else:  # estimate's numbers: its trace, its FSDP unit
             point = self._point(got, modes, split, block_param_bytes(got, layers, self._live_peak(got)))
         if layers is not None and split.strategy == "pipeline" and split.nproc > 1:
+            point.replayed_from = None  # not the replay's numbers
             extra = (split.nproc - 1) * point.activations_bytes
             point.device_used_bytes += extra
             point.peak_allocated_bytes += extra

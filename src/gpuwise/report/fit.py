@@ -24,7 +24,8 @@ def options_table(result) -> Table:
         floor = getattr(o, "floor_only", False)  # not traced: a floor already over the card
         t.add_row(str(i), o.name, "[green]yes[/green]" if o.fits else "[red]no[/red]",
                   ("≥ " if floor else "") + fmt_bytes(o.device_used_bytes),
-                  "-" if floor else f"{o.samples_per_s:,.1f}", str(o.effective_batch_size), _short_note(o))
+                  "-" if floor else "?" if not o.step_time_s else f"{o.samples_per_s:,.1f}",
+                  str(o.effective_batch_size), _short_note(o))
     return t
 
 
@@ -49,8 +50,10 @@ def render_fit(result, top_code: int = 3) -> None:
                           f"rent ${c.rent_usd:,.0f}" if c.rent_usd is not None else "rent: no price (--price GPU=USD)")
         if c.own_usd is not None:
             console.out.print(f"own: ${c.own_usd:,.0f} (purchase over its life + power)")
-    console.out.print(f"[dim]{result.traces} traces, {result.seconds:.1f} s; samples/s are the speed model's "
-                      "predictions (plan/speed/), never above the roofline bound[/dim]")
+    speed = ("samples/s are the speed model's predictions (plan/speed/), never above the roofline bound"
+             if any(o.step_time_s for o in result.options) else
+             f"samples/s: cannot tell ({result.gpu}: no FLOP/s or bandwidth; name a catalog GPU for them)")
+    console.out.print(f"[dim]{result.traces} traces, {result.seconds:.1f} s; {speed}[/dim]")
 
 
 def gpus_table(results) -> Table:

@@ -117,6 +117,7 @@ class AllocatorResult:
     oom_event_index: int | None
     oom_request_bytes: int = 0
     fragmentation: float = 0.0      # 1 - allocated/reserved at the steady-state peak of reserved
+    steady_retries: int = 0         # of `retries`, those of the steady-state steps (events[steady_start:])
     # max of memory_allocated during the steady-state step, per phase of the event (plan/curve.py fits
     # each phase's peak as its own line in the batch size: the peak moves from the optimizer step to backward)
     phase_peak_allocated_bytes: dict[str, int] = field(default_factory=dict)
@@ -377,11 +378,13 @@ def replay(trace: MemoryTrace, capacity_bytes: int | None = None, max_split_size
     Exact shortcut: once a repeated step starts from the same state as the step before it (`_Replay.state`:
     the same segments, blocks and addresses, and its blocks naming the same live blocks), it replays
     exactly as that step did, and so does every later one: the peaks, segments and retries stay as they
-    are, and the timeline repeats that step's. Block ids must be >= 0 for that (so that repetition r's
-    blocks, r * offset onwards, name nothing earlier); else every step is replayed."""
+    are (that step made no cudaMalloc: the next segment's address is in the state), and the timeline
+    repeats that step's. Block ids must be >= 0 for that (so that repetition r's blocks, r * offset
+    onwards, name nothing earlier); else every step is replayed."""
     events, steady_start = trace.events, trace.steady_start
     rp = _Replay(capacity_bytes, max_split_size_bytes, steady_start, keep_timeline, trace.segment_addresses)
     ok = rp.run(events[:steady_start], [ev.block for ev in events[:steady_start]], 0)
+    at_steady = rp.alloc.retries
     if ok and steady_repeats > 1 and steady_start < len(events):
         steady = events[steady_start:]
         step, first_blocks, offset = _repetition(trace)
@@ -416,5 +419,6 @@ def replay(trace: MemoryTrace, capacity_bytes: int | None = None, max_split_size
         max_reserved_bytes=rp.max_res, max_allocated_bytes=rp.max_alloc, segments=alloc.segments,
         retries=alloc.retries, oom=rp.oom_at is not None, oom_event_index=rp.oom_at,
         oom_request_bytes=rp.oom_bytes, fragmentation=round(rp.frag_at_peak_res, 6),
+        steady_retries=alloc.retries - at_steady,
         phase_peak_allocated_bytes=rp.phase_peaks, timeline=rp.timeline,
     )

@@ -1,13 +1,20 @@
 """A trace on a CUDA device: + library workspaces and the context (overheads.py), replayed through the
 caching-allocator model (allocator.py). What nvidia-smi would show is the most ever reserved plus what
-lives outside the allocator."""
+lives outside the allocator.
+
+Given the bytes the card offers (`limit_bytes`), a step whose free replay reserves more is replayed again
+under that cap, as the real allocator runs it: a cudaMalloc that fails frees every cached segment and tries
+once more (`release_cached_blocks`), and only a request that still fails is out of memory. A step that runs
+so is what the card shows (reserved at most the cap) and counts its retries; one that does not keeps the
+free replay's numbers (what it would need)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...units import fmt_bytes
 from .allocator import AllocatorResult, replay
-from .events import MemoryTrace
+from .events import MemoryTrace, built_on_the_host
 from .overheads import Overheads, add_workspaces
 
 STEADY_REPEATS = 3  # steady steps replayed in a row: a measurement runs several; layouts can drift for a few
@@ -18,14 +25,44 @@ class CudaMemory:
     trace: MemoryTrace
     overheads: Overheads
     result: AllocatorResult
+    # the replay with room to cache (no cap), where a cap changed the result: the step runs under the cap
+    # only by freeing the cache (retries), and this is what it reserves given room
+    free: AllocatorResult | None = None
 
     @property
     def device_used_bytes(self) -> int:
         # nvidia-smi sees the most ever reserved (cached segments are not returned without empty_cache)
         return self.result.max_reserved_bytes + self.overheads.outside_allocator_bytes
 
+    @property
+    def steady_retries(self) -> int:
+        """cudaMalloc failures that the STEADY_REPEATS steady steps recovered from by freeing the cache."""
+        return self.result.steady_retries
 
-def cuda_memory(trace: MemoryTrace, arch: str, loading: str | None = None) -> CudaMemory:
-    """`loading`: how the CUDA context loads modules (overheads.py `add_workspaces`)."""
-    with_ws, overheads = add_workspaces(trace, arch, loading=loading)
-    return CudaMemory(with_ws, overheads, replay(with_ws, steady_repeats=STEADY_REPEATS))
+
+def cuda_memory(trace: MemoryTrace, arch: str, loading: str | None = None,
+                limit_bytes: int | None = None) -> CudaMemory:
+    """`loading`: how the CUDA context loads modules (overheads.py `add_workspaces`); `limit_bytes`: the
+    device bytes the step may use (the card's memory less any margin), None for a replay with room."""
+    with_ws, overheads = add_workspaces(built_on_the_host(trace), arch, loading=loading)
+    free = CudaMemory(with_ws, overheads, replay(with_ws, steady_repeats=STEADY_REPEATS))
+    if limit_bytes is None or free.device_used_bytes <= limit_bytes:
+        return free
+    cap = limit_bytes - overheads.outside_allocator_bytes
+    capped = replay(with_ws, capacity_bytes=cap, steady_repeats=STEADY_REPEATS) if cap > 0 else None
+    if capped is None or capped.oom:
+        return free
+    return CudaMemory(with_ws, overheads, capped, free=free.result)
+
+
+def retries_note(c: CudaMemory) -> str:
+    """The note of a step that runs under its limit only by freeing the allocator's cache."""
+    need = (c.free or c.result).max_reserved_bytes + c.overheads.outside_allocator_bytes
+    steady = (f"{c.steady_retries} in the steady ones (each frees every cached segment and synchronises the device; "
+              "the predicted speed leaves them out)" if c.steady_retries else
+              "none in the steady ones (the speed is not affected)")
+    return (f"allocator: with room the step would hold {fmt_bytes(need)} of device memory; under the limit the "
+            "caching allocator runs it by freeing its cache and retrying a failed cudaMalloc (PyTorch's "
+            f"'cudaMalloc retries'): {c.result.retries} over the first step and {STEADY_REPEATS} steady ones, "
+            f"{steady}. PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True is PyTorch's setting against this "
+            "fragmentation")

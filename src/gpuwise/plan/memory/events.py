@@ -7,6 +7,7 @@ two can be compared event by event.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -65,10 +66,12 @@ def events_from_rows(rows) -> list[MemEvent]:
 
 @dataclass
 class MemoryTrace:
-    """Events from building the model on the device through warm-up step(s) to the steady-state step.
+    """Events from building the model through warm-up step(s) to the steady-state step.
 
     `events[steady_start:]` is the steady-state step (optimizer state already alive); everything before
     it is setup and warm-up, replayed so that an allocator simulation sees the same history as a process.
+    The construction is traced as the tensors stand for the target's; the CUDA replay sees the model built
+    on the host and moved (`built_on_the_host`), as gpuwise's runner builds it.
     """
 
     events: list[MemEvent]
@@ -92,6 +95,25 @@ class MemoryTrace:
     def __setstate__(self, state: dict) -> None:
         state["events"] = events_from_rows(zip(*state["events"])) if state["events"] else []
         self.__dict__.update(state)
+
+
+def built_on_the_host(trace: MemoryTrace) -> MemoryTrace:
+    """`trace` as the device sees a model built on the host and then moved (gpuwise's runner builds the
+    workload's model on the CPU, casts it and moves it; `from_pretrained` loads into the storage dtype): the
+    setup before the first input arrives keeps only what is still live then, in its order. The construction's
+    scratch and the copies a cast replaces (a bf16-pure model's fp32 weights, 4-bit layers' float weights)
+    never reach the device. `trace` itself when the setup frees nothing, or when it was measured on a device
+    (a CUDA snapshot is what the device saw)."""
+    if trace.segment_addresses or trace.method == "cuda-snapshot":
+        return trace
+    events = trace.events
+    end = next((i for i, ev in enumerate(events) if ev.phase != "setup" or ev.category == "inputs"), len(events))
+    end = min(end, trace.steady_start)
+    gone = {ev.block for ev in events[:end] if ev.action == "free"}
+    if not gone:
+        return trace
+    kept = [ev for ev in events[:end] if ev.block not in gone]
+    return dataclasses.replace(trace, events=kept + events[end:], steady_start=trace.steady_start - (end - len(kept)))
 
 
 @dataclass(frozen=True)
