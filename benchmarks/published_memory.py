@@ -154,6 +154,9 @@ def summary(rows: list[dict], results: dict) -> dict:
     ooms = [d for d in done if d["metric"] == "oom" and "error" not in d]
     out["oom"] = {"published": sum(r["metric"] == "oom" for r in mem), "computed": len(ooms),
                   "predicted": sum(bool(d.get("predicted_oom")) for d in ooms)}
+    # the other side of the verdict: runs that completed (a memory number was published) on a catalog GPU
+    ran = [d for d in done if d["metric"] != "oom" and "error" not in d and "predicted_oom" in d]
+    out["ran"] = {"computed": len(ran), "predicted_oom": sum(bool(d["predicted_oom"]) for d in ran)}
     return out
 
 
@@ -169,7 +172,8 @@ def table(rows: list[dict], results: dict) -> str:
     lines = [f"{s['memory_rows']} published memory rows from {s['sources']} sources, {s['expressible']} expressible "
              f"({100 * s['expressible'] / max(1, s['memory_rows']):.0f} %); {s['computed']} computed, "
              f"{s['failed']} failed. Published OOMs predicted OOM: {s['oom']['predicted']} of {s['oom']['computed']} "
-             f"computed ({s['oom']['published']} published).", "",
+             f"computed ({s['oom']['published']} published). Runs that completed predicted OOM (a false alarm): "
+             f"{s['ran']['predicted_oom']} of {s['ran']['computed']} on a catalog GPU.", "",
              "| group | rows | median abs error | max abs error | target (median, max) |", "|---|---|---|---|---|"]
     for g, v in s["by_group"].items():
         lines.append(f"| {g} | {v['n']} | {v['median_abs_pct']:.1f} % | {v['max_abs_pct']:.1f} % | "

@@ -78,6 +78,13 @@ def test_estimate_and_fit_answer_a_card_the_step_fits_only_by_retrying(capsys):
     out = json.loads(capsys.readouterr().out)
     validate("estimate", out)  # the allocator's new keys are typed in the schema
     assert out["device_used_bytes"] == given.device_used_bytes and out["allocator"]["retries"] >= 1
+    # the table says so too (fit crashed on such a GPU: the roofline divided by its zero bandwidth)
+    from gpuwise.report import console
+    from gpuwise.report.fit import render_fit
+
+    with console.out.capture() as shown:
+        render_fit(r)
+    assert "samples/s: cannot tell" in shown.get()
 
 
 def test_the_model_is_built_on_the_host_then_arrives_on_the_device(tmp_path):

@@ -44,6 +44,21 @@ def test_oom_verdict_is_device_used_against_the_gpu():
     assert "predicted_oom" not in pm.compare(_row("oom", None, None, gpu="H100-96GB"), EST)  # not in the catalog
 
 
+def test_summary_counts_false_alarms_among_runs_that_completed():
+    # a run that completed on a catalog GPU but was predicted out of memory is the verdict's other error
+    rows = [r for r in corpus.load_rows() if corpus.is_memory(r) and corpus.expressible(r)]
+    ran = [r for r in rows if r["metric"] == "max_allocated"][:3]
+    oom = next(r for r in rows if r["metric"] == "oom")
+    results = {r["id"]: {"id": r["id"], "args": r["gpuwise_args"], "workload": r["setting"]["workload"],
+                         "metric": r["metric"], "source": r["source"]["name"], "err_pct": 1.0, "predicted_bytes": 1e9,
+                         "predicted_oom": i == 0} for i, r in enumerate(ran)}
+    results[oom["id"]] = {"id": oom["id"], "args": oom["gpuwise_args"], "workload": oom["setting"]["workload"],
+                          "metric": "oom", "source": oom["source"]["name"], "predicted_oom": True}
+    s = pm.summary(corpus.load_rows(), results)
+    assert s["ran"] == {"computed": 3, "predicted_oom": 1} and s["oom"]["predicted"] == 1
+    assert "Runs that completed predicted OOM (a false alarm): 1 of 3" in pm.table(corpus.load_rows(), results)
+
+
 def test_stored_results_recompare_to_what_is_stored():
     rows = {r["id"]: r for r in corpus.load_rows()}
     results = pm.load_results()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from ..plan.fit import NO_SPEED
 from ..plan.speed.cost import ELECTRICITY_USD_PER_KWH, LIFE_YEARS, PRICES_DATE
 from ..units import GIB, fmt_bytes
 from . import console
@@ -24,7 +25,7 @@ def options_table(result) -> Table:
         floor = getattr(o, "floor_only", False)  # not traced: a floor already over the card
         t.add_row(str(i), o.name, "[green]yes[/green]" if o.fits else "[red]no[/red]",
                   ("≥ " if floor else "") + fmt_bytes(o.device_used_bytes),
-                  "-" if floor else "?" if not o.step_time_s else f"{o.samples_per_s:,.1f}",
+                  "-" if floor else "?" if NO_SPEED in o.notes else f"{o.samples_per_s:,.1f}",
                   str(o.effective_batch_size), _short_note(o))
     return t
 
@@ -51,7 +52,7 @@ def render_fit(result, top_code: int = 3) -> None:
         if c.own_usd is not None:
             console.out.print(f"own: ${c.own_usd:,.0f} (purchase over its life + power)")
     speed = ("samples/s are the speed model's predictions (plan/speed/), never above the roofline bound"
-             if any(o.step_time_s for o in result.options) else
+             if not any(NO_SPEED in o.notes for o in result.options) else
              f"samples/s: cannot tell ({result.gpu}: no FLOP/s or bandwidth; name a catalog GPU for them)")
     console.out.print(f"[dim]{result.traces} traces, {result.seconds:.1f} s; {speed}[/dim]")
 
