@@ -85,6 +85,7 @@ def test_estimate_and_fit_answer_a_card_the_step_fits_only_by_retrying(capsys):
     with console.out.capture() as shown:
         render_fit(r)
     assert "samples/s: cannot tell" in shown.get()
+    assert "* fits only as PyTorch's allocator runs a full card" in shown.get()
 
 
 def test_the_model_is_built_on_the_host_then_arrives_on_the_device(tmp_path):

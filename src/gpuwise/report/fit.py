@@ -24,21 +24,29 @@ def options_table(result) -> Table:
     for i, o in enumerate(result.options, 1):
         floor = getattr(o, "floor_only", False)  # not traced: a floor already over the card
         t.add_row(str(i), o.name, "[green]yes[/green]" if o.fits else "[red]no[/red]",
-                  ("≥ " if floor else "") + fmt_bytes(o.device_used_bytes),
+                  ("≥ " if floor else "") + fmt_bytes(o.device_used_bytes) + ("*" if _by_retries(o) else ""),
                   "-" if floor else "?" if NO_SPEED in o.notes else f"{o.samples_per_s:,.1f}",
                   str(o.effective_batch_size), _short_note(o))
     return t
 
 
+def _by_retries(option) -> bool:
+    """It fits only by freeing the allocator's cache (plan/memory/cuda.py `retries_note`)."""
+    return any(n.startswith("allocator: with room") for n in option.notes)
+
+
 def _short_note(option) -> str:
     """The most specific note (the last change's), cut to one line."""
-    notes = [n for n in option.notes if not n.startswith("numbers from")]
+    notes = [n for n in option.notes if not n.startswith(("numbers from", "allocator: with room"))]
     text = notes[-1] if notes else ""
     return text if len(text) <= 70 else text[:69] + "…"
 
 
 def render_fit(result, top_code: int = 3) -> None:
     console.out.print(options_table(result))
+    if any(_by_retries(o) for o in result.options):
+        console.out.print("* fits only as PyTorch's allocator runs a full card: it frees its cache and retries a "
+                          "failed cudaMalloc (the option's allocator note in --json; not in samples/s)")
     fitting = result.fitting
     if not fitting:
         console.out.print(f"[red]nothing fits[/red] on {result.nproc} x {result.gpu}: try more GPUs (-n) or "
