@@ -37,7 +37,7 @@ def test_a_step_over_the_limit_only_by_its_cache_runs_with_retries():
     capped = cuda_memory(t, "hopper", limit_bytes=roomy.device_used_bytes - 20 * MIB)
     assert capped.free is not None and capped.free.max_reserved_bytes == roomy.result.max_reserved_bytes
     assert capped.device_used_bytes == roomy.device_used_bytes - 30 * MIB
-    assert capped.result.retries == 1 and capped.steady_retries == 0  # then 40 MiB stays cached for both
+    assert capped.result.retries == 1 and capped.result.steady_retries == 0  # then 40 MiB stays cached for both
     assert capped.result.peak_allocated_bytes == roomy.result.peak_allocated_bytes
     # under the step's own 40 MiB (plus what lives beside it): out of memory even after freeing the cache
     short = cuda_memory(t, "hopper", limit_bytes=roomy.device_used_bytes - 40 * MIB)

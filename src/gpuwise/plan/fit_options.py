@@ -12,6 +12,7 @@ from ..optional_libs import sized_without_notes
 from ..step import StepConfig
 from .catalog import GpuSpec
 from .curve import DEFAULT_MARGIN_PCT
+from .memory.cuda import RETRIES_NOTE
 from .memory.split import DEFAULT_NODE_SIZE, Split
 from .point import Point
 from .tracing.modes import TrainingModes
@@ -142,7 +143,8 @@ def notes_of(v: Variant, micro: int, accum: int, point: Point) -> list[str]:
         notes.append(NOTES["sharded"])
     if accum > 1:
         notes.append(NOTES["accum-bn" if point.batch_norm else "accum"].format(k=accum, m=micro))
-    notes += [n for n in point.notes if n.startswith(("numbers from", "pipeline", "DDP", "fsdp", "zero", "hsdp", "allocator"))]
+    notes += [n for n in point.notes
+              if n.startswith(("numbers from", "pipeline", "DDP", "fsdp", "zero", "hsdp", RETRIES_NOTE))]
     return list(dict.fromkeys(notes))
 
 

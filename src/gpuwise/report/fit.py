@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from ..plan.fit import NO_SPEED
+from ..plan.memory.cuda import RETRIES_NOTE
 from ..plan.speed.cost import ELECTRICITY_USD_PER_KWH, LIFE_YEARS, PRICES_DATE
 from ..units import GIB, fmt_bytes
 from . import console
@@ -32,12 +33,12 @@ def options_table(result) -> Table:
 
 def _by_retries(option) -> bool:
     """It fits only by freeing the allocator's cache (plan/memory/cuda.py `retries_note`)."""
-    return any(n.startswith("allocator: with room") for n in option.notes)
+    return any(n.startswith(RETRIES_NOTE) for n in option.notes)
 
 
 def _short_note(option) -> str:
     """The most specific note (the last change's), cut to one line."""
-    notes = [n for n in option.notes if not n.startswith(("numbers from", "allocator: with room"))]
+    notes = [n for n in option.notes if not n.startswith(("numbers from", RETRIES_NOTE))]
     text = notes[-1] if notes else ""
     return text if len(text) <= 70 else text[:69] + "…"
 

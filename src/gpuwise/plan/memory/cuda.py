@@ -18,6 +18,7 @@ from .events import MemoryTrace, built_on_the_host
 from .overheads import Overheads, add_workspaces
 
 STEADY_REPEATS = 3  # steady steps replayed in a row: a measurement runs several; layouts can drift for a few
+RETRIES_NOTE = "allocator: with room"  # how `retries_note` begins (fit's table marks those options by it)
 
 
 @dataclass(frozen=True)
@@ -34,11 +35,6 @@ class CudaMemory:
         # nvidia-smi sees the most ever reserved (cached segments are not returned without empty_cache)
         return self.result.max_reserved_bytes + self.overheads.outside_allocator_bytes
 
-    @property
-    def steady_retries(self) -> int:
-        """cudaMalloc failures that the STEADY_REPEATS steady steps recovered from by freeing the cache."""
-        return self.result.steady_retries
-
 
 def cuda_memory(trace: MemoryTrace, arch: str, loading: str | None = None,
                 limit_bytes: int | None = None) -> CudaMemory:
@@ -49,8 +45,10 @@ def cuda_memory(trace: MemoryTrace, arch: str, loading: str | None = None,
     if limit_bytes is None or free.device_used_bytes <= limit_bytes:
         return free
     cap = limit_bytes - overheads.outside_allocator_bytes
-    capped = replay(with_ws, capacity_bytes=cap, steady_repeats=STEADY_REPEATS) if cap > 0 else None
-    if capped is None or capped.oom:
+    if cap <= 0 or free.result.peak_requested_bytes > cap:  # reserved holds at least what is asked: out of memory
+        return free
+    capped = replay(with_ws, capacity_bytes=cap, steady_repeats=STEADY_REPEATS)
+    if capped.oom:
         return free
     return CudaMemory(with_ws, overheads, capped, free=free.result)
 
@@ -58,10 +56,10 @@ def cuda_memory(trace: MemoryTrace, arch: str, loading: str | None = None,
 def retries_note(c: CudaMemory) -> str:
     """The note of a step that runs under its limit only by freeing the allocator's cache."""
     need = (c.free or c.result).max_reserved_bytes + c.overheads.outside_allocator_bytes
-    steady = (f"{c.steady_retries} in the steady ones (each frees every cached segment and synchronises the device; "
-              "the predicted speed leaves them out)" if c.steady_retries else
+    steady = (f"{c.result.steady_retries} in the steady ones (each frees every cached segment and synchronises the "
+              "device; the predicted speed leaves them out)" if c.result.steady_retries else
               "none in the steady ones (the speed is not affected)")
-    return (f"allocator: with room the step would hold {fmt_bytes(need)} of device memory; under the limit the "
+    return (f"{RETRIES_NOTE} the step would hold {fmt_bytes(need)} of device memory; under the limit the "
             "caching allocator runs it by freeing its cache and retrying a failed cudaMalloc (PyTorch's "
             f"'cudaMalloc retries'): {c.result.retries} over the first step and {STEADY_REPEATS} steady ones, "
             f"{steady}. PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True is PyTorch's setting against this "
