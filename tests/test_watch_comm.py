@@ -20,8 +20,10 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "
 # torch's gloo backend now and then aborts a rank at interpreter exit, after the script's last line ran
 # (std::terminate from a worker thread torn down with the interpreter; pytorch/pytorch#179291 describes it).
 # torchrun then fails the run and watch rightly passes its exit code on. The run is repeated once where that,
-# and only that, happened: every rank reported its steps and the abort's line is on stderr.
+# and only that, happened: the abort's line is on stderr and torchrun reports a rank killed by SIGABRT (the
+# aborted rank may lose its last records, so the ranks' steps are not required: the second run is asserted whole).
 TEARDOWN_ABORT = "terminate called without an active exception"
+RANK_ABORTED = "(SIGABRT)"
 
 
 def watch(capsys, *cmd: str) -> dict:
@@ -29,9 +31,7 @@ def watch(capsys, *cmd: str) -> dict:
         code = main(["watch", "--json", "--", *cmd])
         captured = capsys.readouterr()
         summary = json.loads(captured.out) if captured.out.strip() else {}
-        ranks = summary.get("ranks") or []
-        ranks_done = len(ranks) == 2 and all(r["steps"] for r in ranks)
-        if code == 0 or attempt or not (TEARDOWN_ABORT in captured.err and ranks_done):
+        if code == 0 or attempt or not (TEARDOWN_ABORT in captured.err and RANK_ABORTED in captured.err):
             break
     assert code == 0, captured.err[-2000:]
     return summary
