@@ -10,7 +10,7 @@ from gpuwise.cli import main
 from gpuwise.contracts import validate
 from gpuwise.plan.estimate import estimate
 from gpuwise.plan.fit import NO_SPEED, fit
-from gpuwise.plan.memory.cuda import cuda_memory
+from gpuwise.plan.memory.cuda import RETRIES_NOTE, cuda_memory
 from gpuwise.plan.memory.events import MemEvent, MemoryTrace
 
 MIB = 1024**2
@@ -124,3 +124,30 @@ def test_the_model_is_built_on_the_host_then_arrives_on_the_device(tmp_path):
     # (and the batch's fp32 copy, which the runner moves before casting it)
     assert setup_allocs(e.trace) >= 3 * bf16_params
     assert setup_allocs(built_on_the_host(e.trace)) == bf16_params + 4 * 2048 * 4
+
+
+def test_run_lengths_replays_the_run_under_the_card_as_it_replays_a_step(tmp_path):
+    """--seq-len-dist: the first micro-step at the longest sample and the later ones replayed together are each
+    replayed under the card's limit too: a run that holds more than the card only by its cache fits, by retries,
+    and says which replay retried; one whose requests alone are over the card does not fit."""
+    import random
+
+    rng = random.Random(0)
+    lengths = tmp_path / "lengths.txt"
+    lengths.write_text("".join(f"{rng.randint(16, 200)}\n" for _ in range(3000)) + "512 1\n")
+
+    def run(gpu: str):
+        return estimate("tests/data/configs/wide-vocab-llama.json", 8, precision="bf16", gpu=gpu, margin_pct=0,
+                        search_max_batch=False, seq_len_dist=str(lengths), micro_steps=4)
+
+    roomy = run("80GiB")
+    assert roomy.lengths["later_seq_len"] < 512 and not any(n.startswith(RETRIES_NOTE) for n in roomy.notes)
+    joined = run(f"{(roomy.device_used_bytes - 8 * MIB) / MIB:.3f}MiB")  # the later steps after the first: retry
+    assert joined.fits and joined.device_used_bytes <= joined.gpu_memory_bytes < roomy.device_used_bytes
+    assert any(n.startswith("run lengths, the first micro-step and the later ones replayed together: "
+                            f"{RETRIES_NOTE} the step would hold") for n in joined.notes)
+    first = run(f"{(roomy.device_used_bytes - 64 * MIB) / MIB:.3f}MiB")  # the first micro-step alone retries too
+    assert first.fits and first.device_used_bytes <= first.gpu_memory_bytes
+    assert any(n.startswith(f"{RETRIES_NOTE} the first micro-step would hold") for n in first.notes)
+    short = run(f"{(roomy.lengths['first_peak_allocated_bytes'] - 64 * MIB) / MIB:.3f}MiB")
+    assert not short.fits and short.device_used_bytes == roomy.device_used_bytes

@@ -337,7 +337,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
                 return per_rank(trace_workload(load_workload(first_wl), batch_size, config, target, repeat=True,
                                                progress=on_progress, modes=modes))
 
-        apply_run_peak(est, run_len, first_trace, arch, module_loading)
+        apply_run_peak(est, run_len, first_trace, arch, module_loading, limit)
         if spec is not None and search_max_batch:
             notes.append(f"run lengths: the largest batch is searched at the later micro-steps' "
                          f"{run_len.later or run_len.first} tokens; the first micro-step at the longest sample "

@@ -49,9 +49,9 @@ from pathlib import Path
 
 from ..errors import GpuwiseError
 from ..hf import hf_workload, is_config_source
+from ..units import fmt_bytes
 from ..workload import load_workload
-from .memory.allocator import replay
-from .memory.cuda import cuda_memory
+from .memory.cuda import RETRIES_NOTE, cuda_memory, replay_within, retries_note
 from .memory.events import MemEvent, built_on_the_host, live_peak
 from .memory.overheads import add_workspaces
 
@@ -294,21 +294,22 @@ def spliced(first, later):
     return dataclasses.replace(later, events=head + rest, steady_start=len(head) + later.steady_start - end_b)
 
 
-def first_micro_step_memory(trace, arch: str, loading: str | None = None):
+def first_micro_step_memory(trace, arch: str, loading: str | None = None, limit_bytes: int | None = None):
     """(peak allocated, peak reserved, the most reserved, outside-allocator bytes, what is live at the peak:
-    a memory/events.py Peak in allocator-rounded sizes) of the first micro-step
-    on a CUDA device: `first_micro_step(trace)` with the library workspaces, replayed once through the
-    caching-allocator model (memory/cuda.py without its repeated steady steps: iteration 0 happens once).
-    None when the trace has no first micro-step."""
+    a memory/events.py Peak in allocator-rounded sizes, the cudaMalloc retries, the replay with room where the
+    card's `limit_bytes` made the allocator retry (else None)) of the first micro-step on a CUDA device:
+    `first_micro_step(trace)` with the library workspaces, replayed once through the caching-allocator model
+    (memory/cuda.py without its repeated steady steps: iteration 0 happens once), under the limit as
+    `cuda_memory` replays a step. None when the trace has no first micro-step."""
 
     first = first_micro_step(trace)
     if first is None:
         return None
 
     with_ws, overheads = add_workspaces(built_on_the_host(first), arch, loading=loading)
-    r = replay(with_ws, steady_repeats=1)
+    r, free = replay_within(with_ws, overheads, limit_bytes, 1)
     return (r.peak_allocated_bytes, r.peak_reserved_bytes, r.max_reserved_bytes, overheads.outside_allocator_bytes,
-            live_peak(with_ws, round_to=512))
+            live_peak(with_ws, round_to=512), r.retries, free)
 
 
 def _with_batch_seq_len(wl, seq_len: int):
@@ -350,10 +351,13 @@ def at_run_lengths(dist, micro_steps: int | None, batch_size: int, source, workl
     return lengths, at(lengths.later or lengths.first), None if lengths.first is None else at(lengths.first)
 
 
-def apply_run_peak(est, lengths: RunLengths, first_trace, arch: str, loading: str | None) -> None:
+def apply_run_peak(est, lengths: RunLengths, first_trace, arch: str, loading: str | None,
+                   limit_bytes: int | None = None) -> None:
     """Make `est` (the later micro-steps' steady step, or the first's trace when there are none) the run's peak:
     the larger of it and the first micro-step at the longest sample (`first_trace()`: one rank's trace at
-    that length; not called when `est` was traced there). Sets `est.lengths` and a note."""
+    that length; not called when `est` was traced there), each replayed as it runs on a card offering
+    `limit_bytes` (memory/cuda.py: by retrying where the allocator's cache would not leave room). Sets
+    `est.lengths` and a note."""
     if lengths.first is None:  # a random first batch: every step at the later length
         est.lengths = {**lengths.to_dict(), "peak_from": "later_micro_steps", "first_peak_allocated_bytes": None,
                        "first_peak_reserved_bytes": None, "later_peak_allocated_bytes": est.peak_allocated_bytes,
@@ -370,18 +374,24 @@ def apply_run_peak(est, lengths: RunLengths, first_trace, arch: str, loading: st
         at_peak = live_peak(first)
         f_alloc = f_res = f_used = at_peak.allocated_bytes
     else:
-        got = first_micro_step_memory(trace, arch, loading)
+        got = first_micro_step_memory(trace, arch, loading, limit_bytes)
         if got is None:
             raise GpuwiseError("--seq-len-dist: the traced step has no forward and backward to take as the first")
-        f_alloc, f_res, most, outside, at_peak = got
+        f_alloc, f_res, most, outside, at_peak, retries, f_free = got
         f_used = most + outside
+        if f_free is not None:
+            est.notes.append(f"{RETRIES_NOTE} the first micro-step would hold {fmt_bytes(f_free.max_reserved_bytes + outside)}"
+                             " of device memory; under the limit the caching allocator runs it by freeing its cache and "
+                             f"retrying a failed cudaMalloc ({retries} times)")
     later = (est.peak_allocated_bytes, est.peak_reserved_bytes, est.device_used_bytes)
     joined = None
     if est.target != "cpu" and lengths.later not in (None, lengths.first):
         joined = spliced(trace, est.trace)
         if joined is not None:  # the later steps replayed in the allocator state the first one left
-            run = cuda_memory(joined, arch, loading)
+            run = cuda_memory(joined, arch, loading, limit_bytes)
             later = (run.result.peak_allocated_bytes, run.result.peak_reserved_bytes, run.device_used_bytes)
+            if run.free is not None:
+                est.notes.append(f"run lengths, the first micro-step and the later ones replayed together: {retries_note(run)}")
     if lengths.later is None:  # one micro-step: the run is iteration 0
         est.peak_allocated_bytes, est.peak_reserved_bytes, est.device_used_bytes = f_alloc, f_res, f_used
         source = "first_micro_step"

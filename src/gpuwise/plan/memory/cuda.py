@@ -41,16 +41,22 @@ def cuda_memory(trace: MemoryTrace, arch: str, loading: str | None = None,
     """`loading`: how the CUDA context loads modules (overheads.py `add_workspaces`); `limit_bytes`: the
     device bytes the step may use (the card's memory less any margin), None for a replay with room."""
     with_ws, overheads = add_workspaces(built_on_the_host(trace), arch, loading=loading)
-    free = CudaMemory(with_ws, overheads, replay(with_ws, steady_repeats=STEADY_REPEATS))
-    if limit_bytes is None or free.device_used_bytes <= limit_bytes:
-        return free
+    result, free = replay_within(with_ws, overheads, limit_bytes, STEADY_REPEATS)
+    return CudaMemory(with_ws, overheads, result, free=free)
+
+
+def replay_within(with_ws: MemoryTrace, overheads: Overheads, limit_bytes: int | None,
+                  steady_repeats: int) -> tuple[AllocatorResult, AllocatorResult | None]:
+    """(the replay of `with_ws` (workspaces added) as it runs on a card offering `limit_bytes`, the replay with
+    room where that differs: the step runs under the cap only by retrying) (the module's docstring)."""
+    free = replay(with_ws, steady_repeats=steady_repeats)
+    if limit_bytes is None or free.max_reserved_bytes + overheads.outside_allocator_bytes <= limit_bytes:
+        return free, None
     cap = limit_bytes - overheads.outside_allocator_bytes
-    if cap <= 0 or free.result.peak_requested_bytes > cap:  # reserved holds at least what is asked: out of memory
-        return free
-    capped = replay(with_ws, capacity_bytes=cap, steady_repeats=STEADY_REPEATS)
-    if capped.oom:
-        return free
-    return CudaMemory(with_ws, overheads, capped, free=free.result)
+    if cap <= 0 or free.peak_requested_bytes > cap:  # reserved holds at least what is asked: out of memory
+        return free, None
+    capped = replay(with_ws, capacity_bytes=cap, steady_repeats=steady_repeats)
+    return (free, None) if capped.oom else (capped, free)
 
 
 def retries_note(c: CudaMemory) -> str:
