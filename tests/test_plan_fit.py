@@ -289,12 +289,12 @@ def test_options_whose_parameters_and_gradients_exceed_the_card_are_not_traced(t
 
 def test_traces_run_side_by_side_give_the_same_answers(tmp_path, monkeypatch):
     """fit's first traces in forked workers (one per idle CPU) or one by one here: the same options."""
-    from gpuwise.plan import scaled
+    from gpuwise.plan import forks
 
     source = _deep_tiny(tmp_path)
     answers = []
     for cpus in (1, 2):
-        monkeypatch.setattr(scaled, "idle_cpus", lambda cpus=cpus: cpus)
+        monkeypatch.setattr(forks, "idle_cpus", lambda cpus=cpus: cpus)
         result = fit(source, "rtx4090", 1, 2, seq_len=16, precision="bf16")
         answers.append((result.to_dict(), result.traces))
     assert answers[0] == answers[1]

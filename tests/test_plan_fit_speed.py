@@ -91,12 +91,12 @@ def test_every_gpus_searches_side_by_side_give_each_gpu_its_own_fit(tmp_path, mo
     no round asks one step for two attention classes (the second asks next round, where it may share); the
     steps asked whole (a rebuild that failed) are traced in forks too, and no trace runs more than once."""
     from gpuwise.plan import fit as fitting
-    from gpuwise.plan import fit_rounds, scaled
+    from gpuwise.plan import fit_rounds, forks
     from gpuwise.plan.catalog import CATALOG
     from gpuwise.plan.scaled import Evaluator
     from gpuwise.plan.tracing.sdpa import kernel_class
 
-    monkeypatch.setattr(scaled, "idle_cpus", lambda: 2)
+    monkeypatch.setattr(forks, "idle_cpus", lambda: 2)  # Evaluator.prefetch's
     monkeypatch.setattr(fit_rounds, "idle_cpus", lambda: 2)
     # Adafactor's step is the one here whose rebuild fails, asked whole: not swapped into AdamW's step
     # (tests/test_plan_optimizer_swap.py), as where the swap's check fails
