@@ -29,6 +29,9 @@ class Point:
     # not a field (not compared, not in asdict): the Evaluator's key of the replay behind it, None where the
     # numbers are not one replay's (an extrapolation, a pipeline stage)
     replayed_from = None
+    # not a field either: that replay's allocator result with room (plan/memory/cuda.py), which the replay under a
+    # card's limit (`Evaluator.under_limit`) starts from instead of replaying it again
+    free_replay = None
 
     def extrapolate(self, two: Point, layers: int, at: tuple[int, int] = (1, 2)) -> Point:
         """The step at `layers` from this point and `two`, traced with `at` = (a, a + 1) layers. Each

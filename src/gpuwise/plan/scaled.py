@@ -299,8 +299,11 @@ class Evaluator(ForkedTraces):
             return None
         key = (point.replayed_from, limit_bytes, self.arch)
         if key not in self._capped:
-            trace, modes, split, block, params = self._points[point.replayed_from][0], *point.replayed_from[1:5]
-            got = cuda_memory(self._ranked(trace, modes, split, block, params), self.arch, limit_bytes=limit_bytes)
+            trace, done, _ = self._points[point.replayed_from]
+            modes, split, block, params = point.replayed_from[1:5]
+            # its replay with room is this GPU's too: the same workspaces (`_point`: only the context differs)
+            got = cuda_memory(self._ranked(trace, modes, split, block, params), self.arch, limit_bytes=limit_bytes,
+                              roomy=done.free_replay)
             self._capped[key] = got if got.free is not None else None
         return self._capped[key]
 
@@ -334,9 +337,11 @@ class Evaluator(ForkedTraces):
         phases, acts = phase_peaks(ranked)
         top = max((b for b, _ in phases.values()), default=0)
         # the replay's allocated peak can differ from the rounded live peak by the workspaces: keep both consistent
-        return Point(cuda.device_used_bytes, max(top, 0), dict(peak.by_category), int(trace.flops_per_step), trainable,
-                     block_param_bytes, list(ranked.notes), phases, acts,
-                     any("batch_norm" in e.op for e in trace.events[trace.steady_start:]), costs)
+        point = Point(cuda.device_used_bytes, max(top, 0), dict(peak.by_category), int(trace.flops_per_step), trainable,
+                      block_param_bytes, list(ranked.notes), phases, acts,
+                      any("batch_norm" in e.op for e in trace.events[trace.steady_start:]), costs)
+        point.free_replay = cuda.result
+        return point
 
     def evaluate(self, micro_batch: int, config: StepConfig, modes: TrainingModes, split: Split,
                  whole: bool = False) -> Point:

@@ -37,19 +37,21 @@ class CudaMemory:
 
 
 def cuda_memory(trace: MemoryTrace, arch: str, loading: str | None = None,
-                limit_bytes: int | None = None) -> CudaMemory:
+                limit_bytes: int | None = None, roomy: AllocatorResult | None = None) -> CudaMemory:
     """`loading`: how the CUDA context loads modules (overheads.py `add_workspaces`); `limit_bytes`: the
-    device bytes the step may use (the card's memory less any margin), None for a replay with room."""
+    device bytes the step may use (the card's memory less any margin), None for a replay with room; `roomy`:
+    the replay with room of the same trace, arch and loading where it ran already (not run again)."""
     with_ws, overheads = add_workspaces(built_on_the_host(trace), arch, loading=loading)
-    result, free = replay_within(with_ws, overheads, limit_bytes, STEADY_REPEATS)
+    result, free = replay_within(with_ws, overheads, limit_bytes, STEADY_REPEATS, roomy)
     return CudaMemory(with_ws, overheads, result, free=free)
 
 
-def replay_within(with_ws: MemoryTrace, overheads: Overheads, limit_bytes: int | None,
-                  steady_repeats: int) -> tuple[AllocatorResult, AllocatorResult | None]:
+def replay_within(with_ws: MemoryTrace, overheads: Overheads, limit_bytes: int | None, steady_repeats: int,
+                  roomy: AllocatorResult | None = None) -> tuple[AllocatorResult, AllocatorResult | None]:
     """(the replay of `with_ws` (workspaces added) as it runs on a card offering `limit_bytes`, the replay with
-    room where that differs: the step runs under the cap only by retrying) (the module's docstring)."""
-    free = replay(with_ws, steady_repeats=steady_repeats)
+    room where that differs: the step runs under the cap only by retrying) (the module's docstring). `roomy`:
+    the replay with room, where it ran already."""
+    free = roomy if roomy is not None else replay(with_ws, steady_repeats=steady_repeats)
     if limit_bytes is None or free.max_reserved_bytes + overheads.outside_allocator_bytes <= limit_bytes:
         return free, None
     cap = limit_bytes - overheads.outside_allocator_bytes
