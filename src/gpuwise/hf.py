@@ -26,9 +26,12 @@ from .errors import GpuwiseError, first_line
 
 HF_PREFIX = "hf:"
 DEFAULT_SEQ_LEN = 512
-# task -> transformers Auto class. A causal LM's labels are its input ids (the loss shifts them).
+# task -> transformers Auto class. A causal LM's labels are its input ids (the loss shifts them); a sequence-to-
+# sequence LM's (T5, BART, Marian, Pegasus ...) are a target sequence, which the model shifts right into its
+# decoder's inputs. A config's default task: seq2seq-lm for an encoder-decoder (`is_encoder_decoder`), else causal-lm.
 TASKS = {
     "causal-lm": "AutoModelForCausalLM",
+    "seq2seq-lm": "AutoModelForSeq2SeqLM",
     "seq-cls": "AutoModelForSequenceClassification",
     "masked-lm": "AutoModelForMaskedLM",
     "base": "AutoModel",
@@ -192,19 +195,39 @@ def vocab_size_of(cfg) -> int:
     return int(getattr(cfg, "vocab_size", 0) or 32000)
 
 
-def hf_workload(source: str, seq_len: int = DEFAULT_SEQ_LEN, task: str = "causal-lm",
-                num_layers: int | None = None) -> Workload:
-    """A workload from a model config: random weights, token batches of `seq_len`, the model's own loss."""
-    if task not in TASKS:
+def default_task(cfg) -> str:
+    """The head a config is trained with when no --task is given: an encoder-decoder's sequence-to-sequence LM."""
+    return "seq2seq-lm" if getattr(cfg, "is_encoder_decoder", False) else "causal-lm"
+
+
+def hf_workload(source: str, seq_len: int = DEFAULT_SEQ_LEN, task: str | None = None,
+                num_layers: int | None = None, target_len: int | None = None) -> Workload:
+    """A workload from a model config: random weights, token batches of `seq_len` (a sequence-to-sequence LM's
+    targets of `target_len`, by default as long as its inputs), the model's own loss. `task` None: the config's
+    `default_task`."""
+    if task is not None and task not in TASKS:
         raise GpuwiseError(f"unknown task {task!r}; choose from: {', '.join(TASKS)}")
-    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
-        raise GpuwiseError(f"--seq-len must be a positive integer, got {seq_len!r}")
+    for flag, n in (("--seq-len", seq_len), ("--target-len", target_len)):
+        if (n is not None or flag == "--seq-len") and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise GpuwiseError(f"{flag} must be a positive integer, got {n!r}")
     cfg = load_config(source, num_layers)
+    task = task or default_task(cfg)
+    if target_len is not None and task != "seq2seq-lm":
+        raise GpuwiseError(f"--target-len is a sequence-to-sequence LM's (an encoder-decoder such as T5 or BART); "
+                           f"{source} is trained as {task}")
     if task == "seq-cls":
         cfg.num_labels = NUM_LABELS
         if getattr(cfg, "pad_token_id", None) is None:
             cfg.pad_token_id = 0  # sequence classification needs one to find the last token
+    if task == "seq2seq-lm":
+        if not getattr(cfg, "is_encoder_decoder", False):
+            raise GpuwiseError(f"{source}: --task seq2seq-lm needs an encoder-decoder model (T5, BART ...); "
+                               f"{cfg.model_type} is not one (is_encoder_decoder is false)")
+        for key in ("pad_token_id", "decoder_start_token_id"):  # the labels' right shift into decoder inputs needs them
+            if getattr(cfg, key, None) is None:
+                setattr(cfg, key, 0)
     vocab = vocab_size_of(cfg)
+    targets = (target_len or seq_len) if task == "seq2seq-lm" else None
     max_pos = getattr(cfg, "max_position_embeddings", None)
     if isinstance(max_pos, int) and seq_len > max_pos and task != "causal-lm":
         raise GpuwiseError(f"{source}: --seq-len {seq_len} exceeds max_position_embeddings {max_pos}")
@@ -223,6 +246,9 @@ def hf_workload(source: str, seq_len: int = DEFAULT_SEQ_LEN, task: str = "causal
         ids = torch.randint(0, vocab, (batch_size, seq_len), generator=torch.Generator().manual_seed(batch_size))
         if task == "causal-lm" or task == "masked-lm":
             return {"input_ids": ids, "labels": ids}
+        if task == "seq2seq-lm":  # the targets: decoder inputs (shifted right by the model) and labels
+            return {"input_ids": ids, "labels": torch.randint(0, vocab, (batch_size, targets),
+                                                              generator=torch.Generator().manual_seed(batch_size + 1))}
         if task == "seq-cls":
             return {"input_ids": ids, "labels": torch.zeros(batch_size, dtype=torch.long)}
         return {"input_ids": ids}
@@ -233,6 +259,7 @@ def hf_workload(source: str, seq_len: int = DEFAULT_SEQ_LEN, task: str = "causal
     wl.hf_config = cfg  # type: ignore[attr-defined]  - read by layer extrapolation and inference
     wl.seq_len = seq_len  # type: ignore[attr-defined]
     wl.task = task  # type: ignore[attr-defined]
+    wl.target_len = targets  # type: ignore[attr-defined]  - a sequence-to-sequence LM's target tokens, else None
     return wl
 
 

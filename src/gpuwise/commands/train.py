@@ -49,6 +49,8 @@ def add_arguments(p) -> None:
                    help="LoRA adapters through peft on every linear layer (rank, default 16); base frozen")
     p.add_argument("--qlora", action="store_true", help="QLoRA: 4-bit base weights (bitsandbytes) + LoRA")
     p.add_argument("--seq-len", type=positive_int, default=None, help="hf: / config.json models: tokens per sample")
+    p.add_argument("--target-len", type=positive_int, default=None,
+                   help="hf: / config.json encoder-decoder models (T5, BART): tokens per target (default: --seq-len)")
     p.add_argument("--measure-peak", action="store_true",
                    help="CPU ranks: each rank's steady-step peak of allocated bytes (the profiler), in the result")
 
@@ -88,7 +90,7 @@ def run(args) -> int:
                       checkpoint_dir=os.path.abspath(args.checkpoint_dir) if args.checkpoint_dir else None, checkpoint_every=args.checkpoint_every, seed=args.seed,
                       num_workers=args.num_workers, log_every=args.log_every, strategy=args.strategy,
                       grad_accum=args.grad_accum, lora=args.lora, qlora=args.qlora, seq_len=args.seq_len,
-                      measure_peak=args.measure_peak, fsdp_param_dtype=args.fsdp_param_dtype,
+                      target_len=args.target_len, measure_peak=args.measure_peak, fsdp_param_dtype=args.fsdp_param_dtype,
                       fsdp_reduce_dtype=args.fsdp_reduce_dtype)
     if args.sbatch:
         return _sbatch(args, cfg)

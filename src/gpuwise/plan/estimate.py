@@ -171,7 +171,8 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
              gpu: str | GpuSpec | None = None, *, margin_pct: float = DEFAULT_MARGIN_PCT,
              search_max_batch: bool = True, optimizer_impl: str = "default",
              model: Any = None, batch: Any = None, loss: Any = None, seq_len: int | None = None,
-             task: str | None = None, grad_accum: int = 1, lora: int | bool | None = None, qlora: bool = False,
+             task: str | None = None, target_len: int | None = None, grad_accum: int = 1,
+             lora: int | bool | None = None, qlora: bool = False,
              freeze: Any = None, offload_optimizer: bool = False, nproc: int = 1, strategy: str | None = None,
              lora_targets: Any = None, lora_alpha: float | None = None, lora_dropout: float | None = None,
              base_dtype: str | None = None, qlora_quant: str | None = None, bnb_version: str | None = None,
@@ -186,8 +187,8 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     """Predict the memory and compute of one steady-state training step of `workload` at `batch_size`.
 
     `workload`: a workload file / module / `examples:NAME`, `hf:ORG/NAME` or a config.json (built with
-    random weights under fake tensors; `seq_len` and `task` apply), or leave it out and pass `model=`
-    (a module, possibly on the meta device), `batch=` (a function batch(batch_size) or one example
+    random weights under fake tensors; `seq_len`, `task` and a sequence-to-sequence LM's `target_len` apply),
+    or leave it out and pass `model=` (a module, possibly on the meta device), `batch=` (a function batch(batch_size) or one example
     batch) and optionally `loss=`. Modes (plan/tracing/modes.py): `grad_accum`, `lora` (rank, or True for 16),
     `qlora`, `freeze` (parameter-name regexes), `offload_optimizer`; for LoRA / QLoRA `lora_targets` (module
     names, default all linear layers), `lora_alpha`, `lora_dropout`, `base_dtype` (fp32 / bf16 / fp16: the
@@ -233,7 +234,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     checkpointing = checkpointing_mode(checkpointing)
     source = workload
     workload, batch_size = resolve_inputs(workload, batch_size, model, batch, loss,
-                                          None if seq_len_dist is not None else seq_len, task)
+                                          None if seq_len_dist is not None else seq_len, task, target_len)
     run_len = first_wl = None
     if seq_len_dist is not None or micro_steps is not None:
         if first_batch not in ("longest", "random") or sampling not in ("replacement", "epoch"):
@@ -241,7 +242,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
                                "random / replacement or epoch")
         run_len, workload, first_wl = at_run_lengths(seq_len_dist, micro_steps, batch_size, source, workload,
                                                      seq_len, task, longest_first=first_batch == "longest",
-                                                     ranks=nproc if sampling == "epoch" else None)
+                                                     ranks=nproc if sampling == "epoch" else None, target_len=target_len)
     modes = make_modes(grad_accum, lora, qlora, freeze, offload_optimizer, lora_targets=lora_targets,
                        lora_alpha=lora_alpha, lora_dropout=lora_dropout, base_dtype=base_dtype,
                        qlora_quant=qlora_quant, bnb_version=bnb_version, qlora_by=qlora_by)

@@ -194,7 +194,7 @@ def _collector_paused(fn):
 @_collector_paused
 def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, *, precision: str = "fp32",
         optimizer: str | None = None, checkpointing: bool = False, seq_len: int | None = None,
-        task: str | None = None, margin_pct: float = DEFAULT_MARGIN_PCT, evaluator: Evaluator | None = None,
+        task: str | None = None, target_len: int | None = None, margin_pct: float = DEFAULT_MARGIN_PCT, evaluator: Evaluator | None = None,
         source: str | None = None, progress: Callable[[str], None] | None = None,
         accum_sync: str | None = None) -> FitResult:
     """Rank the ways to run `workload` at `batch_size` samples per optimizer step (per rank) on `nproc`
@@ -210,7 +210,7 @@ def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, 
     spec = resolve_gpu(gpu) if not isinstance(gpu, GpuSpec) else gpu
     if spec is None:
         spec = lookup(str(gpu))
-    wl, batch_size = resolve_inputs(workload, batch_size, seq_len=seq_len, task=task)
+    wl, batch_size = resolve_inputs(workload, batch_size, seq_len=seq_len, task=task, target_len=target_len)
     ev = evaluator or Evaluator(wl, spec.arch)
     ev.arch, ev.capability = spec.arch, gpu_capability(spec)  # estimate's replay and attention kernels
     named = source_args(source if source is not None else workload, ev.wl)
@@ -488,7 +488,8 @@ def fit_all_gpus(workload: Any, nproc: int = 1, batch_size: int = 8, progress: C
                  **kw) -> list[FitResult]:
     """`--gpu all`: every listed catalog GPU (x nproc); the traces are shared, only the replay differs. Every
     GPU's searches run side by side first (`_side_by_side_gpus`); each GPU's `fit` then finds its traces kept."""
-    wl, batch_size = resolve_inputs(workload, batch_size, seq_len=kw.pop("seq_len", None), task=kw.pop("task", None))
+    wl, batch_size = resolve_inputs(workload, batch_size, seq_len=kw.pop("seq_len", None), task=kw.pop("task", None),
+                                    target_len=kw.pop("target_len", None))
     ev = Evaluator(wl, "hopper")
     source = workload if isinstance(workload, str) else None
     specs = [spec for spec in CATALOG.values() if spec.listed]

@@ -209,7 +209,8 @@ def source_args(workload: Any, wl: Any) -> list[str] | None:
     """The workload as estimate's command line names it: a model config with its sequence length and
     head; a workload file or examples:NAME as given; None for a model object."""
     if getattr(wl, "hf_config", None) is not None:
-        return [str(wl.source), "--seq-len", str(wl.seq_len), "--task", str(wl.task)]
+        targets = ["--target-len", str(wl.target_len)] if getattr(wl, "target_len", None) else []
+        return [str(wl.source), "--seq-len", str(wl.seq_len), "--task", str(wl.task), *targets]
     return [workload] if isinstance(workload, str) else None
 
 

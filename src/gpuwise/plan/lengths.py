@@ -327,7 +327,8 @@ def _with_batch_seq_len(wl, seq_len: int):
 
 
 def at_run_lengths(dist, micro_steps: int | None, batch_size: int, source, workload, seq_len: int | None,
-                   task: str | None, longest_first: bool = True, ranks: int | None = None):
+                   task: str | None, longest_first: bool = True, ranks: int | None = None,
+                   target_len: int | None = None):
     """For `estimate(seq_len_dist=..., micro_steps=...)`: (RunLengths, the workload at the later micro-steps'
     length, the workload at the first's). `dist`: a LengthDist or a length file's path; `source`: what the
     caller passed as its workload (an `hf:` id or config.json is rebuilt at each length), `workload` what
@@ -342,7 +343,7 @@ def at_run_lengths(dist, micro_steps: int | None, batch_size: int, source, workl
     lengths = run_lengths(dist, micro_steps, batch_size, longest_first, ranks)
     if isinstance(source, str) and is_config_source(source):
         def at(n: int):
-            return hf_workload(source, n, task or "causal-lm")
+            return hf_workload(source, n, task, target_len=target_len)
     else:
         wl = load_workload(workload)
 

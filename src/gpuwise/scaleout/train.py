@@ -24,7 +24,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 
-from ..hf import hf_workload
+from ..hf import DEFAULT_SEQ_LEN, hf_workload
 from ..plan.tracing.cpu_truth import STEADY_MARK, peak_in_profile
 from ..plan.tracing.modes import apply_modes, make_modes
 from ..profiling import cpu_memory_profile
@@ -56,6 +56,7 @@ class TrainConfig:
     lora: int | None = None           # LoRA rank (peft, every linear layer), base frozen
     qlora: bool = False               # QLoRA: 4-bit base (bitsandbytes) + LoRA
     seq_len: int | None = None        # hf: / config.json models: tokens per sample (None: hf.DEFAULT_SEQ_LEN)
+    target_len: int | None = None     # a sequence-to-sequence LM's tokens per target (None: seq_len)
     measure_peak: bool = False        # each rank's CPU-allocator peak over its second step (the profiler)
     fsdp_param_dtype: str | None = None   # FSDP2 MixedPrecisionPolicy(param_dtype=...) ("bf16"), fsdp / hsdp
     fsdp_reduce_dtype: str | None = None  # ... reduce_dtype ("fp32" when param_dtype is set and this is None)
@@ -89,8 +90,8 @@ class TrainResult:
 def build_workload(cfg: TrainConfig):
     """The workload file / hf: / config.json model, with LoRA / QLoRA adapters when asked (as estimate does)."""
     spec = cfg.workload
-    if cfg.seq_len and (spec.startswith("hf:") or spec.endswith(".json")):
-        workload = hf_workload(spec, seq_len=cfg.seq_len)
+    if (cfg.seq_len or cfg.target_len) and (spec.startswith("hf:") or spec.endswith(".json")):
+        workload = hf_workload(spec, seq_len=cfg.seq_len or DEFAULT_SEQ_LEN, target_len=cfg.target_len)
     else:
         workload = load_workload(spec)
     if cfg.lora or cfg.qlora:

@@ -401,7 +401,8 @@ def small_trace(wl, blocks: int, batch_size: int, config: StepConfig, target: st
     from .trace import trace_step
 
     units = units_of(wl)
-    small = hf_workload(wl.source, wl.seq_len, wl.task, num_layers=units.blocks(blocks))
+    small = hf_workload(wl.source, wl.seq_len, wl.task, num_layers=units.blocks(blocks),
+                        target_len=getattr(wl, "target_len", None))
     if shaped is not None:
         small = shaped(small)
     warmup = "copy" if target == "cuda" else "optimizer"
