@@ -104,3 +104,36 @@ def test_bad_modes_are_one_line_errors():
     wl = apply_modes(load_workload(LLAMA), make_modes(freeze=["nothing-matches-this"]))
     with pytest.raises(GpuwiseError, match="no parameter name matches"):
         wl.build_model()
+
+
+def test_qlora_and_16_bit_bases_keep_the_modules_transformers_keeps_in_fp32(tmp_path):
+    """T5 keeps its feed-forward output `wo` out of 4-bit (transformers' bitsandbytes quantizer skips
+    `_keep_in_fp32_modules`; T5's forward casts `wo`'s input to its weight's dtype, so a 4-bit `wo` raised and
+    QLoRA on T5 was an error) and in fp32 under an fp16 base (`_keep_in_fp32_modules` upcasts there only); the
+    QLoRA step of a t5-small-wide config traces on fake tensors."""
+    pytest.importorskip("bitsandbytes")
+    pytest.importorskip("peft")
+    import json
+
+    from gpuwise import estimate
+    from gpuwise.hf import hf_workload
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "t5", "d_model": 512, "d_kv": 64, "d_ff": 2048, "num_layers": 6,
+                                "num_heads": 8, "vocab_size": 32128, "is_encoder_decoder": True,
+                                "feed_forward_proj": "relu", "pad_token_id": 0, "decoder_start_token_id": 0}))
+    wl = hf_workload(str(path), seq_len=32, target_len=8)
+    q = apply_modes(wl, make_modes(qlora=True), "bf16").build_model()
+    def base_dtypes(model) -> dict[str, set]:  # the feed-forward's base weights (peft wraps them: base_layer)
+        out: dict[str, set] = {}
+        for n, p in model.named_parameters():
+            if "DenseReluDense" in n and "lora" not in n:
+                out.setdefault(n.split("DenseReluDense.")[1].split(".")[0], set()).add(p.dtype)
+        return out
+
+    assert base_dtypes(q) == {"wi": {torch.uint8}, "wo": {torch.bfloat16}}
+    half = apply_modes(wl, make_modes(lora=8, base_dtype="fp16"), "fp16").build_model()
+    assert base_dtypes(half) == {"wi": {torch.float16}, "wo": {torch.float32}}
+    e = estimate(str(path), 2, precision="bf16", qlora=True, gpu="A10G", seq_len=32, target_len=8,
+                 search_max_batch=False)
+    assert e.method == "fake-trace" and e.fits

@@ -274,3 +274,27 @@ def test_module_names_do_not_outlive_a_recompute_that_checkpoint_stops_early():
     with ModuleScope() as scope:
         checkpoint(block, torch.randn(2, 4, requires_grad=True), use_reentrant=False).sum().backward()
         assert scope.stack == [] and scope.current() == ""
+
+
+def test_a_real_fallback_that_fails_otherwise_is_cannot_tell_with_both_errors(tmp_path):
+    """Fake tensors cannot run a data-dependent op; the real-tensor fallback then raises an error of its own
+    (on the CUDA target, e.g., a GPU-only attention kernel): "cannot tell", one line naming both, not the
+    second error alone as if it were the workload's."""
+    path = tmp_path / "dynamic.py"
+    path.write_text(
+        "import torch\n"
+        "from torch._guards import detect_fake_mode\n"
+        "def model():\n    return torch.nn.Linear(4, 4)\n"
+        "def batch(n):\n    return torch.randn(n, 4)\n"
+        "def loss(model, batch):\n"
+        "    out = model(batch)\n"
+        "    kept = out[torch.nonzero(out > 0, as_tuple=True)]  # its size depends on the data\n"
+        "    if detect_fake_mode() is None:\n"
+        "        raise RuntimeError('a kernel real tensors lack')\n"
+        "    return kept.sum()\n"
+    )
+    with pytest.raises(GpuwiseError) as exc:
+        trace_step(str(path), 2)
+    msg = str(exc.value)
+    assert msg.startswith("cannot tell: fake tensors could not run the step") and "\n" not in msg
+    assert "on real CPU tensors it raised RuntimeError: a kernel real tensors lack" in msg

@@ -43,7 +43,9 @@ def is_fake_limit(exc: BaseException) -> bool:
 def trace_with_fallback(fake: TraceAt, real: TraceAt, batch_size: int, workload) -> MemoryTrace:
     """`fake(batch_size)`; when it fails for any reason but a bad workload (a data-dependent op, a fake or
     meta kernel stricter than the CPU one, e.g. `_grouped_mm` asking for bf16), `real_trace(real, ...)`,
-    with a note saying why. If the real step fails too, its error is the user's and is raised."""
+    with a note saying why. If the real step fails too with the same error, it is the user's and is raised;
+    with another one (the real tensors' own limit: a CUDA-only kernel the trace runs as the GPU would), the
+    answer is "cannot tell", with both errors."""
     try:
         return fake(batch_size)
     except GpuwiseError:
@@ -59,7 +61,10 @@ def trace_with_fallback(fake: TraceAt, real: TraceAt, batch_size: int, workload)
     except GpuwiseError:
         raise
     except Exception as exc:
-        raise exc from cause
+        if type(exc) is type(cause) and first_line(exc) == first_line(cause):
+            raise exc from cause  # the workload's own error, whichever tensors run it
+        raise GpuwiseError(f"cannot tell: {why.split(': traced')[0]}, and on real CPU tensors it raised "
+                           f"{type(exc).__name__}: {first_line(exc)[:160]}") from exc
     trace.notes.insert(0, why)
     return trace
 

@@ -289,6 +289,7 @@ def _with_adapters(model, modes: TrainingModes, precision: str):
         base_dtype = base_dtype or torch.bfloat16
     if base_dtype is not None:
         model = model.to(base_dtype)
+        _keep_in_fp32(model, base_dtype)
     for p in model.parameters():
         p.requires_grad_(False)
     if modes.qlora:
@@ -333,14 +334,43 @@ def _peft_task(model) -> str | None:
 
 
 def _output_head_names(model) -> set[str]:
-    """Modules never quantized: the output embedding (transformers' `get_keys_to_not_convert`)."""
+    """Modules never quantized: the output embedding (transformers' `get_keys_to_not_convert`), and the modules
+    the model keeps in fp32 (`_keep_in_fp32_modules`, e.g. T5's feed-forward output `wo`), which transformers'
+    bitsandbytes quantizer leaves out too (`Bnb4BitHfQuantizer`: `get_modules_to_not_convert(model, ...,
+    model._keep_in_fp32_modules)`; T5's forward casts its input to `wo.weight.dtype`, so a 4-bit `wo` breaks)."""
     names = set()
     get_out = getattr(model, "get_output_embeddings", None)
     head = get_out() if callable(get_out) else None
+    kept = list(getattr(model, "_keep_in_fp32_modules", None) or ())
     for name, module in model.named_modules():
-        if module is head or name.split(".")[-1] in ("lm_head", "score", "classifier"):
+        if module is head or name.split(".")[-1] in ("lm_head", "score", "classifier") or _matches(name, kept):
             names.add(name)
     return names
+
+
+def _matches(name: str, patterns: list[str]) -> bool:
+    """Whether a module's full name is one of transformers' module patterns (quantizers_utils.should_convert_module:
+    from the start up to a module boundary, as a regex with that boundary, or as a suffix)."""
+    import re
+
+    boundary = r"(?:(?<=\.)|(?=\.|$))"
+    return any(re.match(rf"(?:{key}){boundary}", name) or name.endswith(key) for key in patterns)
+
+
+def _keep_in_fp32(model, dtype) -> None:
+    """The modules a transformers model keeps in fp32 when loaded in `dtype` (modeling_utils `_get_dtype_plan`):
+    `_keep_in_fp32_modules` under fp16, `_keep_in_fp32_modules_strict` under fp16 and bf16 (T5's `wo`)."""
+    import torch
+
+    keys = list(getattr(model, "_keep_in_fp32_modules_strict", None) or ()) \
+        if dtype in (torch.float16, torch.bfloat16) else []
+    if dtype == torch.float16:
+        keys += list(getattr(model, "_keep_in_fp32_modules", None) or ())
+    if not keys:
+        return
+    for name, module in model.named_modules():
+        if name and _matches(name, keys):
+            module.to(torch.float32)
 
 
 def quantize_linear_4bit(model, compute_dtype=None, quant_type: str = "nf4", double_quant: bool = True,
