@@ -218,3 +218,36 @@ def test_a_sequence_to_sequence_option_reproduces_and_trains_with_its_targets(tm
     assert out["strategy"] == "ddp" and out["final_loss"] > 0
     est = build_parser().parse_args(shlex.split(f"estimate {shlex.join(source)} -b 2 --target cpu"))
     assert (est.task, est.target_len) == ("seq2seq-lm", 8)
+
+
+# vit-base-patch16-224's and convnext-tiny-224's published widths (google/..., facebook/... config.json)
+VIT_BASE = {"model_type": "vit", "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+            "intermediate_size": 3072, "image_size": 224, "patch_size": 16, "num_channels": 3,
+            "id2label": {str(i): str(i) for i in range(1000)}}
+CONVNEXT_TINY = {"model_type": "convnext", "depths": [3, 3, 9, 3], "hidden_sizes": [96, 192, 384, 768],
+                 "num_channels": 3, "image_size": 224, "patch_size": 4, "drop_path_rate": 0.0,
+                 "id2label": {str(i): str(i) for i in range(1000)}}
+
+
+@pytest.mark.parametrize("config", [VIT_BASE, CONVNEXT_TINY], ids=["vit-base", "convnext-tiny"])
+def test_an_image_model_config_trains_as_an_image_classifier(tmp_path, config, capsys):
+    """A ViT or ConvNeXt config.json (no --task) is the image classifier it is fine-tuned as: a batch of images of
+    its config's size and a label each; the CPU trace is the real step's peak within 1 %. It was refused (no
+    causal-LM head). --seq-len means nothing there: one line, exit 2; fit's commands leave it out."""
+    from gpuwise.cli import main
+    from gpuwise.plan.fit_options import source_args
+    from gpuwise.plan.tracing.cpu_truth import measure_cpu_peak
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    wl = hf.hf_workload(str(path))
+    assert wl.task == "image-cls" and wl.seq_len is None
+    batch = wl.build_batch(2)
+    assert batch["pixel_values"].shape == (2, 3, 224, 224) and int(batch["labels"].max()) < 1000
+    e = gpuwise.estimate(str(path), 2, target="cpu")
+    truth = measure_cpu_peak(wl, 2)
+    assert abs(e.peak_allocated_bytes - truth) <= 0.01 * truth, (e.peak_allocated_bytes, truth)
+    assert source_args(str(path), wl) == [str(path), "--task", "image-cls"]
+    assert main(["estimate", str(path), "-b", "2", "--seq-len", "64", "--target", "cpu"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "image classifier" in err and "224x224" in err and len(err.splitlines()) == 1

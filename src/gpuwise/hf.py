@@ -34,8 +34,12 @@ TASKS = {
     "seq2seq-lm": "AutoModelForSeq2SeqLM",
     "seq-cls": "AutoModelForSequenceClassification",
     "masked-lm": "AutoModelForMaskedLM",
+    "image-cls": "AutoModelForImageClassification",
     "base": "AutoModel",
 }
+# An image classifier (ViT, ConvNeXt, Swin, ResNet ...) takes a batch of images of its config's `image_size` (224
+# where the config has none, as ResNet's) and `num_channels`, and a class label each: no tokens, no --seq-len.
+DEFAULT_IMAGE_SIZE = 224
 NUM_LABELS = 2
 REAL_BUILD_MAX_PARAMS = 2_000_000_000  # outside fake tensors, refuse to build more than this for real
 
@@ -196,22 +200,45 @@ def vocab_size_of(cfg) -> int:
 
 
 def default_task(cfg) -> str:
-    """The head a config is trained with when no --task is given: an encoder-decoder's sequence-to-sequence LM."""
-    return "seq2seq-lm" if getattr(cfg, "is_encoder_decoder", False) else "causal-lm"
+    """The head a config is trained with when no --task is given: an encoder-decoder's sequence-to-sequence LM, an
+    image model's classifier (its model_type has an image-classification head and no causal-LM one), else a
+    causal LM."""
+    if getattr(cfg, "is_encoder_decoder", False):
+        return "seq2seq-lm"
+    try:
+        from transformers.models.auto import modeling_auto as auto
+    except ImportError:  # pragma: no cover - transformers builds every config model
+        return "causal-lm"
+    image = getattr(auto, "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES", {})
+    causal = getattr(auto, "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", {})
+    return "image-cls" if cfg.model_type in image and cfg.model_type not in causal else "causal-lm"
 
 
-def hf_workload(source: str, seq_len: int = DEFAULT_SEQ_LEN, task: str | None = None,
+def image_shape(cfg) -> tuple[int, int, int]:
+    """(channels, height, width) of an image model's input, from its config."""
+    size = getattr(cfg, "image_size", None) or DEFAULT_IMAGE_SIZE
+    h, w = (size, size) if isinstance(size, int) else (int(size[0]), int(size[-1]))
+    return int(getattr(cfg, "num_channels", None) or 3), h, w
+
+
+def hf_workload(source: str, seq_len: int | None = None, task: str | None = None,
                 num_layers: int | None = None, target_len: int | None = None) -> Workload:
-    """A workload from a model config: random weights, token batches of `seq_len` (a sequence-to-sequence LM's
-    targets of `target_len`, by default as long as its inputs), the model's own loss. `task` None: the config's
-    `default_task`."""
+    """A workload from a model config: random weights, token batches of `seq_len` (default DEFAULT_SEQ_LEN; a
+    sequence-to-sequence LM's targets of `target_len`, by default as long as its inputs; an image classifier's
+    images of its config's size instead), the model's own loss. `task` None: the config's `default_task`."""
     if task is not None and task not in TASKS:
         raise GpuwiseError(f"unknown task {task!r}; choose from: {', '.join(TASKS)}")
     for flag, n in (("--seq-len", seq_len), ("--target-len", target_len)):
-        if (n is not None or flag == "--seq-len") and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
             raise GpuwiseError(f"{flag} must be a positive integer, got {n!r}")
     cfg = load_config(source, num_layers)
     task = task or default_task(cfg)
+    if task == "image-cls":
+        if seq_len is not None:
+            raise GpuwiseError(f"--seq-len is a token model's; {source} is an image classifier, whose inputs are its "
+                               f"config's image_size ({'x'.join(map(str, image_shape(cfg)[1:]))})")
+    elif seq_len is None:
+        seq_len = DEFAULT_SEQ_LEN
     if target_len is not None and task != "seq2seq-lm":
         raise GpuwiseError(f"--target-len is a sequence-to-sequence LM's (an encoder-decoder such as T5 or BART); "
                            f"{source} is trained as {task}")
@@ -229,7 +256,7 @@ def hf_workload(source: str, seq_len: int = DEFAULT_SEQ_LEN, task: str | None = 
     vocab = vocab_size_of(cfg)
     targets = (target_len or seq_len) if task == "seq2seq-lm" else None
     max_pos = getattr(cfg, "max_position_embeddings", None)
-    if isinstance(max_pos, int) and seq_len > max_pos and task != "causal-lm":
+    if isinstance(max_pos, int) and seq_len is not None and seq_len > max_pos and task != "causal-lm":
         raise GpuwiseError(f"{source}: --seq-len {seq_len} exceeds max_position_embeddings {max_pos}")
 
     def model():
@@ -243,6 +270,11 @@ def hf_workload(source: str, seq_len: int = DEFAULT_SEQ_LEN, task: str | None = 
     def batch(batch_size: int):
         import torch
 
+        if task == "image-cls":
+            gen = torch.Generator().manual_seed(batch_size)
+            return {"pixel_values": torch.randn(batch_size, *image_shape(cfg), generator=gen),
+                    "labels": torch.randint(0, max(int(getattr(cfg, "num_labels", 2) or 2), 1), (batch_size,),
+                                            generator=gen)}
         ids = torch.randint(0, vocab, (batch_size, seq_len), generator=torch.Generator().manual_seed(batch_size))
         if task == "causal-lm" or task == "masked-lm":
             return {"input_ids": ids, "labels": ids}
@@ -257,7 +289,7 @@ def hf_workload(source: str, seq_len: int = DEFAULT_SEQ_LEN, task: str | None = 
     label = source if num_layers is None else f"{source} ({num_layers} layers)"
     wl = Workload(spec=label, model_fn=model, batch_fn=batch, loss_fn=loss, source=source)
     wl.hf_config = cfg  # type: ignore[attr-defined]  - read by layer extrapolation and inference
-    wl.seq_len = seq_len  # type: ignore[attr-defined]
+    wl.seq_len = seq_len  # type: ignore[attr-defined]  - None for an image classifier
     wl.task = task  # type: ignore[attr-defined]
     wl.target_len = targets  # type: ignore[attr-defined]  - a sequence-to-sequence LM's target tokens, else None
     return wl

@@ -209,8 +209,9 @@ def source_args(workload: Any, wl: Any) -> list[str] | None:
     """The workload as estimate's command line names it: a model config with its sequence length and
     head; a workload file or examples:NAME as given; None for a model object."""
     if getattr(wl, "hf_config", None) is not None:
+        tokens = ["--seq-len", str(wl.seq_len)] if getattr(wl, "seq_len", None) else []  # not an image classifier's
         targets = ["--target-len", str(wl.target_len)] if getattr(wl, "target_len", None) else []
-        return [str(wl.source), "--seq-len", str(wl.seq_len), "--task", str(wl.task), *targets]
+        return [str(wl.source), *tokens, "--task", str(wl.task), *targets]
     return [workload] if isinstance(workload, str) else None
 
 

@@ -210,7 +210,7 @@ def estimate_inference(workload, batch_size: int = 1, context_len: int | None = 
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise GpuwiseError(f"batch size must be a positive integer, got {batch_size!r}")
     if is_config_source(workload):
-        workload = hf_workload(workload, context_len or 512)
+        workload = hf_workload(workload, context_len)
     wl = load_workload(workload)
     spec = resolve_gpu(gpu)
     tracker = ModuleScope()

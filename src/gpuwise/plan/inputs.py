@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import GpuwiseError
-from ..hf import DEFAULT_SEQ_LEN, hf_workload, is_config_source, model_workload
+from ..hf import hf_workload, is_config_source, model_workload
 from ..workload import Workload, check_batch_size
 
 
@@ -24,7 +24,7 @@ def resolve_inputs(workload: Any, batch_size: int | None, model: Any = None, bat
         raise GpuwiseError("nothing to estimate: pass a workload (file, examples:NAME, hf:ORG/NAME, config.json) "
                            "or model=..., batch=...")
     elif is_config_source(workload):
-        workload = hf_workload(workload, seq_len or DEFAULT_SEQ_LEN, task, target_len=target_len)
+        workload = hf_workload(workload, seq_len, task, target_len=target_len)
     elif seq_len is not None or task is not None or target_len is not None:
         raise GpuwiseError("--seq-len / --task / --target-len apply to hf:ORG/NAME and config.json inputs only")
     if batch_size is None:
