@@ -79,8 +79,16 @@ def build_model_for_trace(workload, fake_mode, mode):
 
     with unset_fake_temporarily(), mode.paused():
         real = workload.build_model()
+    memo: dict = {}
     with FakeCopyMode(fake_mode):
-        model = copy.deepcopy(real)
+        model = copy.deepcopy(real, memo)
+        # Parameter.__deepcopy__ drops a parameter's Python attributes (bitsandbytes' 4-bit weights keep their
+        # quant_state there, whose absmax the module also holds as buffers): copied too, their tensors the copies
+        for (_, p), (_, q) in zip(real.named_parameters(remove_duplicate=False),
+                                  model.named_parameters(remove_duplicate=False)):
+            lost = {k: v for k, v in vars(p).items() if not hasattr(q, k)}
+            if lost:
+                vars(q).update(copy.deepcopy(lost, memo))
     mode.notes.append("model built with real weights (its initialisation reads data), then traced with fake tensors")
     return model
 
