@@ -7,7 +7,7 @@ import json
 import shlex
 
 from gpuwise.cli import main
-from gpuwise.contracts import validate
+from gpuwise.contracts import SCHEMA_VERSION, validate
 from gpuwise.plan.estimate import estimate
 from gpuwise.plan.fit import NO_SPEED, fit
 from gpuwise.plan.memory.cuda import RETRIES_NOTE, cuda_memory
@@ -151,3 +151,27 @@ def test_run_lengths_replays_the_run_under_the_card_as_it_replays_a_step(tmp_pat
     assert any(n.startswith(f"{RETRIES_NOTE} the first micro-step would hold") for n in first.notes)
     short = run(f"{(roomy.lengths['first_peak_allocated_bytes'] - 64 * MIB) / MIB:.3f}MiB")
     assert not short.fits and short.device_used_bytes == roomy.device_used_bytes
+
+
+def test_an_option_that_could_not_be_traced_says_cannot_tell():
+    """An option the tracer cannot run for this model (QLoRA where its trace failed, say) is not sized: the table
+    shows '?' and '-' and its reason, not 'no' at 0 B as if it did not fit, and --json says sized: false."""
+    from gpuwise.plan.fit import FitOption, FitResult
+    from gpuwise.report import console
+    from gpuwise.report.fit import render_fit
+
+    why = "not sized: cannot tell: fake tensors could not run the step"
+    changes = {"precision": "bf16", "checkpointing": False, "optimizer": "adamw", "micro_batch_size": 8,
+               "grad_accum": 1, "nproc": 1, "strategy": "single", "code": []}
+    unsized = FitOption("QLoRA r16 (bf16)", changes, False, 0, 0.0, 8, [why, "same math; one extra forward"],
+                        sized=False)
+    sized = FitOption("bf16", changes, True, 5 * 2**30, 12.5, 8, ["bf16 autocast"])
+    r = FitResult("w", "NVIDIA A10", 1, 24 * 2**30, 8, [sized, unsized])
+    with console.out.capture() as shown:
+        render_fit(r)
+    row = next(line for line in shown.get().splitlines() if "QLoRA" in line)
+    assert "?" in row and "not sized: cannot tell" in row and "0 B" not in row and " no " not in row
+    assert "? cannot tell: not sized" in shown.get()
+    d = r.to_dict()
+    assert d["options"][1]["sized"] is False and "sized" not in d["options"][0]
+    validate("fit", {"schema_version": SCHEMA_VERSION, **d})

@@ -84,7 +84,7 @@ class FitOption:
     estimate_cmd: str | None = None  # `gpuwise estimate ...` of this option: one rank's step as estimate sees it
     train_cmd: str | None = None     # `gpuwise train ...` that runs this option (None: train does not run it)
     needs: list[str] = field(default_factory=list)  # packages to install to run it (base install)
-    sized: bool = True                                # False: not traced, a needed package is missing
+    sized: bool = True   # False: not traced (cannot tell): a needed package is missing, or the tracer cannot run it
     extrapolated: bool = False  # its numbers are the labelled fallback (Point.extrapolate), not estimate's
     floor_only: bool = False    # not traced: its memory is a floor already over the card (state_floor)
     # the search's trials in the order it asked them: (micro-batch, fits, device bytes), the whole-depth
@@ -98,6 +98,7 @@ class FitOption:
              "estimate_cmd": self.estimate_cmd, "train_cmd": self.train_cmd}
         if self.needs:  # only on an install without peft / bitsandbytes
             d["needs"] = install_hint(self.needs)
+        if self.needs or not self.sized:  # not traced (cannot tell): docs/contracts.md
             d["sized"] = self.sized
         return d
 

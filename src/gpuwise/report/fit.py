@@ -23,6 +23,9 @@ def options_table(result) -> Table:
     t.add_column("eff. batch", justify="right")
     t.add_column("what changes", style="dim", overflow="fold")
     for i, o in enumerate(result.options, 1):
+        if not o.sized:  # cannot tell: its trace needs a library, or the tracer cannot run it (its note says)
+            t.add_row(str(i), o.name, "[yellow]?[/yellow]", "-", "-", str(o.effective_batch_size), _short_note(o))
+            continue
         floor = getattr(o, "floor_only", False)  # not traced: a floor already over the card
         t.add_row(str(i), o.name, "[green]yes[/green]" if o.fits else "[red]no[/red]",
                   ("≥ " if floor else "") + fmt_bytes(o.device_used_bytes) + ("*" if _by_retries(o) else ""),
@@ -37,14 +40,16 @@ def _by_retries(option) -> bool:
 
 
 def _short_note(option) -> str:
-    """The most specific note (the last change's), cut to one line."""
+    """The most specific note (the last change's; why it was not sized, where it was not), cut to one line."""
     notes = [n for n in option.notes if not n.startswith(("numbers from", RETRIES_NOTE))]
-    text = notes[-1] if notes else ""
+    text = notes[0] if not option.sized and notes else notes[-1] if notes else ""
     return text if len(text) <= 70 else text[:69] + "…"
 
 
 def render_fit(result, top_code: int = 3) -> None:
     console.out.print(options_table(result))
+    if any(not o.sized for o in result.options):
+        console.out.print("? cannot tell: not sized (its note says why; --json has it whole)")
     if any(_by_retries(o) for o in result.options):
         console.out.print("* fits only as PyTorch's allocator runs a full card: it frees its cache and retries a "
                           "failed cudaMalloc (the option's allocator note in --json; not in samples/s)")
