@@ -431,3 +431,21 @@ def test_an_attribute_of_one_block_alone_is_not_taken_for_numbering():
     assert repeat_tags.block_kinds([block(i) for i in range(8)])[1:] == [0] * 7
     odd = [block(i, **({"window": 9} if i == 5 else {})) for i in range(8)]
     assert len(set(repeat_tags.block_kinds(odd)[1:])) == 2
+
+
+def test_a_model_built_for_real_then_copied_is_rebuilt_as_traced_whole(tmp_path):
+    """A model whose initialisation reads data (ViT's truncated-normal init) is built for real and copied into fake
+    tensors: the failed fake build's storages and the copy's per-tensor temporaries are not the run's (they split
+    each block's run into pieces, and ViT was traced whole). At vit-base widths with 6 layers the rebuild equals
+    the full-depth trace event for event."""
+    path = tmp_path / "vit.json"
+    path.write_text(json.dumps({"model_type": "vit", "hidden_size": 768, "num_hidden_layers": 6,
+                                "num_attention_heads": 12, "intermediate_size": 3072, "image_size": 224,
+                                "patch_size": 16, "num_channels": 3, "num_labels": 10}))
+    wl = hf_workload(str(path))
+    config = StepConfig("adamw", "bf16", False)
+    rebuilt, why = repeated_trace(wl, 2, config, "cuda")
+    assert rebuilt is not None, why
+    full = trace_workload(wl, 2, config, "cuda", repeat=False)
+    assert canonical(rebuilt) == canonical(full) and live_peak(rebuilt) == live_peak(full)
+    assert any("built with real weights" in n for n in full.notes)

@@ -108,6 +108,17 @@ class TraceMode(_dispatch_mode_base()):
         finally:
             self._paused = False
 
+    def forget_since(self, events: int, blocks: int) -> None:
+        """Drop what was recorded after `events` events and `blocks` storages (an attempt that failed and is run
+        another way: its storages never existed in the run; their later frees are not recorded either)."""
+        del self.rec.events[events:]
+        for key in [k for k, (b, _) in self.live.items() if b >= blocks]:
+            del self.live[key]
+        for b in [b for b in self.built_in if b >= blocks]:
+            del self.built_in[b]
+        for block in self.rec.blocks[blocks:]:
+            block.freed = True
+
     # --- storages -------------------------------------------------------------------------------
     def module(self, remember: bool = True) -> str:
         """The module running now; outside every module while autograd accumulates a gradient into a leaf

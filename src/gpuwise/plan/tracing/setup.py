@@ -66,12 +66,14 @@ def build_model_for_trace(workload, fake_mode, mode):
     (e.g. initialisers calling `.item()`), built with real weights and copied into fake tensors."""
     if fake_mode is None:
         return workload.build_model()
+    before = len(mode.rec.events), len(mode.rec.blocks)
     try:
         return workload.build_model()
     except Exception as exc:  # noqa: BLE001 - only fake-tensor limits are handled here
         if not is_fake_limit(exc):
             raise
         why = f"the model's initialisation reads data ({type(exc).__name__}: {first_line(exc)[:160]})"
+    mode.forget_since(*before)  # the failed build's storages (a partly built model) are not the run's
     check_fits_in_ram(workload, why, copies=1)
     import copy
 
@@ -80,7 +82,10 @@ def build_model_for_trace(workload, fake_mode, mode):
     with unset_fake_temporarily(), mode.paused():
         real = workload.build_model()
     memo: dict = {}
-    with FakeCopyMode(fake_mode):
+    # the copy is not traced: its storages are registered where the trace registers what it did not make
+    # (trace.py `_label(..., create=True)`), in the model's parameter order, a block at a time, as the rebuild of
+    # repeated blocks needs (traced, the copy's per-tensor temporaries split each block's run into pieces)
+    with FakeCopyMode(fake_mode), mode.paused():
         model = copy.deepcopy(real, memo)
         # Parameter.__deepcopy__ drops a parameter's Python attributes (bitsandbytes' 4-bit weights keep their
         # quant_state there, whose absmax the module also holds as buffers): copied too, their tensors the copies
