@@ -28,7 +28,7 @@ HF_PREFIX = "hf:"
 DEFAULT_SEQ_LEN = 512
 # task -> transformers Auto class. A causal LM's labels are its input ids (the loss shifts them); a sequence-to-
 # sequence LM's (T5, BART, Marian, Pegasus ...) are a target sequence, which the model shifts right into its
-# decoder's inputs. A config's default task: seq2seq-lm for an encoder-decoder (`is_encoder_decoder`), else causal-lm.
+# decoder's inputs. A config's default task: `default_task`.
 TASKS = {
     "causal-lm": "AutoModelForCausalLM",
     "seq2seq-lm": "AutoModelForSeq2SeqLM",

@@ -381,9 +381,10 @@ def apply_run_peak(est, lengths: RunLengths, first_trace, arch: str, loading: st
         f_alloc, f_res, most, outside, at_peak, retries, f_free = got
         f_used = most + outside
         if f_free is not None:
-            est.notes.append(f"{RETRIES_NOTE} the first micro-step would hold {fmt_bytes(f_free.max_reserved_bytes + outside)}"
-                             " of device memory; under the limit the caching allocator runs it by freeing its cache and "
-                             f"retrying a failed cudaMalloc ({retries} times)")
+            need = fmt_bytes(f_free.max_reserved_bytes + outside)
+            est.notes.append(f"{RETRIES_NOTE} the first micro-step would hold {need} of device memory; under the limit "
+                             "the caching allocator runs it by freeing its cache and retrying a failed cudaMalloc "
+                             f"({retries} times)")
     later = (est.peak_allocated_bytes, est.peak_reserved_bytes, est.device_used_bytes)
     joined = None
     if est.target != "cpu" and lengths.later not in (None, lengths.first):
@@ -392,7 +393,8 @@ def apply_run_peak(est, lengths: RunLengths, first_trace, arch: str, loading: st
             run = cuda_memory(joined, arch, loading, limit_bytes)
             later = (run.result.peak_allocated_bytes, run.result.peak_reserved_bytes, run.device_used_bytes)
             if run.free is not None:
-                est.notes.append(f"run lengths, the first micro-step and the later ones replayed together: {retries_note(run)}")
+                est.notes.append("run lengths, the first micro-step and the later ones replayed together: "
+                                 + retries_note(run))
     if lengths.later is None:  # one micro-step: the run is iteration 0
         est.peak_allocated_bytes, est.peak_reserved_bytes, est.device_used_bytes = f_alloc, f_res, f_used
         source = "first_micro_step"
