@@ -251,3 +251,16 @@ def test_an_image_model_config_trains_as_an_image_classifier(tmp_path, config, c
     assert main(["estimate", str(path), "-b", "2", "--seq-len", "64", "--target", "cpu"]) == 2
     err = capsys.readouterr().err.strip()
     assert "image classifier" in err and "224x224" in err and len(err.splitlines()) == 1
+
+
+def test_inference_on_an_encoder_decoder_says_its_generation_is_not_modelled(tmp_path):
+    """--inference runs a causal LM's prefill and decode steps; an encoder-decoder gets one no-grad forward, and
+    its new tokens are said not to be modelled (they read '+16 tokens' with a 0 B KV cache and no word)."""
+    from gpuwise.plan.inference import estimate_inference
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(T5_SMALL))
+    est = estimate_inference(str(path), 2, 32, 16, "bf16", "cuda", "A10G")
+    assert any(n.startswith("cannot tell generation: T5ForConditionalGeneration is not a causal LM") for n in est.notes)
+    causal = estimate_inference(TINY, 1, 16, 4, "bf16", "cuda", "A10G")
+    assert causal.kv_cache_bytes > 0 and not any(n.startswith("cannot tell generation") for n in causal.notes)

@@ -248,4 +248,6 @@ def _run_inference(args) -> int:
     console.out.print(f"  peak allocated {fmt_bytes(est.peak_allocated_bytes)}  device used "
                       f"{fmt_bytes(est.device_used_bytes)}  (weights {fmt_bytes(est.parameters_bytes)}, "
                       f"KV cache {fmt_bytes(est.kv_cache_bytes)}, peak in {est.peak_phase})")
+    for note in est.notes[1:]:  # the first says how the weights are held; the others what is not modelled
+        console.out.print(f"  note: {note}")
     return 0

@@ -249,6 +249,8 @@ def estimate_inference(workload, batch_size: int = 1, context_len: int | None = 
             if mixed and target == "cuda":
                 stack.enter_context(cuda_autocast_policy())
             cache, kv_bytes = run_generation(model, batch, new_tokens, mark, prefill_logits, forward_context)
+        generates = _is_causal_lm(model)
+        kind = type(model).__name__
         if cache is not None:
             label(mode, cache_tensors(cache), "activations")
         events = settle(mode)
@@ -267,6 +269,10 @@ def estimate_inference(workload, batch_size: int = 1, context_len: int | None = 
                 else "the output head in " + dtype)
         notes[0] = (f"linear weights in bitsandbytes {quantize} ({dtype} compute; {head}), the rest in {dtype}; "
                     f"no gradients (torch.no_grad)")
+    if not generates and new_tokens:
+        notes.append(f"cannot tell generation: {kind} is not a causal LM, so this is one forward over the batch "
+                     f"without gradients; its {new_tokens} new tokens (an encoder-decoder's decoder steps and "
+                     "their caches) are not modelled")
     if target == "cuda":
         with_ws, overheads = add_workspaces(trace, spec.arch if spec else DEFAULT_ARCH)
         result = replay(with_ws, steady_repeats=1)  # one generation, not a repeated training step
