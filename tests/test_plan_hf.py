@@ -264,3 +264,15 @@ def test_inference_on_an_encoder_decoder_says_its_generation_is_not_modelled(tmp
     assert any(n.startswith("cannot tell generation: T5ForConditionalGeneration is not a causal LM") for n in est.notes)
     causal = estimate_inference(TINY, 1, 16, 4, "bf16", "cuda", "A10G")
     assert causal.kv_cache_bytes > 0 and not any(n.startswith("cannot tell generation") for n in causal.notes)
+
+
+def test_a_config_saved_with_null_architectures_builds(tmp_path):
+    """A config saved from a fresh transformers config writes "architectures": null; an Auto class whose model_type
+    has several heads (DeiT's image classifier: with and without a teacher) iterated it and raised TypeError."""
+    from transformers import AutoConfig
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(AutoConfig.for_model("deit").to_dict()))
+    assert json.loads(path.read_text())["architectures"] is None
+    wl = hf.hf_workload(str(path))
+    assert wl.task == "image-cls" and type(wl.build_model()).__name__ == "DeiTForImageClassification"

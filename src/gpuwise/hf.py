@@ -156,6 +156,8 @@ def load_config(source: str, num_layers: int | None = None):
     data.pop("quantization_config", None)  # weights are random: a checkpoint's quantization does not apply
     for key in ("torch_dtype", "dtype", "_source"):  # the storage dtype is --precision's (fp32 master weights)
         data.pop(key, None)
+    if data.get("architectures") is None:  # transformers' Auto classes iterate it (a config saved fresh writes null)
+        data["architectures"] = []
     model_type = data.pop("model_type")
     try:
         cfg = AutoConfig.for_model(model_type, **data)
