@@ -297,6 +297,12 @@ def hf_workload(source: str, seq_len: int | None = None, task: str | None = None
     return wl
 
 
+def with_layers(wl: Workload, layers: int) -> Workload:
+    """A model config's workload (`hf_workload`'s) rebuilt with `layers` blocks, every other input as it was."""
+    return hf_workload(wl.source, wl.seq_len, wl.task, num_layers=layers,  # type: ignore[attr-defined]
+                       target_len=getattr(wl, "target_len", None))  # a wrapper may not carry it
+
+
 def _mean_hidden_loss(model, batch):
     out = model(**batch)
     return out.last_hidden_state.float().mean()

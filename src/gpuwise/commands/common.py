@@ -33,7 +33,8 @@ def add_workload_arguments(p: argparse.ArgumentParser, batch_required: bool = Fa
                    "recomputes each block; selective keeps attention and every other matmul output (torchtitan's "
                    "per-op selective AC)")
     if configs:
-        p.add_argument("--seq-len", type=positive_int, help="hf:ID / config.json: tokens per sample (default 512; not for an image classifier)")
+        p.add_argument("--seq-len", type=positive_int, help="hf:ID / config.json: tokens per sample (default 512; "
+                       "not for an image classifier)")
         p.add_argument("--task", choices=list(TASKS), help="hf:ID / config.json: the head (default seq2seq-lm for an "
                        "encoder-decoder such as T5 or BART, image-cls for an image model such as ViT or ConvNeXt, "
                        "else causal-lm)")

@@ -183,8 +183,8 @@ def add_mode_arguments(p) -> None:
 
 
 def mode_kwargs(args) -> dict:
-    return {"seq_len": args.seq_len, "task": args.task, "target_len": args.target_len, "grad_accum": args.grad_accum, "lora": args.lora,
-            "qlora": args.qlora, "freeze": args.freeze, "offload_optimizer": args.offload_optimizer,
+    return {"seq_len": args.seq_len, "task": args.task, "target_len": args.target_len, "grad_accum": args.grad_accum,
+            "lora": args.lora, "qlora": args.qlora, "freeze": args.freeze, "offload_optimizer": args.offload_optimizer,
             "lora_targets": args.lora_targets, "lora_alpha": args.lora_alpha, "lora_dropout": args.lora_dropout,
             "base_dtype": args.base_dtype, "qlora_quant": args.qlora_quant, "bnb_version": args.bnb_version,
             "qlora_by": args.qlora_by}

@@ -54,7 +54,8 @@ def run(args) -> int:
         raise GpuwiseError("fit --checkpointing selective: fit ranks full checkpointing only; "
                            "`gpuwise estimate --checkpointing selective` gives its memory")
     kw = dict(precision=args.precision, optimizer=args.optimizer, checkpointing=args.checkpointing == "full",
-              seq_len=args.seq_len, task=args.task, target_len=args.target_len, margin_pct=margin, accum_sync=args.accum_sync)
+              seq_len=args.seq_len, task=args.task, target_len=args.target_len, margin_pct=margin,
+              accum_sync=args.accum_sync)
     with console.err.status("tracing the options with fake tensors…"), StageProgress("fit") as progress:
         if args.gpu.strip().lower() == "all":
             results = fit_all_gpus(args.workload, args.nproc, args.batch_size, progress=progress, **kw)

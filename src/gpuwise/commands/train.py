@@ -90,7 +90,8 @@ def run(args) -> int:
                       checkpoint_dir=os.path.abspath(args.checkpoint_dir) if args.checkpoint_dir else None, checkpoint_every=args.checkpoint_every, seed=args.seed,
                       num_workers=args.num_workers, log_every=args.log_every, strategy=args.strategy,
                       grad_accum=args.grad_accum, lora=args.lora, qlora=args.qlora, seq_len=args.seq_len,
-                      target_len=args.target_len, measure_peak=args.measure_peak, fsdp_param_dtype=args.fsdp_param_dtype,
+                      target_len=args.target_len, measure_peak=args.measure_peak,
+                      fsdp_param_dtype=args.fsdp_param_dtype,
                       fsdp_reduce_dtype=args.fsdp_reduce_dtype)
     if args.sbatch:
         return _sbatch(args, cfg)

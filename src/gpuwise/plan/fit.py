@@ -195,7 +195,8 @@ def _collector_paused(fn):
 @_collector_paused
 def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, *, precision: str = "fp32",
         optimizer: str | None = None, checkpointing: bool = False, seq_len: int | None = None,
-        task: str | None = None, target_len: int | None = None, margin_pct: float = DEFAULT_MARGIN_PCT, evaluator: Evaluator | None = None,
+        task: str | None = None, target_len: int | None = None, margin_pct: float = DEFAULT_MARGIN_PCT,
+        evaluator: Evaluator | None = None,
         source: str | None = None, progress: Callable[[str], None] | None = None,
         accum_sync: str | None = None) -> FitResult:
     """Rank the ways to run `workload` at `batch_size` samples per optimizer step (per rank) on `nproc`

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from ..errors import GpuwiseError, first_line
-from ..hf import hf_workload
+from ..hf import with_layers
 from ..step import StepConfig
 from ..workload import Workload, load_workload
 from .memory.events import MemoryTrace
@@ -63,7 +63,7 @@ def trace_workload(workload: Workload | str, batch_size: int, config: StepConfig
     check): this one's 4-block trace is not run."""
     wl = given = load_workload(workload)
     if layers is not None:
-        wl = hf_workload(wl.source, wl.seq_len, wl.task, num_layers=layers, target_len=getattr(wl, "target_len", None))
+        wl = with_layers(wl, layers)
     offload = modes is not None and modes.offload_optimizer
 
     def steps_of(c: StepConfig) -> OptimizerSteps:  # an optimizer's steps alone, once per workload, step, modes
@@ -95,7 +95,7 @@ def trace_optimizer_steps(workload: Workload | str, config: StepConfig, target: 
     the step's trace records them: what `with_optimizer` puts into (and finds in) a traced step."""
     wl = load_workload(workload)
     if layers is not None:
-        wl = hf_workload(wl.source, wl.seq_len, wl.task, num_layers=layers, target_len=getattr(wl, "target_len", None))
+        wl = with_layers(wl, layers)
     wl, _ = _with_modes(wl, modes, config)
     with quiet_libraries():
         return optimizer_steps(wl, config, target)

@@ -24,7 +24,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 
-from ..hf import DEFAULT_SEQ_LEN, hf_workload
+from ..hf import hf_workload
 from ..plan.tracing.cpu_truth import STEADY_MARK, peak_in_profile
 from ..plan.tracing.modes import apply_modes, make_modes
 from ..profiling import cpu_memory_profile
@@ -91,7 +91,7 @@ def build_workload(cfg: TrainConfig):
     """The workload file / hf: / config.json model, with LoRA / QLoRA adapters when asked (as estimate does)."""
     spec = cfg.workload
     if (cfg.seq_len or cfg.target_len) and (spec.startswith("hf:") or spec.endswith(".json")):
-        workload = hf_workload(spec, seq_len=cfg.seq_len or DEFAULT_SEQ_LEN, target_len=cfg.target_len)
+        workload = hf_workload(spec, seq_len=cfg.seq_len, target_len=cfg.target_len)
     else:
         workload = load_workload(spec)
     if cfg.lora or cfg.qlora:

@@ -200,7 +200,7 @@ def apply_modes(wl: Workload, modes: TrainingModes, precision: str = "fp32") -> 
     out = Workload(spec=wl.spec, model_fn=model, batch_fn=wl.batch_fn, loss_fn=loss,
                    optimizer_fn=wl.optimizer_fn, dataset_fn=wl.dataset_fn, collate_fn=wl.collate_fn,
                    source=wl.source)
-    for attr in ("hf_config", "seq_len", "task"):
+    for attr in ("hf_config", "seq_len", "task", "target_len"):
         if hasattr(wl, attr):
             setattr(out, attr, getattr(wl, attr))
     out.build_model = lambda: _checked_model(out, model)  # type: ignore[method-assign]

@@ -39,7 +39,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from ...hf import TASKS, decoded_floats, hf_workload, num_layers_of, set_num_layers
+from ...hf import TASKS, decoded_floats, num_layers_of, set_num_layers, with_layers
 from ...step import StepConfig
 from ..memory.events import MemEvent, MemoryTrace, event_rows, events_from_rows
 from ..speed.ops import OpCosts
@@ -401,8 +401,7 @@ def small_trace(wl, blocks: int, batch_size: int, config: StepConfig, target: st
     from .trace import trace_step
 
     units = units_of(wl)
-    small = hf_workload(wl.source, wl.seq_len, wl.task, num_layers=units.blocks(blocks),
-                        target_len=getattr(wl, "target_len", None))
+    small = with_layers(wl, units.blocks(blocks))
     if shaped is not None:
         small = shaped(small)
     warmup = "copy" if target == "cuda" else "optimizer"
