@@ -98,7 +98,11 @@ def predict_row(row: dict) -> dict:
             "measured": measured, "predicted": predicted, "error_pct": 100 * (predicted - measured) / measured,
             "roofline": bound, "roofline_ratio": measured / bound if bound else None,
             "bound_by": sp.bound_by, "mfu": sp.mfu, "breakdown_s": sp.breakdown, "step_time_s": sp.step_time_s,
-            "estimate_s": round(time.perf_counter() - started, 1), "args": row["gpuwise_args"]}
+            "estimate_s": round(time.perf_counter() - started, 1), "args": row["gpuwise_args"],
+            # what the memory model says of the same step on the named card: a run at the edge of memory
+            "fits": est.fits, "device_used_bytes": est.device_used_bytes, "gpu_memory_bytes": est.gpu_memory_bytes,
+            "retries": est.allocator.retries if est.allocator else None,
+            "steady_retries": est.allocator.steady_retries if est.allocator else None}
 
 
 def measurement_key(row: dict) -> tuple:
