@@ -449,3 +449,43 @@ def test_a_model_built_for_real_then_copied_is_rebuilt_as_traced_whole(tmp_path)
     full = trace_workload(wl, 2, config, "cuda", repeat=False)
     assert canonical(rebuilt) == canonical(full) and live_peak(rebuilt) == live_peak(full)
     assert any("built with real weights" in n for n in full.notes)
+
+
+@pytest.mark.parametrize("cfg,config", [
+    # BART-base widths: the embeddings' output is freed between the first two encoder blocks' runs; the encoder's
+    # output, which every decoder block reads, has its gradient summed over their backward (the last block's first
+    # sum, every other block's second)
+    ({"model_type": "bart", "d_model": 768, "encoder_layers": 6, "decoder_layers": 6, "encoder_attention_heads": 12,
+      "decoder_attention_heads": 12, "encoder_ffn_dim": 3072, "decoder_ffn_dim": 3072, "vocab_size": 50265},
+     StepConfig("adamw", "bf16", False)),
+    # t5-small widths, checkpointed: every block after the first holds the position bias the first one makes, and
+    # the last holder in backward (block 1) frees it
+    ({"model_type": "t5", "d_model": 512, "d_kv": 64, "d_ff": 2048, "num_layers": 6, "num_heads": 8,
+      "vocab_size": 32128}, StepConfig("adamw", "bf16", True)),
+], ids=["bart-base", "t5-small-checkpointed"])
+def test_an_encoder_decoder_is_rebuilt_from_both_stacks_as_traced_whole(tmp_path, cfg, config):
+    """An encoder-decoder of two equally deep stacks (T5, BART: two lists of L blocks) was traced whole; block i of
+    the rebuild is both stacks' i-th, and the rebuild equals the full-depth trace event for event."""
+    path = tmp_path / "cfg.json"
+    path.write_text(json.dumps(cfg))
+    wl = hf_workload(str(path), 32, target_len=16)
+    rebuilt, why = repeated_trace(wl, 2, config, "cuda")
+    assert rebuilt is not None, why
+    full = trace_workload(wl, 2, config, "cuda", repeat=False)
+    assert canonical(rebuilt) == canonical(full) and live_peak(rebuilt) == live_peak(full)
+    assert rebuilt.flops_per_step == full.flops_per_step
+    assert any("traced with 3 and 4 of 6 blocks" in n for n in rebuilt.notes)
+
+
+def test_an_encoder_decoder_is_cut_in_both_stacks_when_they_are_one_depth():
+    """`set_num_layers` (the small models' depth): a decoder as deep as the encoder follows it; another keeps its own."""
+    from transformers import BartConfig, T5Config
+
+    from gpuwise.hf import set_num_layers
+
+    t5, uneven, bart = T5Config(num_layers=6), T5Config(num_layers=6, num_decoder_layers=4), BartConfig()
+    for cfg in (t5, uneven, bart):
+        set_num_layers(cfg, 3)
+    assert (t5.num_layers, t5.num_decoder_layers) == (3, 3)
+    assert (uneven.num_layers, uneven.num_decoder_layers) == (3, 4)
+    assert (bart.encoder_layers, bart.decoder_layers) == (3, 3)

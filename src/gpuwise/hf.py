@@ -175,6 +175,7 @@ def load_config(source: str, num_layers: int | None = None):
 
 
 LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+DECODER_LAYER_KEYS = ("num_decoder_layers", "decoder_layers")  # an encoder-decoder's second stack (T5; BART, Marian)
 
 
 def num_layers_of(cfg) -> int | None:
@@ -186,7 +187,13 @@ def num_layers_of(cfg) -> int | None:
 
 
 def set_num_layers(cfg, n: int) -> None:
-    for key in LAYER_KEYS:
+    """`cfg` with `n` blocks. An encoder-decoder whose decoder is as deep as its encoder (T5's num_decoder_layers,
+    BART's decoder_layers) gets `n` decoder blocks too: its block i is both stacks' i-th (the rebuild's unit,
+    plan/tracing/repeat.py); a decoder of another depth keeps it."""
+    depth = num_layers_of(cfg)
+    decoder = [key for key in DECODER_LAYER_KEYS if isinstance(getattr(cfg, key, None), int)
+               and getattr(cfg, key) == depth]
+    for key in LAYER_KEYS + tuple(decoder):
         if isinstance(getattr(cfg, key, None), int):
             setattr(cfg, key, n)
     for key in ("layer_types",):  # per-layer lists (Qwen2 sliding window, Gemma) follow the count

@@ -15,6 +15,14 @@ mixture-of-experts ones) are rebuilt the same way by units (plan/tracing/repeat_
 blocks before the pattern (and as many more as leave whole periods), every later unit one period of blocks; the
 model is traced with its first 3 and 4 units' blocks, and "block" below reads "unit" (`block_units`).
 
+An encoder-decoder whose two stacks are equally deep (T5, BART, Marian, Pegasus: two lists of L blocks) is cut in
+both (hf.set_num_layers): block i is both stacks' i-th, and each phase runs over the blocks twice (the encoder's,
+then the decoder's; in backward the other way round), each run rebuilt as above. Two kinds of storage cross the
+runs' neighbours otherwise than every block's does (`_across`): a gradient summed over the blocks (the encoder's
+output, which every decoder block reads: the last block makes the first sum, every other block the second) and a
+storage the first block makes that every block holds (T5's position bias, saved by every checkpointed block: freed
+once, by the last holder).
+
 When is that exact? When every one of the L blocks is built alike (checked on the full-depth model built
 on the meta device: module types, parameter shapes and dtypes, plain attributes except the block's
 index, e.g. a sliding-window flag set per layer), and the rebuild reproduces a real trace: the
@@ -43,7 +51,7 @@ from ...hf import TASKS, decoded_floats, num_layers_of, set_num_layers, with_lay
 from ...step import StepConfig
 from ..memory.events import MemEvent, MemoryTrace, event_rows, events_from_rows
 from ..speed.ops import OpCosts
-from .repeat_tags import ONE, Units, block_kinds, block_signature, plain_signatures
+from .repeat_tags import ONE, Units, block_at, block_kinds, block_signature, plain_signatures
 
 TRACED = 3        # blocks in the trace the events are rebuilt from: first, middle, last
 CHECKED = 4       # blocks in the trace the rebuild is checked against
@@ -82,20 +90,13 @@ class NotRepeating(Exception):
     """The events cannot be rebuilt from the traced blocks (the message says why)."""
 
 
-def _index_of(module: str, prefix: str) -> int | None:
-    if not module.startswith(prefix):
-        return None
-    head = module[len(prefix):].split(".", 1)[0]
-    return int(head) if head.isdigit() else None
-
-
-def _moved(module: str, prefix: str, shift: int) -> str:
+def _moved(module: str, prefixes: tuple[str, ...], shift: int) -> str:
     """`module` with its block index moved by `shift` (unchanged outside the blocks)."""
-    j = _index_of(module, prefix)
-    if j is None or not shift:
+    at = block_at(module, prefixes) if shift else None
+    if at is None:
         return module
-    rest = module[len(prefix):].split(".", 1)
-    return prefix + str(j + shift) + ("." + rest[1] if len(rest) > 1 else "")
+    prefix, j, rest = at
+    return prefix + str(j + shift) + ("." + rest if rest else "")
 
 
 def rebuild(trace: MemoryTrace, layers: int) -> MemoryTrace:
@@ -116,7 +117,7 @@ def _rebuilt_rows(trace: MemoryTrace, layers: int) -> tuple[list[tuple], int, in
         raise NotRepeating("the trace has no block tags")
     if layers < TRACED:
         raise NotRepeating(f"{layers} blocks: fewer than the traced {TRACED}")
-    events, tags, block_layer, prefix = trace.events, info.event_layer, info.block_layer, info.prefix
+    events, tags, block_layer, prefix = trace.events, info.event_layer, info.block_layer, info.prefixes
     units = info.units
     begins = units.start  # a unit's first block: module names move by blocks, the rebuild by units
     last = TRACED - 1
@@ -143,6 +144,7 @@ def _rebuilt_rows(trace: MemoryTrace, layers: int) -> tuple[list[tuple], int, in
     roles = len(numbered)
 
     chunks = _chunks(events, tags)
+    as_middle, pinned = _across(chunks, events, block_layer, role)
     out: list[tuple] = []
     ids: dict = {}   # a storage's key (an int inside the blocks, ("outside", block) outside) -> its new block
     freed: set[int] = set()
@@ -165,19 +167,21 @@ def _rebuilt_rows(trace: MemoryTrace, layers: int) -> tuple[list[tuple], int, in
         # (alloc?, owner or None, block it refers to when not a neighbour's (fixed) or None, role,
         #  fixed shift of its module or None, the event's fields)
         plan = []
-        for e in events[start:end]:
+        for i, e in enumerate(events[start:end], start):
             owner = block_layer.get(e.block)
             if owner is None:
                 plan.append((e.action == "alloc", None, None, ("outside", e.block), None, e))
                 continue
             # a neighbour keeps its distance; the first or last block seen from the other end (a storage
             # kept from the last block's backward to the first's, e.g. accumulated adapters' gradients)
-            # stays the first or last
-            near = t is not None and abs(owner - t) <= 1
+            # stays the first or last, and so does the first block's storage every block holds (`_across`)
+            near = t is not None and abs(owner - t) <= 1 and i not in pinned
             fixed = None if near else 0 if owner == 0 else layers - 1 if owner == last else -1
             # freed by its last reference: named by where it was made
             moved = begins(fixed) - begins(owner) if fixed is not None and e.action == "free" and not e.op else None
-            plan.append((e.action == "alloc", owner, fixed, role[e.block], moved, e))
+            # the first or last block's storage that a neighbour frees: a middle block's where the rebuild puts one
+            middle = as_middle.get(role[e.block]) if fixed is None and owner in (0, last) else None
+            plan.append((e.action == "alloc", owner, fixed, (role[e.block], middle, i in pinned), moved, e))
         for target in targets:
             shift = 0 if t is None else target - t
             name_shift = 0 if t is None else begins(target) - begins(t)
@@ -187,13 +191,15 @@ def _rebuilt_rows(trace: MemoryTrace, layers: int) -> tuple[list[tuple], int, in
                 made = len(out) + made_at - start
             here = names.setdefault(name_shift, {})
             for alloc, owner, fixed, key, moved, e in plan:
-                if owner is None and len(targets) > 1 and target != targets[0 if alloc else -1]:
-                    continue  # a storage of no block, made or freed in a run over the blocks: once, at its start or end
+                once = owner is None or key[2]
+                if once and len(targets) > 1 and target != targets[0 if alloc else -1]:
+                    continue  # a storage of no block (or pinned), made or freed in a run: once, at its start or end
                 if owner is not None:
                     at = owner + shift if fixed is None else fixed
                     if not 0 <= at < layers:
                         raise NotRepeating(f"an event refers to block {at} of {layers}")
-                    key = at * roles + key
+                    own, middle, _ = key
+                    key = at * roles + (middle if middle is not None and 0 < at < layers - 1 else own)
                 if alloc:
                     if key in ids:
                         raise NotRepeating("a storage would be allocated twice")
@@ -214,6 +220,47 @@ def _rebuilt_rows(trace: MemoryTrace, layers: int) -> tuple[list[tuple], int, in
     return out, steady, made
 
 
+def _across(chunks: list[tuple[int | None, int, int]], events: list[MemEvent], block_layer: dict,
+            role: dict[int, int]) -> tuple[dict[int, int], set[int]]:
+    """What the middle block frees of its neighbours' storages that is not the same storage of every block's
+    neighbour, in each run over the blocks: (roles, indices of events).
+
+    Roles: of the first or the last block's storages that the middle block frees where a middle block's storage of
+    another role is what the next block of the run frees in their place: the k-th storage of the block before it
+    (the first, running up; the last, running down) that the middle block frees pairs with the k-th of the middle
+    block's that the next block frees. A gradient summed over the blocks (the encoder's output that every decoder
+    block reads) is the last block's first sum and every other block's second.
+
+    Events: frees of the next block's storages (the first's, running down; the last's, up) that the block before
+    does not free of the middle block's: a storage the first block makes and every block holds (T5's position bias,
+    saved by every checkpointed block), freed once by the last holder. The 4-block check proves both."""
+    last = TRACED - 1
+    pairs: dict[int, int] = {}
+    pinned: set[int] = set()
+
+    def frees(chunk, owner):
+        _, start, end = chunk
+        return [(i, role[events[i].block]) for i in range(start, end)
+                if events[i].action == "free" and block_layer.get(events[i].block) == owner]
+
+    for c in range(1, len(chunks) - 1):
+        before, t, after = chunks[c - 1][0], chunks[c][0], chunks[c + 1][0]
+        if t != 1 or after not in (0, last):
+            continue
+        first, end = (last, 0) if after == 0 else (0, last)  # running down: the last block first; up: the first
+        got, instead = frees(chunks[c], first), frees(chunks[c + 1], 1)
+        if len(got) == len(instead):
+            pairs.update((a, b) for (_, a), (_, b) in zip(got, instead) if a != b)
+        if before == first:
+            alike = [r for _, r in frees(chunks[c - 1], 1)]
+            for i, r in frees(chunks[c], end):
+                if r in alike:
+                    alike.remove(r)
+                else:
+                    pinned.add(i)
+    return pairs, pinned
+
+
 def _chunks(events: list[MemEvent], tags: list[int | None]) -> list[tuple[int | None, int, int]]:
     """Runs of consecutive events of one block and phase: (block or None, first event, end). Frees alone
     that a run over the blocks makes late join the run they happen in: between two runs of one block (a
@@ -221,7 +268,8 @@ def _chunks(events: list[MemEvent], tags: list[int | None]) -> list[tuple[int | 
     in the run's direction (a model's loop dropping the previous block's output once the next one
     returns) — unless they turn the run back (a list freed last to first). A block's events that come
     back after its neighbour's run began, with the neighbour going on after them, join the neighbour's
-    run (a block's backward tail interleaved with the recompute of the block before it)."""
+    run (a block's backward tail interleaved with the recompute of the block before it). Frees of storages of no
+    block between two blocks' runs join the run before them."""
     def runs(tags):  # a run ends where its block or the phase changes (the optimizer's frees, then zero_grad's)
         found: list[tuple[int | None, int, int]] = []
         for i, t in enumerate(tags):
@@ -235,6 +283,12 @@ def _chunks(events: list[MemEvent], tags: list[int | None]) -> list[tuple[int | 
     out: list[tuple[int | None, int, int]] = []
     for c, (t, start, end) in enumerate(chunks):
         b = chunks[c + 1][0] if c + 1 < len(chunks) else None
+        if t is None and b is not None and out and out[-1][0] is not None \
+                and all(e.action == "free" for e in events[start:end]):
+            # storages of no block freed between two blocks' runs join the run before them (BART's embeddings'
+            # output, once the first encoder block's returns)
+            out[-1] = (out[-1][0], out[-1][1], end)
+            continue
         if (len(out) >= 2 and t is not None and out[-2][0] == t and out[-1][0] is not None
                 and abs(out[-1][0] - t) == 1 and b == out[-1][0]):
             # the run had moved on from block t to its neighbour and goes on there: t's tail interleaved with
@@ -306,16 +360,17 @@ def block_units(hf_config, task: str, layers: int) -> Units | str:
 
 
 def _blocks_of(hf_config, task: str, layers: int):
-    """The blocks of the model built on the meta device: its one ModuleList of `layers` (or why not)."""
+    """The blocks' signatures of the model built on the meta device, per ModuleList of `layers` (an
+    encoder-decoder has two), or why there is none."""
     import torch
     import transformers
 
     with torch.device("meta"):
         model = getattr(transformers, TASKS[task]).from_config(hf_config)
     lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == layers]
-    if len(lists) != 1:
-        return f"{len(lists)} lists of {layers} blocks (reuse needs exactly one)"
-    return [block_signature(b) for b in lists[0]]
+    if not lists:
+        return f"no list of {layers} blocks"
+    return [[block_signature(b) for b in blocks] for blocks in lists]
 
 
 @functools.lru_cache(maxsize=16)
@@ -324,14 +379,18 @@ def _block_units(config_json: str, config_class, task: str, layers: int) -> Unit
     import json
 
     hf_config = config_class if config_json is None else config_class.from_dict(decoded_floats(json.loads(config_json)))
-    sigs = _blocks_of(hf_config, task, layers)
-    if isinstance(sigs, str):
-        return sigs
-    kinds = block_kinds(sigs)
+    lists = _blocks_of(hf_config, task, layers)
+    if isinstance(lists, str):
+        return lists
     # block 0 is traced as itself (the rebuild keeps the first unit's events): it may differ, as a dense first
     # block before mixture-of-experts ones (first_k_dense_replace = 1) or RWKV's extra pre-LayerNorm does
-    if len(set(kinds[1:])) <= 1:
+    if all(len(set(block_kinds(sigs)[1:])) <= 1 for sigs in lists):
         return ONE
+    if len(lists) > 1:  # units of several blocks are one list's
+        differ = next(sigs for sigs in lists if len(set(block_kinds(sigs)[1:])) > 1)
+        return f"{len(lists)} lists of {layers} blocks, in one of which {_first_difference(differ)}"
+    sigs = lists[0]
+    kinds = block_kinds(sigs)
     units = _periodic(kinds)
     if units is None:
         return _first_difference(sigs)
@@ -340,7 +399,7 @@ def _block_units(config_json: str, config_class, task: str, layers: int) -> Unit
         set_num_layers(small, units.blocks(n))
         m = units.blocks(n)
         got = _blocks_of(small, task, m)
-        if isinstance(got, str) or _kinds_side_by_side(sigs[:m], got):
+        if isinstance(got, str) or len(got) != 1 or _kinds_side_by_side(sigs[:m], got[0]):
             return (f"{_first_difference(sigs)}; its blocks repeat every {units.period} after {units.first}, but the "
                     f"model built with {m} blocks is not made of the first {m}")
     return units

@@ -9,6 +9,9 @@ the i-th output of a foreach op to the layer of the i-th element of its input li
 blocks to the layer of the storage it frees. Events whose inputs mix layers or have none belong to none
 (None).
 
+An encoder-decoder whose two stacks are equally deep (T5, BART) has two lists of L blocks: layer i is both
+stacks' i-th block (the encoder's runs over its blocks, then the decoder's; each run is rebuilt the same way).
+
 "Layer" here is the rebuild's unit (`Units`): one block, or in a model whose blocks alternate kinds (Gemma-2's
 sliding and global attention, a hybrid's every-eighth attention block), the first blocks together, then `period`
 consecutive blocks at a time. A model of alike blocks has units of one block: unit i is block i.
@@ -21,6 +24,16 @@ from dataclasses import dataclass
 from ...step import tensors_in
 
 MIDDLE = 1  # the traced units are first, middle, last (plan/tracing/repeat.py): the middle one is any inner unit
+
+
+def block_at(module: str, prefixes: tuple[str, ...]) -> tuple[str, int, str] | None:
+    """(the list's prefix, the block's index, the module's path inside the block) of a module inside one of the
+    blocks' lists (`prefixes`: their dotted paths with a trailing "."); None outside them."""
+    for prefix in prefixes:
+        if module.startswith(prefix):
+            head, _, rest = module[len(prefix):].partition(".")
+            return (prefix, int(head), rest) if head.isdigit() else None
+    return None
 
 
 @dataclass(frozen=True)
@@ -87,7 +100,7 @@ def plain_signatures(sigs: list[list[tuple]]) -> list[tuple]:
 class EventLayers:
     """Per event of a trace (same order): the unit it belongs to; per block of storage: the unit of its storage."""
 
-    prefix: str                      # dotted path of the blocks' ModuleList, with a trailing "."
+    prefixes: tuple[str, ...]        # dotted paths of the blocks' ModuleLists, each with a trailing "."
     count: int                       # how many units the traced model had
     event_layer: list[int | None]
     block_layer: dict[int, int | None]
@@ -97,8 +110,8 @@ class EventLayers:
 class LayerTags:
     """Attached to the tracer (`TraceMode.layers`) while a model with repeated blocks is traced."""
 
-    def __init__(self, prefix: str, count: int, units: Units = ONE):
-        self.prefix, self.units = prefix, units
+    def __init__(self, prefixes: tuple[str, ...], count: int, units: Units = ONE):
+        self.prefixes, self.units = prefixes, units
         self.count = units.unit_of(count - 1) + 1  # units
         self._every_block = sorted(units.unit_of(b) for b in range(count))  # one per block: each one's unit
         self.block_layer: dict[int, int | None] = {}
@@ -108,25 +121,24 @@ class LayerTags:
 
     @classmethod
     def follow(cls, mode, model, count: int, units: Units = ONE) -> LayerTags | None:
-        """Tags for `model`'s one ModuleList of `count` blocks, by `units` (None when there is not exactly one)."""
+        """Tags for `model`'s ModuleLists of `count` blocks, by `units` (None where there is none, or several and
+        units of several blocks: the rebuild's units are then one list's)."""
         import torch
 
         found = [name for name, m in model.named_modules() if isinstance(m, torch.nn.ModuleList) and len(m) == count]
-        if len(found) != 1 or not found[0]:
+        if not found or not all(found) or (len(found) > 1 and units != ONE):
             return None
-        tags = cls(found[0] + ".", count, units)
+        tags = cls(tuple(name + "." for name in found), count, units)
         if units != ONE:
             tags.kinds = block_kinds([block_signature(b) for b in model.get_submodule(found[0])])
         tags.tag_parameters(mode, model)
-        tags.tag_construction(mode, model.get_submodule(found[0]))
+        tags.tag_construction(mode, [model.get_submodule(name) for name in found])
         return tags
 
     def layer_of(self, module: str) -> int | None:
         """The unit of the block `module` is in (None outside the blocks)."""
-        if not module.startswith(self.prefix):
-            return None
-        head = module[len(self.prefix):].split(".", 1)[0]
-        return self.units.unit_of(int(head)) if head.isdigit() else None
+        at = block_at(module, self.prefixes)
+        return None if at is None else self.units.unit_of(at[1])
 
     def tag_parameters(self, mode, model) -> None:
         """Parameters and buffers belong to the block they sit in (they are built outside any forward)."""
@@ -135,11 +147,12 @@ class LayerTags:
             if block is not None:
                 self.block_layer[block] = self.layer_of(name.rsplit(".", 1)[0])
 
-    def tag_construction(self, mode, blocks) -> None:
+    def tag_construction(self, mode, lists) -> None:
         """What was made for a block's modules while the model was built (temporaries of its `__init__` and of
         its weights' initialisation: Mamba's A_log and dt_bias, GPT-J's sinusoidal positions), in no module's
         forward, is that block's: the tracer notes the module each storage was made for (`TraceMode.built_in`)."""
-        owner = {id(m): self.units.unit_of(i) for i, block in enumerate(blocks) for m in block.modules()}
+        owner = {id(m): self.units.unit_of(i)
+                 for blocks in lists for i, block in enumerate(blocks) for m in block.modules()}
         for block, ref in mode.built_in.items():
             module = ref()  # None: a module that died during the construction, no block's
             if self.block_layer.get(block) is None and module is not None and id(module) in owner:
@@ -260,4 +273,4 @@ class LayerTags:
                 run.setdefault(how, {})[e[1]] = layer = before
             before = layer
         out = [here if here is not None else self.block_layer.get(e[1]) for e in raw_events for here in (e[5],)]
-        return EventLayers(self.prefix, self.count, out, dict(self.block_layer), self.units)
+        return EventLayers(self.prefixes, self.count, out, dict(self.block_layer), self.units)
