@@ -266,6 +266,16 @@ def test_inference_on_an_encoder_decoder_says_its_generation_is_not_modelled(tmp
     assert causal.kv_cache_bytes > 0 and not any(n.startswith("cannot tell generation") for n in causal.notes)
 
 
+def test_a_speech_encoder_decoder_config_keeps_its_causal_lm_head():
+    """Whisper is an encoder-decoder whose model_type has no sequence-to-sequence LM head (its encoder reads audio
+    features): made a seq2seq-lm by default, every Whisper config failed ("Unrecognized configuration class ... for
+    this kind of AutoModel"); it is the causal LM (its decoder) it was before, and a text one stays a seq2seq-lm."""
+    from transformers import AutoConfig
+
+    assert hf.default_task(AutoConfig.for_model("whisper")) == "causal-lm"
+    assert hf.default_task(AutoConfig.for_model("t5")) == hf.default_task(AutoConfig.for_model("bart")) == "seq2seq-lm"
+
+
 def test_a_config_saved_with_null_architectures_builds(tmp_path):
     """A config saved from a fresh transformers config writes "architectures": null; an Auto class whose model_type
     has several heads (DeiT's image classifier: with and without a teacher) iterated it and raised TypeError."""

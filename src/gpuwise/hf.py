@@ -209,15 +209,16 @@ def vocab_size_of(cfg) -> int:
 
 
 def default_task(cfg) -> str:
-    """The head a config is trained with when no --task is given: an encoder-decoder's sequence-to-sequence LM, an
-    image model's classifier (its model_type has an image-classification head and no causal-LM one), else a
-    causal LM."""
-    if getattr(cfg, "is_encoder_decoder", False):
-        return "seq2seq-lm"
+    """The head a config is trained with when no --task is given: an encoder-decoder's sequence-to-sequence LM (a
+    text one: its model_type has that head; Whisper's speech model has not), an image model's classifier (its
+    model_type has an image-classification head and no causal-LM one), else a causal LM."""
     try:
         from transformers.models.auto import modeling_auto as auto
     except ImportError:  # pragma: no cover - transformers builds every config model
         return "causal-lm"
+    seq2seq = getattr(auto, "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", {})
+    if getattr(cfg, "is_encoder_decoder", False) and cfg.model_type in seq2seq:
+        return "seq2seq-lm"
     image = getattr(auto, "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES", {})
     causal = getattr(auto, "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", {})
     return "image-cls" if cfg.model_type in image and cfg.model_type not in causal else "causal-lm"
