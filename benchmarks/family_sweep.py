@@ -4,6 +4,7 @@
     nice python benchmarks/family_sweep.py --lora 16            # the same with LoRA r16
     python benchmarks/family_sweep.py --types llama,mistral     # some families
     python benchmarks/family_sweep.py --table                   # the recorded table, run nothing
+    nice python benchmarks/family_sweep.py --again whole        # re-run the families recorded with a status
 
 A user's Hub model is a config.json gpuwise has not seen. For each `model_type` of transformers'
 MODEL_FOR_CAUSAL_LM_MAPPING, its config class's defaults (usually the family's first published size) are
@@ -102,13 +103,17 @@ def main() -> None:
     ap.add_argument("--lora", type=int, help="also --lora RANK")
     ap.add_argument("--fresh", action="store_true", help="forget recorded rows and start over")
     ap.add_argument("--table", action="store_true", help="print the recorded table and run nothing")
+    ap.add_argument("--again", help="comma-separated statuses: re-run the families recorded with one (their new "
+                    "rows are appended and replace the old ones)")
     a = ap.parse_args()
     name = "family_sweep" + ("-lora" if a.lora else "")
     rows_path, summary_path = RESULTS / f"{name}.jsonl", RESULTS / f"{name}.json"
     if a.fresh and rows_path.exists():
         rows_path.unlink()
     done = {json.loads(line)["type"]: json.loads(line) for line in rows_path.open()} if rows_path.exists() else {}
-    todo = [t for t in (a.types.split(",") if a.types else families()) if t not in done]
+    again = set(a.again.split(",")) if a.again else set()
+    todo = [t for t in (a.types.split(",") if a.types else families())
+            if t not in done or done[t]["status"] in again]
     extra = ["--lora", str(a.lora)] if a.lora else []
     with tempfile.TemporaryDirectory() as tmp:
         for i, model_type in enumerate([] if a.table else todo, 1):

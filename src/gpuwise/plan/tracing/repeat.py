@@ -164,8 +164,8 @@ def _rebuilt_rows(trace: MemoryTrace, layers: int) -> tuple[list[tuple], int, in
                 raise NotRepeating(f"events of the middle block at {start} are not in a run over the blocks")
             targets = list(range(1, layers - 1)) if up else list(range(layers - 2, 0, -1))
         # what does not depend on the target, once per event of the chunk:
-        # (alloc?, owner or None, block it refers to when not a neighbour's (fixed) or None, role,
-        #  fixed shift of its module or None, the event's fields)
+        # (alloc?, owner or None, block it refers to when not a neighbour's (fixed) or None, (role, the role
+        #  it has where a middle block holds it or None, pinned?), fixed shift of its module or None, the event)
         plan = []
         for i, e in enumerate(events[start:end], start):
             owner = block_layer.get(e.block)
