@@ -32,7 +32,8 @@ from pathlib import Path
 
 from gpuwise.plan.catalog import CATALOG
 from gpuwise.plan.curve import DEFAULT_MARGIN_PCT
-from gpuwise.plan.fit import batch_divisors, fit_all_gpus
+from gpuwise.plan.fit import batch_divisors
+from gpuwise.plan.fit_gpus import fit_all_gpus
 from gpuwise.plan.fit_options import variants
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -393,7 +393,7 @@ def test_the_searches_later_trials_are_traced_side_by_side_with_the_same_answers
 
     from gpuwise.plan import fit_rounds
     from gpuwise.plan.catalog import lookup
-    from gpuwise.plan.fit import _best_micro_batch, _side_by_side, variants
+    from gpuwise.plan.fit import _side_by_side, best_micro_batch, variants
 
     monkeypatch.setattr(fit_rounds, "idle_cpus", lambda: 2)
     spec = lookup("rtx4090")
@@ -412,7 +412,7 @@ def test_the_searches_later_trials_are_traced_side_by_side_with_the_same_answers
     for cpus in (1, 2):
         ev = _Traces(used, cpus)
         _side_by_side(ev, searched, spec, 8, limit)
-        answers.append([_best_micro_batch(ev, v, spec, 8, limit, whole).to_dict() for v, whole in searched])
+        answers.append([best_micro_batch(ev, v, spec, 8, limit, whole).to_dict() for v, whole in searched])
         runs.append(ev)
     (one, two), (here, side) = answers, runs
     assert one == two
@@ -425,7 +425,7 @@ def test_the_searches_later_trials_are_traced_side_by_side_with_the_same_answers
     alone = _Traces(used, 2)
     _side_by_side(alone, searched[:1], spec, 8, limit)
     assert alone.rounds == [[(16, 8)], [(16, 2), (16, 4)]]
-    assert _best_micro_batch(alone, *searched[0][:1], spec, 8, limit, True).to_dict() == one[0]
+    assert best_micro_batch(alone, *searched[0][:1], spec, 8, limit, True).to_dict() == one[0]
     assert alone.one_by_one == []
 
 
@@ -450,7 +450,7 @@ def test_asking_the_whole_batch_first_changes_the_traces_not_the_answer():
     from dataclasses import replace as with_
 
     from gpuwise.plan.catalog import lookup
-    from gpuwise.plan.fit import _best_micro_batch, _whole_first, state_floor, variants
+    from gpuwise.plan.fit import _whole_first, best_micro_batch, state_floor, variants
 
     v = next(v for v in variants(lookup("rtx4090"), 1, "bf16", None, False) if v.name == "bf16")
     probe = Evaluator(TINY, "ada", (8, 9))
@@ -462,7 +462,7 @@ def test_asking_the_whole_batch_first_changes_the_traces_not_the_answer():
         answers = []
         for whole in (False, True):
             ev = Evaluator(TINY, "ada", (8, 9))
-            answers.append((_best_micro_batch(ev, v, spec, 8, limit, whole_first=whole), ev.traces_run))
+            answers.append((best_micro_batch(ev, v, spec, 8, limit, whole_first=whole), ev.traces_run))
         (first_one, traced_one), (first_whole, traced_whole) = answers
         assert first_one.micro_batch_size == first_whole.micro_batch_size == fits_up_to
         assert first_one.device_used_bytes == first_whole.device_used_bytes == used[fits_up_to]
@@ -477,7 +477,7 @@ def test_an_option_lists_its_searchs_trials_the_answer_and_its_failing_neighbour
     from dataclasses import replace as with_
 
     from gpuwise.plan.catalog import lookup
-    from gpuwise.plan.fit import _best_micro_batch, variants
+    from gpuwise.plan.fit import best_micro_batch, variants
 
     v = next(v for v in variants(lookup("rtx4090"), 1, "bf16", None, False) if v.name == "bf16")
     probe = Evaluator(TINY, "ada", (8, 9))
@@ -487,7 +487,7 @@ def test_an_option_lists_its_searchs_trials_the_answer_and_its_failing_neighbour
     limit = (used[2] + used[4]) // 2  # micro-batch 2 fits, 4 does not
     spec = with_(lookup("rtx4090"), memory_bytes=int(limit / 0.95))
     for whole_first in (False, True):
-        option = _best_micro_batch(Evaluator(TINY, "ada", (8, 9)), v, spec, 8, limit, whole_first=whole_first)
+        option = best_micro_batch(Evaluator(TINY, "ada", (8, 9)), v, spec, 8, limit, whole_first=whole_first)
         assert option.micro_batch_size == 2 and option.fits
         assert (2, True, used[2]) in option.trials and (4, False, used[4]) in option.trials
         assert all(b == used[m] and fits == (b <= limit) for m, fits, b in option.trials)
@@ -500,15 +500,15 @@ def test_the_whole_batch_is_asked_when_micro_batch_1_does_not_fit():
     gradients through each later forward, the whole batch never does (Llama-2-7B bf16 + checkpointing on an
     H200: 144.0 GB at 1 x 8, 138.1 GB at 8 x 1). When micro-batch 1 does not fit, the whole batch is asked."""
     from gpuwise.plan.catalog import lookup
-    from gpuwise.plan.fit import _best_micro_batch, variants
+    from gpuwise.plan.fit import best_micro_batch, variants
 
     v = next(v for v in variants(lookup("h200"), 1, "bf16", None, False) if v.name == "bf16")
     gb = 10**9
     used = {1: 144 * gb, 2: 145 * gb, 4: 147 * gb, 8: 138 * gb}
-    option = _best_micro_batch(_Traces(lambda modes, m: used[m], 1), v, lookup("h200"), 8, 143 * gb)
+    option = best_micro_batch(_Traces(lambda modes, m: used[m], 1), v, lookup("h200"), 8, 143 * gb)
     assert option.fits and option.micro_batch_size == 8 and option.grad_accum == 1
     assert option.trials == [(1, False, used[1]), (8, True, used[8])]
     # and where the whole batch does not fit either, the answer stays micro-batch 1, not fitting
     used[8] = 150 * gb
-    option = _best_micro_batch(_Traces(lambda modes, m: used[m], 1), v, lookup("h200"), 8, 143 * gb)
+    option = best_micro_batch(_Traces(lambda modes, m: used[m], 1), v, lookup("h200"), 8, 143 * gb)
     assert not option.fits and option.micro_batch_size == 1 and option.trials[-1] == (8, False, used[8])

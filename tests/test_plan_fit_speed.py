@@ -85,13 +85,13 @@ def test_a_forks_replays_come_back_with_its_trace_and_are_the_parents(tmp_path, 
 
 
 def test_every_gpus_searches_side_by_side_give_each_gpu_its_own_fit(tmp_path, monkeypatch):
-    """`--gpu all` runs every GPU's searches in the same rounds (fit._side_by_side_gpus), each asking its traces
+    """`--gpu all` runs every GPU's searches in the same rounds (fit_gpus._side_by_side_gpus), each asking its traces
     under its own attention kernels: each GPU's options are those of a fit of that GPU alone; GPUs whose
     attention kernels differ (a V100, sm70: no flash; an A100, sm80) do not share a trace of the same step, and
     no round asks one step for two attention classes (the second asks next round, where it may share); the
     steps asked whole (a rebuild that failed) are traced in forks too, and no trace runs more than once."""
     from gpuwise.plan import fit as fitting
-    from gpuwise.plan import fit_rounds, forks
+    from gpuwise.plan import fit_gpus, fit_rounds, forks
     from gpuwise.plan.catalog import CATALOG
     from gpuwise.plan.scaled import Evaluator
     from gpuwise.plan.tracing.sdpa import kernel_class
@@ -102,7 +102,7 @@ def test_every_gpus_searches_side_by_side_give_each_gpu_its_own_fit(tmp_path, mo
     # (tests/test_plan_optimizer_swap.py), as where the swap's check fails
     monkeypatch.setattr(Evaluator, "_base", lambda self, *a: None)
     two = {k: CATALOG[k] for k in ("a100-40gb", "v100-16gb")}
-    monkeypatch.setattr(fitting, "CATALOG", two)
+    monkeypatch.setattr(fit_gpus, "CATALOG", two)
     source = _deep_tiny(tmp_path)
     rounds: list[list[tuple]] = []
     kept: list[Evaluator] = []
@@ -114,7 +114,7 @@ def test_every_gpus_searches_side_by_side_give_each_gpu_its_own_fit(tmp_path, mo
         return prefetch(self, asks, workers)
 
     monkeypatch.setattr(Evaluator, "prefetch", recorded)
-    together = fitting.fit_all_gpus(source, 1, 4, seq_len=16, precision="bf16")
+    together = fit_gpus.fit_all_gpus(source, 1, 4, seq_len=16, precision="bf16")
     monkeypatch.setattr(Evaluator, "prefetch", prefetch)
     assert len(rounds) >= 2
     for r in rounds:  # one attention class per step in a round

@@ -31,7 +31,8 @@ def test_parse_prices_uses_catalog_names():
 
 
 def test_fit_results_get_time_and_cost_of_their_fastest_fitting_option():
-    from gpuwise.plan.fit import FitOption, FitResult, attach_costs
+    from gpuwise.plan.fit import FitOption, FitResult
+    from gpuwise.plan.fit_gpus import attach_costs
 
     fast = FitOption("ddp", {"nproc": 2}, True, 1, 10.0, 8, [])
     r = FitResult("w", "NVIDIA H100 SXM5 80GB", 2, 80 * 2**30, 8, [fast], tokens_per_sample=1000)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from ..errors import GpuwiseError
 from ..plan.curve import DEFAULT_MARGIN_PCT
-from ..plan.fit import attach_costs, fit, fit_all_gpus
+from ..plan.fit import fit
+from ..plan.fit_gpus import attach_costs, fit_all_gpus
 from ..plan.speed.cost import parse_prices
 from ..report import console
 from ..report.fit import gpus_table, plot_fit, render_fit

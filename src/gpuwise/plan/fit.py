@@ -12,7 +12,8 @@ prediction over the traced ops (plan/speed/: GEMMs, attention kernels, memory-bo
 NCCL collectives overlapped as DDP / FSDP schedule them; the recomputation of checkpointing is in the
 traced ops), never under the roofline bound (plan/flops.py); for offload, PCIe traffic and a
 host-memory-bound CPU optimizer step are added. With a number of tokens or samples to train on,
-`attach_costs` gives each GPU's time and cost (plan/speed/cost.py: renting and owning).
+plan/fit_gpus.py `attach_costs` gives each GPU's time and cost (plan/speed/cost.py: renting and owning);
+`--gpu all` is plan/fit_gpus.py `fit_all_gpus`.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from ..bracket import search
 from ..errors import GpuwiseError
 from ..optional_libs import install_hint, missing
 from ..step import StepConfig
-from .catalog import CATALOG, GpuSpec, lookup
+from .catalog import GpuSpec, lookup
 from .curve import DEFAULT_MARGIN_PCT
 from .estimate import gpu_capability, resolve_gpu
 from .fit_options import (
@@ -52,7 +53,7 @@ from .memory.split import Split, comm_bytes_per_step, make_split
 from .point import Point
 from .scaled import Evaluator
 from .speed.attention import as_gpu_runs
-from .speed.cost import TrainingCost, training_cost
+from .speed.cost import TrainingCost
 from .speed.fsdp_kernels import FSDP_KERNELS, with_fsdp_kernels
 from .speed.model import predict
 from .tracing.modes import TrainingModes
@@ -88,7 +89,7 @@ class FitOption:
     extrapolated: bool = False  # its numbers are the labelled fallback (Point.extrapolate), not estimate's
     floor_only: bool = False    # not traced: its memory is a floor already over the card (state_floor)
     # the search's trials in the order it asked them: (micro-batch, fits, device bytes), the whole-depth
-    # trace of an extrapolated answer included (`_best_micro_batch`); not in the JSON contract
+    # trace of an extrapolated answer included (`best_micro_batch`); not in the JSON contract
     trials: list[tuple[int, bool, int]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -174,7 +175,7 @@ def batch_divisors(n: int) -> list[int]:
     return sorted({d for d in range(1, n + 1) if n % d == 0}, reverse=True)
 
 
-def _collector_paused(fn):
+def collector_paused(fn):
     """`fn` runs with Python's cyclic garbage collector paused (re-enabled after, as it was). A fit builds
     about a million long-lived objects (events, allocator blocks, fake tensors) and the collector's full
     passes over them took 2-3 s of a 7B fit while freeing almost nothing: without them the same answers, max
@@ -192,7 +193,7 @@ def _collector_paused(fn):
     return paused
 
 
-@_collector_paused
+@collector_paused
 def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, *, precision: str = "fp32",
         optimizer: str | None = None, checkpointing: bool = False, seq_len: int | None = None,
         task: str | None = None, target_len: int | None = None, margin_pct: float = DEFAULT_MARGIN_PCT,
@@ -218,11 +219,11 @@ def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, 
     named = source_args(source if source is not None else workload, ev.wl)
     gpu_arg = gpu if isinstance(gpu, str) else spec.id
     options = []
-    limit, candidates, floors, whole = _candidates(ev, spec, nproc, precision, optimizer, checkpointing, margin_pct,
+    limit, candidates, floors, whole = candidates_on(ev, spec, nproc, precision, optimizer, checkpointing, margin_pct,
                                                    accum_sync)
     if progress is not None:
         progress(f"{spec.name}: the options' traces, side by side")
-    _side_by_side(ev, _searches(candidates, floors, whole), spec, batch_size, limit)
+    _side_by_side(ev, searched_variants(candidates, floors, whole), spec, batch_size, limit)
     for i, v in enumerate(candidates, 1):
         lacking = missing(untraceable_without(v))
         if lacking:  # listed, not sized: the trace needs the library itself
@@ -237,7 +238,7 @@ def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, 
         if progress is not None:
             progress(f"{spec.name}: option {i}/{len(candidates)}, {v.name}")
         try:
-            option = _best_micro_batch(ev, v, spec, batch_size, limit, whole[v.name])
+            option = best_micro_batch(ev, v, spec, batch_size, limit, whole[v.name])
         except GpuwiseError as exc:
             if needs:
                 options.append(_unsized(v, batch_size, needs))  # a stand-in does not cover this model
@@ -257,7 +258,7 @@ def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, 
                      round(time.perf_counter() - started, 3), ev.traces_run, getattr(ev.wl, "seq_len", None))
 
 
-def _candidates(ev: Evaluator, spec: GpuSpec, nproc: int, precision: str, optimizer: str | None, checkpointing: bool,
+def candidates_on(ev: Evaluator, spec: GpuSpec, nproc: int, precision: str, optimizer: str | None, checkpointing: bool,
                 margin_pct: float, accum_sync: str | None) -> tuple[float, list[Variant], dict[str, int], dict[str, bool]]:
     """`fit`'s variants on `spec`: the usable bytes, the variants, the floors of those that cannot fit at any
     micro-batch (not traced), and whether each is searched whole batch first (`_whole_first`)."""
@@ -271,7 +272,7 @@ def _candidates(ev: Evaluator, spec: GpuSpec, nproc: int, precision: str, optimi
     return limit, candidates, floors, whole
 
 
-def _searches(candidates: list[Variant], floors: dict[str, int], whole: dict[str, bool]) -> list[tuple[Variant, bool]]:
+def searched_variants(candidates: list[Variant], floors: dict[str, int], whole: dict[str, bool]) -> list[tuple[Variant, bool]]:
     """The variants whose largest micro-batch is searched (traced), each with its `whole_first`."""
     return [(v, whole[v.name]) for v in candidates if not missing(untraceable_without(v)) and v.name not in floors]
 
@@ -334,25 +335,14 @@ def _unsized(v: Variant, batch: int, lacking: list[str]) -> FitOption:
 
 def _side_by_side(ev: Evaluator, searches: list[tuple[Variant, bool]], spec: GpuSpec, batch: int,
                   limit: float) -> None:
-    """Run the variants' searches (`_best_micro_batch`, with `whole_first` each) in rounds: each search runs
+    """Run the variants' searches (`best_micro_batch`, with `whole_first` each) in rounds: each search runs
     over the traces kept until it asks one not kept yet; that trial of every search is traced side by side
     (`prefetch`, one per idle CPU), and again, until no search asks a trace that `prefetch` runs. The searches
     are the same and ask the same trials as one by one (each search's next trial depends only on its own
     earlier ones), so the answers are too; only when the traces run differs: a search's second and later trials
     no longer run one at a time here while the other CPUs idle. With one idle CPU `prefetch` runs nothing and
     this stops: the searches trace as they ask."""
-    in_rounds(ev, [(spec, limit, v, whole) for v, whole in searches], batch, _best_micro_batch, every_gpu=False)
-
-
-def _side_by_side_gpus(ev: Evaluator, searches: list[tuple[GpuSpec, float, Variant, bool]], batch: int) -> None:
-    """`--gpu all`: every GPU's searches (its spec, usable bytes, variant, whole_first) in the same rounds, each
-    evaluated on its own GPU (`Evaluator.on_gpu`) and its traces asked under that GPU's attention kernels: one
-    `prefetch` holds the trials of all GPUs, where one GPU's rounds alone leave CPUs idle (a last round of one
-    trace that cannot be split: a step traced whole ran alone in the parent). The trials are each search's own,
-    as in `_side_by_side`, so the answers are too; a step asked in one round by GPUs of two attention classes
-    is asked for the first only, and by the others again next round, where `same_kernels` may share its trace
-    (as when the GPUs were fitted one after another): no trace runs that did not before."""
-    in_rounds(ev, searches, batch, _best_micro_batch, every_gpu=True)
+    in_rounds(ev, [(spec, limit, v, whole) for v, whole in searches], batch, best_micro_batch, every_gpu=False)
 
 
 def _option(ev: Evaluator, v: Variant, spec: GpuSpec, micro: int, accum: int, limit: float,
@@ -389,7 +379,7 @@ def _whole_first(v: Variant, floor: int | None, limit: float) -> bool:
     return v.modes.adapters or (floor is not None and floor <= limit / 2)
 
 
-def _best_micro_batch(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limit: float,
+def best_micro_batch(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limit: float,
                       whole_first: bool = False, ready: bool = False) -> FitOption:
     """The largest micro-batch (a divisor of `batch`, the rest accumulated) that fits, by the one
     largest-batch loop (bracket.search) over the divisors in ascending order: micro-batch 1 first, then the
@@ -465,48 +455,3 @@ def _searched(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limit: float
     guess = max(predicted) if predicted else 2
     found = search(trial, n, limit=n, largest_ok=1, smallest_fail=n, guess=guess if guess < n else None)
     return answer(found.largest_ok or 1)
-
-
-def attach_costs(results: list[FitResult], tokens: float | None = None, samples: float | None = None,
-                 rent: dict[str, float] | None = None, buy: dict[str, float] | None = None) -> None:
-    """Each result's time and cost to train on `tokens` (sequence models) or `samples`, at its fastest
-    fitting option's predicted speed (plan/speed/cost.py prices unless `rent` / `buy` give them)."""
-    if (tokens is None) == (samples is None):
-        raise GpuwiseError("give the training length as tokens or as samples (one of them)")
-    for r in results:
-        if not r.fitting:
-            continue
-        if tokens is not None and not r.tokens_per_sample:
-            raise GpuwiseError("--tokens needs a sequence model (a model config with --seq-len); use --samples")
-        total = samples if samples is not None else tokens / r.tokens_per_sample
-        spec = lookup(r.gpu) if r.gpu not in {s.name for s in CATALOG.values()} else \
-            next(s for s in CATALOG.values() if s.name == r.gpu)
-        best = r.fitting[0]
-        r.cost = training_cost(spec.id, best.changes.get("nproc") or r.nproc, best.samples_per_s, total, rent, buy)
-
-
-@_collector_paused
-def fit_all_gpus(workload: Any, nproc: int = 1, batch_size: int = 8, progress: Callable[[str], None] | None = None,
-                 **kw) -> list[FitResult]:
-    """`--gpu all`: every listed catalog GPU (x nproc); the traces are shared, only the replay differs. Every
-    GPU's searches run side by side first (`_side_by_side_gpus`); each GPU's `fit` then finds its traces kept."""
-    wl, batch_size = resolve_inputs(workload, batch_size, seq_len=kw.pop("seq_len", None), task=kw.pop("task", None),
-                                    target_len=kw.pop("target_len", None))
-    ev = Evaluator(wl, "hopper")
-    source = workload if isinstance(workload, str) else None
-    specs = [spec for spec in CATALOG.values() if spec.listed]
-
-    def told(i: int, spec: GpuSpec) -> Callable[[str], None] | None:  # one stage per GPU, not per option
-        return None if progress is None else lambda _stage: progress(f"GPU {i}/{len(specs)}, {spec.name}")
-
-    if specs and progress is not None:
-        told(1, specs[0])("every GPU's options, side by side")
-    searches = []
-    for spec in specs:
-        limit, candidates, floors, whole = _candidates(
-            ev, spec, nproc, kw.get("precision", "fp32"), kw.get("optimizer"), kw.get("checkpointing", False),
-            kw.get("margin_pct", DEFAULT_MARGIN_PCT), kw.get("accum_sync"))
-        searches += [(spec, limit, v, w) for v, w in _searches(candidates, floors, whole)]
-    _side_by_side_gpus(ev, searches, batch_size)
-    return [fit(wl, spec, nproc, batch_size, evaluator=ev, source=source, progress=told(i, spec), **kw)
-            for i, spec in enumerate(specs, 1)]

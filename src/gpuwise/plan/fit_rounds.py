@@ -33,7 +33,7 @@ def in_rounds(ev: Evaluator, searches: list[tuple[GpuSpec, float, Any, bool]], b
     `ev.prefetch`: `search(ev, variant, spec, batch, limit, whole_first, ready=True)` goes over the traces kept
     and raises `Untraced` at the first trial that needs another; every search's such trial is traced side by
     side, then again, until no search asks a trace that `prefetch` runs (plan/fit.py `_side_by_side`, and
-    `_side_by_side_gpus` with `every_gpu`: each search on its own GPU)."""
+    plan/fit_gpus.py `_side_by_side_gpus` with `every_gpu`: each search on its own GPU)."""
     asked: set[tuple] = set()
     gpus = {spec.id: (spec.arch, gpu_capability(spec)) for spec, *_ in searches} if every_gpu else {}
     while True:
