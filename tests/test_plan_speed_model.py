@@ -602,3 +602,21 @@ def test_the_trace_counts_the_batch_the_step_copies_to_the_gpu():
     wl = load_workload("examples:mlp")
     trace = trace_step(wl, 4, StepConfig(optimizer="sgd"), target="cuda")
     assert trace.op_costs.input_bytes["forward"] == sum(t.nbytes for t in tensors_in(wl.build_batch(4))) > 0
+
+
+def test_op_costs_sums_keep_their_keys_in_order_whatever_the_hash_seed():
+    """`added` and `combine` (a rebuild's costs: the 3-block trace's plus the middle block's, extrapolated to L
+    blocks) made their keys from a set of tuples of strings, which iterates in an order that changes with the
+    interpreter's hash seed; the step time sums over them, so `fit --json` differed in the last bit from run to
+    run. The keys come in order of first appearance: the first's, then the second's own."""
+    from collections import Counter
+
+    from gpuwise.plan.speed.ops import OpCosts
+
+    a, b = OpCosts(), OpCosts()
+    a.memory_bytes = Counter({("forward", f"aten.op{i}"): 1.0 + i for i in range(12)})
+    b.memory_bytes = Counter({("backward", f"aten.op{i}"): 0.5 for i in range(12)})
+    b.memory_bytes.update({("forward", "aten.op3"): 2.0})
+    expected = [*a.memory_bytes, *(k for k in b.memory_bytes if k not in a.memory_bytes)]
+    assert list(a.added(b).memory_bytes) == expected
+    assert list(a.combine(b, 3).memory_bytes) == expected

@@ -140,7 +140,7 @@ class OpCosts:
         for part in self.PARTS:
             a, b = getattr(self, part), getattr(other, part)
             getattr(out, part).update({k: max(a.get(k, 0) + weight * (b.get(k, 0) - a.get(k, 0)), 0)
-                                       for k in set(a) | set(b)})
+                                       for k in _keys(a, b)})
         return out
 
     def relabel_attention(self, kernel: str, as_kernel: str, max_head_dim: int | None = None) -> OpCosts:
@@ -168,7 +168,7 @@ class OpCosts:
         out = OpCosts()
         for part in self.PARTS:
             a, b = getattr(self, part), getattr(other, part)
-            getattr(out, part).update({k: a.get(k, 0) + sign * b.get(k, 0) for k in set(a) | set(b)})
+            getattr(out, part).update({k: a.get(k, 0) + sign * b.get(k, 0) for k in _keys(a, b)})
         return out
 
     def phases(self, parts: tuple[str, ...] = PARTS) -> set[str]:
@@ -215,6 +215,13 @@ def _causal(func, args, kwargs) -> bool:
     if "is_causal" in names and names.index("is_causal") < len(args):
         return bool(args[names.index("is_causal")])
     return False
+
+
+def _keys(a: dict, b: dict) -> list:
+    """The keys of `a` then those only in `b`, in their order: sums over the result go in the same order in every
+    run (a set of string keys iterates in an order that changes with the interpreter's hash seed, and float sums
+    with it, in the last bit)."""
+    return list(dict.fromkeys([*a, *b]))
 
 
 def _phase(key) -> str:
