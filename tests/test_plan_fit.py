@@ -512,3 +512,22 @@ def test_the_whole_batch_is_asked_when_micro_batch_1_does_not_fit():
     used[8] = 150 * gb
     option = best_micro_batch(_Traces(lambda modes, m: used[m], 1), v, lookup("h200"), 8, 143 * gb)
     assert not option.fits and option.micro_batch_size == 1 and option.trials[-1] == (8, False, used[8])
+
+
+def test_the_load_of_processes_that_have_ended_is_not_others_work(monkeypatch):
+    """The 1-minute load average lags behind a process that has ended: a fit run right after another one read it as
+    another process's work and traced on one CPU of an idle two (12.3 s against 8.8 s). The CPUs fit forks on
+    count the others runnable now where they are fewer; where one is busy now, it still counts."""
+    import os
+
+    from gpuwise.plan import forks
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.6, 1.0, 0.5))  # the last fit, ended a moment ago
+    monkeypatch.setattr(forks, "_own_load", lambda: 0.0)
+    monkeypatch.setattr(forks, "_others_running", lambda: 0)
+    assert forks.idle_cpus() == 2
+    monkeypatch.setattr(forks, "_others_running", lambda: 2)  # two others busy now: the lagging average is lower
+    assert forks.idle_cpus() == 1
+    monkeypatch.setattr(forks, "_others_running", lambda: None)  # no /proc: the load average alone
+    assert forks.idle_cpus() == 1
