@@ -139,7 +139,7 @@ def test_fsdp_units_of_a_config_too_large_to_build_for_real():
     from gpuwise.plan.memory.fsdp_units import fsdp_units_of
 
     units = fsdp_units_of(hf_workload("examples/configs/llama-2-7b.json", seq_len=16))
-    assert units is not None and units.blocks_path == "model.layers"
+    assert units is not None and units.blocks_paths == ("model.layers",)
     assert 0.03 < units.root < 0.05 and 0.02 < units.block < 0.04  # 2 x 32000 x 4096 of 6.7B; 1 of 32 blocks
 
 

@@ -10,8 +10,8 @@ from ..report import scale as scale_report
 from ..scaleout.fsdp import STRATEGIES
 from ..scaleout.job import WORKER, require_result, run_job
 from ..scaleout.preflight import preflight
-from ..scaleout.train import TrainConfig
-from .common import add_workload_arguments, positive_int, step_config_from_args, workload_from_args
+from ..scaleout.train import TrainConfig, job_workload
+from .common import add_workload_arguments, positive_int, step_config_from_args
 from .launch import add_launch_arguments, launch_kwargs, write_sbatch
 
 HELP = "train a workload with DDP or FSDP2 on N GPUs (or N CPU ranks), resumable from checkpoints"
@@ -56,7 +56,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    workload = workload_from_args(args)
+    workload = job_workload(args.workload, args.seq_len, args.target_len)  # the model the ranks build
     step_cfg = step_config_from_args(args)
     batch = args.batch_size or 32
     check = preflight(workload, step_cfg.optimizer)

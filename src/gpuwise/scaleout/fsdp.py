@@ -9,7 +9,7 @@
 
 FSDP2 (torch.distributed.fsdp.fully_shard, docs.pytorch.org/docs/stable/distributed.fsdp.fully_shard.html)
 is applied bottom-up as torchtitan does: to each block of the model's largest ModuleList (the transformer
-layers), then to the root. It replaces the parameters with DTensors, so the optimizer is built afterwards.
+layers; an encoder-decoder's two stacks), then to the root. It replaces the parameters with DTensors, so the optimizer is built afterwards.
 Checkpoints hold the full (unsharded) state: `torch.distributed.checkpoint.state_dict`'s
 `get_model_state_dict(full_state_dict=True)` gathers it (every rank calls it), `set_model_state_dict`
 shards it back on load, so a checkpoint restarts under any strategy or world size.
@@ -31,14 +31,11 @@ def check_strategy(name: str) -> str:
 
 
 def blocks(model) -> list:
-    """The repeated blocks to shard one by one: the children of the model's largest ModuleList."""
-    import torch
+    """The repeated blocks to shard one by one: the children of the model's largest ModuleList, and of an
+    encoder-decoder's other stack (plan/memory/fsdp_units.py `block_lists`, which the plan sizes)."""
+    from ..plan.memory.fsdp_units import block_lists
 
-    lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) > 0]
-    if not lists:
-        return []
-    biggest = max(lists, key=lambda m: sum(p.numel() for p in m.parameters()))
-    return list(biggest)
+    return [block for _, blocks_ in block_lists(model) for block in blocks_]
 
 
 def mesh_for(strategy: str, device):

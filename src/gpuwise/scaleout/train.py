@@ -87,13 +87,16 @@ class TrainResult:
         return asdict(self)
 
 
+def job_workload(spec: str, seq_len: int | None = None, target_len: int | None = None):
+    """The workload file, or the hf: / config.json model at `seq_len` / `target_len` tokens where given."""
+    if (seq_len or target_len) and (spec.startswith("hf:") or spec.endswith(".json")):
+        return hf_workload(spec, seq_len=seq_len, target_len=target_len)
+    return load_workload(spec)
+
+
 def build_workload(cfg: TrainConfig):
     """The workload file / hf: / config.json model, with LoRA / QLoRA adapters when asked (as estimate does)."""
-    spec = cfg.workload
-    if (cfg.seq_len or cfg.target_len) and (spec.startswith("hf:") or spec.endswith(".json")):
-        workload = hf_workload(spec, seq_len=cfg.seq_len, target_len=cfg.target_len)
-    else:
-        workload = load_workload(spec)
+    workload = job_workload(cfg.workload, cfg.seq_len, cfg.target_len)
     if cfg.lora or cfg.qlora:
         workload = apply_modes(workload, make_modes(lora=cfg.lora, qlora=cfg.qlora), cfg.precision)
     return workload

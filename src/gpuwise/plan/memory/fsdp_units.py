@@ -29,29 +29,47 @@ class FsdpUnits(NamedTuple):
     root: float          # share of the parameters outside the repeated blocks (FSDP2's root group)
     after: float         # of those, outside nn.Embedding: taken to run after the blocks
     block: float         # share of the largest block
-    blocks_path: str     # dotted path of the blocks' ModuleList ("model.layers")
+    blocks_paths: tuple[str, ...]  # dotted paths of the blocks' ModuleLists (("model.layers",); an encoder-decoder's two)
+
+
+def block_lists(model) -> list[tuple[str, object]]:
+    """The ModuleLists whose children FSDP shards one by one, with their dotted paths: the largest (the
+    transformer layers), and every other list outside it holding at least a quarter of its parameters (an
+    encoder-decoder's encoder, beside its decoder: the blocks PyTorch's T5 example wraps by their class). Lists
+    inside a chosen one (a block's experts) are not."""
+    import torch
+
+    lists = [(name, m) for name, m in model.named_modules() if isinstance(m, torch.nn.ModuleList) and len(m) > 0]
+    if not lists:
+        return []
+    size = {id(m): sum(p.numel() for p in m.parameters()) for _, m in lists}
+    biggest = max(lists, key=lambda nm: size[id(nm[1])])
+    chosen = [biggest]
+    for name, m in lists:
+        inside = any(name.startswith(c + ".") or c.startswith(name + ".") for c, _ in chosen)
+        if m is not biggest[1] and not inside and 4 * size[id(m)] >= size[id(biggest[1])]:
+            chosen.append((name, m))
+    return chosen
 
 
 def fsdp_units(model) -> FsdpUnits | None:
     """The shares of `model`'s parameters that FSDP2 gathers as one unit: (the root's own parameters, i.e.
     everything outside the repeated blocks -- embeddings, final norm, LM head --; those of them outside
     `nn.Embedding`, taken to run after the blocks so that their gradients exist through the blocks'
-    backward; one block); None without repeated blocks. `gpuwise train` shards each child of the largest
-    ModuleList, then the root (scaleout/fsdp.py `shard`); `model` may be on the meta device."""
+    backward; one block); None without repeated blocks. `gpuwise train` shards each child of the
+    `block_lists`, then the root (scaleout/fsdp.py `shard`); `model` may be on the meta device."""
     import torch
 
-    lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) > 0]
+    lists = block_lists(model)
     total = sum(p.numel() for p in model.parameters())
     if not lists or not total:
         return None
-    biggest = max(lists, key=lambda m: sum(p.numel() for p in m.parameters()))
-    in_blocks = {id(p) for p in biggest.parameters()}
+    in_blocks = {id(p) for _, blocks in lists for p in blocks.parameters()}
     embedded = {id(p) for m in model.modules() if isinstance(m, torch.nn.Embedding) for p in m.parameters()}
     root = sum(p.numel() for p in model.parameters() if id(p) not in in_blocks)
     after = sum(p.numel() for p in model.parameters() if id(p) not in in_blocks and id(p) not in embedded)
-    largest = max(sum(p.numel() for p in b.parameters()) for b in biggest)
-    path = next(name for name, m in model.named_modules() if m is biggest)
-    return FsdpUnits(root / total, after / total, largest / total, path)
+    largest = max(sum(p.numel() for p in b.parameters()) for _, blocks in lists for b in blocks)
+    return FsdpUnits(root / total, after / total, largest / total, tuple(name for name, _ in lists))
 
 
 def fsdp_units_of(workload) -> FsdpUnits | None:
@@ -128,17 +146,18 @@ def _root_reduce_bytes(root: int, n: int, device_type: str, reduce_factor: int) 
     return max(copy_in, 2 * rs + -(-rs // n)) if device_type == "cpu" else copy_in
 
 
-def backward_units(events: list[MemEvent], blocks_path: str) -> dict[int, tuple[str, str]]:
+def backward_units(events: list[MemEvent], blocks_paths: tuple[str, ...]) -> dict[int, tuple[str, str]]:
     """For each backward run (consecutive backward events, keyed by its first index): the first and the
-    last block unit it reaches (`blocks_path`'s child names)."""
+    last block unit it reaches (`block_at`)."""
     runs: dict[int, tuple[str, str]] = {}
     start, first, last = None, "", ""
     for i, e in enumerate([*events, None]):
         if e is not None and e.phase == "backward":
             if start is None:
                 start, first, last = i, "", ""
-            if e.module.startswith(blocks_path + "."):
-                last = e.module[len(blocks_path) + 1:].split(".")[0]
+            unit = block_at(e.module, blocks_paths)
+            if unit is not None:
+                last = unit
                 first = first or last
         elif start is not None:
             runs[start] = (first, last)
@@ -146,13 +165,23 @@ def backward_units(events: list[MemEvent], blocks_path: str) -> dict[int, tuple[
     return runs
 
 
-def unit_of(module: str, blocks_path: str) -> str | None:
-    """The block unit (`blocks_path`'s child name) `module` is in, also under a wrapper's prefix (peft's
+def block_at(module: str, blocks_paths: tuple[str, ...]) -> str | None:
+    """The block unit `module` is in ("<list path>.<index>"), None outside the blocks."""
+    for path in blocks_paths:
+        if module.startswith(path + "."):
+            return path + "." + module[len(path) + 1:].split(".")[0]
+    return None
+
+
+def unit_of(module: str, blocks_paths: tuple[str, ...]) -> str | None:
+    """The block unit ("<list path>.<index>") `module` is in, also under a wrapper's prefix (peft's
     `base_model.model.`); None outside the blocks."""
-    at = f".{module}.".find(f".{blocks_path}.")
-    if at < 0:
-        return None
-    return module[at + len(blocks_path) + 1:].split(".")[0] or None
+    for path in blocks_paths:
+        at = f".{module}.".find(f".{path}.")
+        if at >= 0:
+            index = module[at + len(path) + 1:].split(".")[0]
+            return path + "." + index if index else None
+    return None
 
 
 def flat_root_gradient_bytes(param_total: int, units: FsdpUnits, notes: list[str]) -> int:

@@ -47,6 +47,7 @@ from .fsdp_units import (
     FSDP_BLOCKS_IN_FLIGHT,
     FsdpUnits,
     backward_units,
+    block_at,
     flat_root_gradient_bytes,
     fsdp_gathered_bytes,
     unit_of,
@@ -73,9 +74,10 @@ def rank_trace(trace: MemoryTrace, split: Split, block_param_bytes: int = 0,
 
 
 def _hold_by_phase(events: list[MemEvent], steady: int, sizes: dict[str, int],
-                   blocks_path: str = "", first_sizes: dict[str, int] | None = None) -> tuple[list[MemEvent], int]:
+                   blocks_paths: tuple[str, ...] = (), first_sizes: dict[str, int] | None = None,
+                   ) -> tuple[list[MemEvent], int]:
     """Insert a block of `sizes[phase]` alive through each forward and backward phase (in backward, by
-    position: `backward_head` until the first event inside `blocks_path`, `backward_first` inside the
+    position: `backward_head` until the first event inside `blocks_paths`, `backward_first` inside the
     first block, `backward_last` inside the last (`backward_only` when they are one), `backward_tail`
     after it, `backward` between; events
     outside the blocks in between keep the level they are at), and a spike of `sizes["end"]` where each
@@ -86,7 +88,7 @@ def _hold_by_phase(events: list[MemEvent], steady: int, sizes: dict[str, int],
     block = _new_block(events)
     held: tuple[str, int, int] | None = None  # (phase, block, nbytes)
     new_steady = steady
-    runs = backward_units(events, blocks_path) if blocks_path else {}
+    runs = backward_units(events, blocks_paths) if blocks_paths else {}
 
     def release(phase: str) -> None:
         nonlocal held, block
@@ -110,10 +112,10 @@ def _hold_by_phase(events: list[MemEvent], steady: int, sizes: dict[str, int],
             return e.phase
         if i in runs:
             run, seen_last[0] = runs[i], False
-        if not blocks_path or not run[0]:
+        if not blocks_paths or not run[0]:
             return "backward"
-        if e.module.startswith(blocks_path + "."):
-            unit = e.module[len(blocks_path) + 1:].split(".")[0]
+        unit = block_at(e.module, blocks_paths)
+        if unit is not None:
             if unit == run[0]:
                 if unit == run[1]:
                     seen_last[0] = True
@@ -223,7 +225,7 @@ def shard_trace(trace: MemoryTrace, split: Split, block_param_bytes: int = 0,
                         first[edge] = first["backward"]
             if split.flat_params and no_sync and not frozen:
                 sizes["backward_tail"] += flat_root_gradient_bytes(param_total, units, notes)
-            events, steady = _hold_by_phase(events, steady, sizes, units.blocks_path, first)
+            events, steady = _hold_by_phase(events, steady, sizes, units.blocks_paths, first)
             if split.flat_params:
                 events, steady = _flat_gradients(events, steady, trace, param_total, units, n, no_sync, notes)
             notes.append(f"{s}: parameters, gradients and optimizer state / {n}; FSDP2 holds unsharded (root "
@@ -267,13 +269,14 @@ def _flat_gradients(events: list[MemEvent], steady: int, trace: MemoryTrace, par
         return events, steady
     notes.append(f"fsdp1: frozen parameters in the blocks' flat parameters get gradients too: + {nbytes} bytes "
                  f"({'unsharded, accumulating' if no_sync else f'/ {n}'}) from backward to zero_grad")
-    if no_sync and units.blocks_path:
-        return _hold_growing(events, steady, nbytes, units.blocks_path)
+    if no_sync and units.blocks_paths:
+        return _hold_growing(events, steady, nbytes, units.blocks_paths)
     return _hold_between(events, steady, nbytes, "gradients", lambda ph: ph == "backward",
                          lambda ph: ph == "zero_grad", ("FSDP1 flat gradients", "FSDP1 flat gradients"), "zero_grad")
 
 
-def _hold_growing(events: list[MemEvent], steady: int, nbytes: int, blocks_path: str) -> tuple[list[MemEvent], int]:
+def _hold_growing(events: list[MemEvent], steady: int, nbytes: int,
+                  blocks_paths: tuple[str, ...]) -> tuple[list[MemEvent], int]:
     """FSDP1's accumulated flat gradients (`no_sync`), `nbytes` over the blocks: in a step's first backward
     (no gradient accumulated yet) each block's share is allocated as that backward reaches the block (its
     flat gradient is formed when the block's backward runs), so they build up through it; the later
@@ -281,7 +284,7 @@ def _hold_growing(events: list[MemEvent], steady: int, nbytes: int, blocks_path:
     A block's share is allocated at its first backward event, not when its flat gradient is formed at the
     end of its backward (the `cat` of its weights' gradients, `SplitWithSizesBackward` under
     use_orig_params): in between, those weight gradients (which the trace of frozen weights lacks) build up
-    to the same size. A first backward that reaches no block of `blocks_path` allocates them whole at its
+    to the same size. A first backward that reaches no block of `blocks_paths` allocates them whole at its
     start."""
     runs: dict[int, list[str]] = {}  # each backward run's block units in the order it reaches them
     start = None
@@ -290,7 +293,7 @@ def _hold_growing(events: list[MemEvent], steady: int, nbytes: int, blocks_path:
             if start is None:
                 start = i
                 runs[i] = []
-            unit = unit_of(e.module, blocks_path)
+            unit = unit_of(e.module, blocks_paths)
             if unit is not None and unit not in runs[start]:
                 runs[start].append(unit)
         else:
@@ -319,7 +322,7 @@ def _hold_growing(events: list[MemEvent], steady: int, nbytes: int, blocks_path:
                 pending = {u: share for u in units}
                 pending[units[-1]] += nbytes - share * len(units)
         if pending and e.phase == "backward":
-            unit = unit_of(e.module, blocks_path)
+            unit = unit_of(e.module, blocks_paths)
             if unit in pending:
                 alloc(pending.pop(unit))
         elif pending and e.phase != "backward":  # left over (a unit the run did not reach again)
