@@ -322,8 +322,9 @@ def test_the_load_of_fits_own_forks_does_not_stop_it_forking(monkeypatch):
 
     from gpuwise.plan import forks
 
-    clock = {"t": 0.0, "cpu": 0.0, "load": 0.0}
+    clock = {"t": 0.0, "cpu": 0.0, "load": 0.0, "others": 0}
     monkeypatch.setattr(forks, "_OWN", [])
+    monkeypatch.setattr(forks, "_others_running", lambda: clock["others"])  # between rounds: no fork running
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1})
     monkeypatch.setattr(os, "getloadavg", lambda: (clock["load"], 0.0, 0.0))
     monkeypatch.setattr(os, "times", lambda: SimpleNamespace(user=clock["cpu"], system=0.0, children_user=0.0,
@@ -332,7 +333,7 @@ def test_the_load_of_fits_own_forks_does_not_stop_it_forking(monkeypatch):
     assert forks.idle_cpus() == 2                  # an idle machine, fit just started
     clock.update(t=60.0, cpu=120.0, load=1.9)       # a minute of its two forks: 2 CPU-seconds a second
     assert forks.idle_cpus() == 2
-    clock.update(t=61.0, cpu=122.0, load=2.9)       # and another process busy since
+    clock.update(t=61.0, cpu=122.0, load=2.9, others=1)  # and another process busy since
     assert forks.idle_cpus() == 1
 
 

@@ -40,10 +40,11 @@ def idle_cpus() -> int:
 
     usable = len(os.sched_getaffinity(0))
     others = os.getloadavg()[0] - _own_load()
+    idle = int(usable - others + 1)
     now = _others_running()
-    if now is not None:
-        others = min(others, now)
-    return max(1, min(usable, int(usable - others + 1)))
+    if now is not None and now < others:  # the average still holds processes that have ended
+        idle = max(idle, usable - now)
+    return max(1, min(usable, idle))
 
 
 def _others_running(looks: int = 3) -> int | None:
