@@ -532,3 +532,23 @@ def test_the_load_of_processes_that_have_ended_is_not_others_work(monkeypatch):
     assert forks.idle_cpus() == 1
     monkeypatch.setattr(forks, "_others_running", lambda: None)  # no /proc: the load average alone
     assert forks.idle_cpus() == 1
+
+
+def test_the_fsdp_options_code_names_the_models_own_blocks(tmp_path):
+    """The FSDP option's code said `for block in model.model.layers` whatever the model: a T5's blocks are its two
+    stacks (plan/memory/fsdp_units.py `block_lists`, as `gpuwise train` shards them)."""
+    from gpuwise.plan import fit as fitting
+    from gpuwise.plan.catalog import lookup
+    from gpuwise.plan.fit_options import changes_of, variants
+
+    t5 = tmp_path / "t5.json"
+    t5.write_text(json.dumps({"model_type": "t5", "d_model": 64, "d_kv": 16, "d_ff": 256, "num_layers": 4,
+                              "num_heads": 4, "vocab_size": 512, "is_encoder_decoder": True}))
+    codes = {}
+    for name, source in (("t5", str(t5)), ("llama", "tests/data/configs/tiny-llama.json")):
+        ev = Evaluator(hf_workload(source, seq_len=16), "ampere")
+        v = next(v for v in variants(lookup("a10g"), 2, "bf16", None, False) if v.split.strategy == "fsdp")
+        codes[name] = [c for c in changes_of(v, 1, 1, 2, fitting._blocks(ev, v))["code"] if "fully_shard" in c]
+    assert codes["t5"] == ["for block in [*model.decoder.block, *model.encoder.block]: fully_shard(block); "
+                           "fully_shard(model)  # FSDP2"]
+    assert codes["llama"] == ["for block in model.model.layers: fully_shard(block); fully_shard(model)  # FSDP2"]

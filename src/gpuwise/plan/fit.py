@@ -36,6 +36,7 @@ from .estimate import gpu_capability, resolve_gpu
 from .fit_options import (
     NOTES,
     Variant,
+    blocks_code,
     changes_of,
     estimate_args,
     needed,
@@ -227,10 +228,10 @@ def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, 
     for i, v in enumerate(candidates, 1):
         lacking = missing(untraceable_without(v))
         if lacking:  # listed, not sized: the trace needs the library itself
-            options.append(_unsized(v, batch_size, lacking))
+            options.append(_unsized(v, batch_size, lacking, _blocks(ev, v)))
             continue
         if v.name in floors:  # cannot fit at any micro-batch: no trace
-            option = _floored(v, batch_size, floors[v.name], limit)
+            option = _floored(v, batch_size, floors[v.name], limit, _blocks(ev, v))
             option.needs = missing(needed(v))
             options.append(_with_commands(option, v, named, gpu_arg, margin_pct))
             continue
@@ -241,12 +242,12 @@ def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, 
             option = best_micro_batch(ev, v, spec, batch_size, limit, whole[v.name])
         except GpuwiseError as exc:
             if needs:
-                options.append(_unsized(v, batch_size, needs))  # a stand-in does not cover this model
+                options.append(_unsized(v, batch_size, needs, _blocks(ev, v)))  # a stand-in does not cover this model
                 continue
             if v.name == "as given":
                 raise  # the job itself cannot be traced: one line, exit 2
             # a change the tracer cannot run for this model on this GPU: listed, not sized (cannot tell)
-            failed = _unsized(v, batch_size, [])
+            failed = _unsized(v, batch_size, [], _blocks(ev, v))
             failed.notes[0] = f"not sized: {exc}"
             options.append(failed)
             continue
@@ -314,7 +315,13 @@ def state_floor(ev: Evaluator, v: Variant) -> int | None:
     return count * (2 * weight + state)
 
 
-def _floored(v: Variant, batch: int, floor: int, limit: float) -> FitOption:
+def _blocks(ev: Evaluator, v: Variant) -> str:
+    """The blocks `v`'s FSDP code shards: the model's own (built on meta once), where `v` is FSDP."""
+    units = ev.units(v.split) if "fsdp" in v.keys else None
+    return blocks_code(units.blocks_paths if units is not None else None)
+
+
+def _floored(v: Variant, batch: int, floor: int, limit: float, blocks: str) -> FitOption:
     """A variant whose parameters, gradients and optimizer state alone exceed the card: does not fit, not traced; its
     memory is that floor (its `estimate_cmd` gives the exact number) and its speed is not predicted."""
     note = (f"not traced: its parameters, gradients and optimizer state alone take {floor / GB:.1f} GB, over the "
@@ -322,14 +329,14 @@ def _floored(v: Variant, batch: int, floor: int, limit: float) -> FitOption:
     notes = [note] + [NOTES[k] for k in v.keys if k in NOTES]
     if batch > 1:
         notes.append(NOTES["accum"].format(k=batch, m=1))
-    return FitOption(v.name if batch == 1 else f"{v.name} + accumulation {batch}x1", changes_of(v, 1, batch, v.split.nproc),
-                     False, floor, 0.0, batch * v.split.data_parallel, notes, 1, batch, floor_only=True)
+    return FitOption(v.name if batch == 1 else f"{v.name} + accumulation {batch}x1",
+                     changes_of(v, 1, batch, v.split.nproc, blocks), False, floor, 0.0, batch * v.split.data_parallel, notes, 1, batch, floor_only=True)
 
 
-def _unsized(v: Variant, batch: int, lacking: list[str]) -> FitOption:
+def _unsized(v: Variant, batch: int, lacking: list[str], blocks: str) -> FitOption:
     needs = missing(needed(v))
     note = f"not sized: tracing it needs {' and '.join(lacking)} ({install_hint(needs)})"
-    return FitOption(v.name, changes_of(v, batch, 1, v.split.nproc), False, 0, 0.0, batch * v.split.data_parallel,
+    return FitOption(v.name, changes_of(v, batch, 1, v.split.nproc, blocks), False, 0, 0.0, batch * v.split.data_parallel,
                      [note] + [NOTES[k] for k in v.keys if k in NOTES], batch, 1, needs=needs, sized=False)
 
 
@@ -366,7 +373,7 @@ def _option(ev: Evaluator, v: Variant, spec: GpuSpec, micro: int, accum: int, li
     notes = notes_of(v, micro, accum, point)
     if t <= 0:
         notes.insert(0, NO_SPEED)
-    return FitOption(name, changes_of(v, micro, accum, v.split.nproc), point.device_used_bytes <= limit,
+    return FitOption(name, changes_of(v, micro, accum, v.split.nproc, _blocks(ev, v)), point.device_used_bytes <= limit,
                      point.device_used_bytes, sps, samples * v.split.data_parallel, notes, micro, accum, t,
                      extrapolated=point.extrapolated)
 

@@ -52,7 +52,7 @@ CODE = {
     "ddp": "torchrun --nproc-per-node {n} ...; model = DistributedDataParallel(model)",
     "zero1": "DeepSpeed zero_optimization.stage=1",
     "zero2": "DeepSpeed zero_optimization.stage=2 (or FSDP2 fully_shard(reshard_after_forward=False))",
-    "fsdp": "for block in model.model.layers: fully_shard(block); fully_shard(model)  # FSDP2",
+    "fsdp": "for block in {blocks}: fully_shard(block); fully_shard(model)  # FSDP2",
     "fsdp-grad-op": "fully_shard(block, reshard_after_forward=False) per block; fully_shard(model)",
     "hsdp": "fully_shard(..., mesh=init_device_mesh('cuda', (nodes, {s}), mesh_dim_names=('rep', 'shard')))",
     "pipeline": "torch.distributed.pipelining: split the layers into {n} stages (schedule 1F1B)",
@@ -118,7 +118,19 @@ def variants(spec: GpuSpec, nproc: int, precision: str, optimizer: str | None, c
     return out
 
 
-def changes_of(v: Variant, micro: int, accum: int, nproc: int) -> dict[str, Any]:
+MODEL_BLOCKS = "model.model.layers"  # a causal LM's blocks, where the model's own are not known
+
+
+def blocks_code(paths: tuple[str, ...] | None) -> str:
+    """The blocks FSDP shards one by one as code names them (plan/memory/fsdp_units.py `block_lists`: the model's
+    ModuleLists of blocks, e.g. ("model.layers",), or an encoder-decoder's two)."""
+    if not paths:
+        return MODEL_BLOCKS
+    names = [f"model.{path}" for path in paths]
+    return names[0] if len(names) == 1 else "[" + ", ".join(f"*{name}" for name in names) + "]"
+
+
+def changes_of(v: Variant, micro: int, accum: int, nproc: int, blocks: str = MODEL_BLOCKS) -> dict[str, Any]:
     c: dict[str, Any] = {"precision": v.config.precision, "checkpointing": v.config.checkpointing,
                          "optimizer": v.config.optimizer or "workload/adamw", "micro_batch_size": micro,
                          "grad_accum": accum, "nproc": v.split.nproc, "strategy": v.split.strategy}
@@ -132,7 +144,8 @@ def changes_of(v: Variant, micro: int, accum: int, nproc: int) -> dict[str, Any]
     if accum > 1:
         keys.append("accum")
     r = v.modes.lora_rank or 16
-    c["code"] = [CODE[k].format(k=accum, m=micro, n=v.split.nproc, r=r, a=2 * r, s=v.split.shards) for k in keys]
+    c["code"] = [CODE[k].format(k=accum, m=micro, n=v.split.nproc, r=r, a=2 * r, s=v.split.shards, blocks=blocks)
+                 for k in keys]
     return c
 
 
