@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 
 from ..errors import GpuwiseError
+from ..plan.memory.fsdp_units import block_lists
 
 STRATEGIES = ("ddp", "fsdp", "fsdp-grad-op", "hsdp")
 
@@ -33,8 +34,6 @@ def check_strategy(name: str) -> str:
 def blocks(model) -> list:
     """The repeated blocks to shard one by one: the children of the model's largest ModuleList, and of an
     encoder-decoder's other stack (plan/memory/fsdp_units.py `block_lists`, which the plan sizes)."""
-    from ..plan.memory.fsdp_units import block_lists
-
     return [block for _, blocks_ in block_lists(model) for block in blocks_]
 
 
