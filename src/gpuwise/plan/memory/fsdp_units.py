@@ -148,14 +148,14 @@ def _root_reduce_bytes(root: int, n: int, device_type: str, reduce_factor: int) 
 
 def backward_units(events: list[MemEvent], blocks_paths: tuple[str, ...]) -> dict[int, tuple[str, str]]:
     """For each backward run (consecutive backward events, keyed by its first index): the first and the
-    last block unit it reaches (`block_at`)."""
+    last block unit it reaches (`unit_at`)."""
     runs: dict[int, tuple[str, str]] = {}
     start, first, last = None, "", ""
     for i, e in enumerate([*events, None]):
         if e is not None and e.phase == "backward":
             if start is None:
                 start, first, last = i, "", ""
-            unit = block_at(e.module, blocks_paths)
+            unit = unit_at(e.module, blocks_paths)
             if unit is not None:
                 last = unit
                 first = first or last
@@ -165,7 +165,7 @@ def backward_units(events: list[MemEvent], blocks_paths: tuple[str, ...]) -> dic
     return runs
 
 
-def block_at(module: str, blocks_paths: tuple[str, ...]) -> str | None:
+def unit_at(module: str, blocks_paths: tuple[str, ...]) -> str | None:
     """The block unit `module` is in ("<list path>.<index>"), None outside the blocks."""
     for path in blocks_paths:
         if module.startswith(path + "."):

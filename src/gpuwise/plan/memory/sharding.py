@@ -47,9 +47,9 @@ from .fsdp_units import (
     FSDP_BLOCKS_IN_FLIGHT,
     FsdpUnits,
     backward_units,
-    block_at,
     flat_root_gradient_bytes,
     fsdp_gathered_bytes,
+    unit_at,
     unit_of,
 )
 from .split import SHARDED, Split, whole
@@ -114,7 +114,7 @@ def _hold_by_phase(events: list[MemEvent], steady: int, sizes: dict[str, int],
             run, seen_last[0] = runs[i], False
         if not blocks_paths or not run[0]:
             return "backward"
-        unit = block_at(e.module, blocks_paths)
+        unit = unit_at(e.module, blocks_paths)
         if unit is not None:
             if unit == run[0]:
                 if unit == run[1]:

@@ -384,13 +384,13 @@ def _block_units(config_json: str, config_class, task: str, layers: int) -> Unit
         return lists
     # block 0 is traced as itself (the rebuild keeps the first unit's events): it may differ, as a dense first
     # block before mixture-of-experts ones (first_k_dense_replace = 1) or RWKV's extra pre-LayerNorm does
-    if all(len(set(block_kinds(sigs)[1:])) <= 1 for sigs in lists):
+    kinds_of = [block_kinds(sigs) for sigs in lists]
+    if all(len(set(kinds[1:])) <= 1 for kinds in kinds_of):
         return ONE
     if len(lists) > 1:  # units of several blocks are one list's
-        differ = next(sigs for sigs in lists if len(set(block_kinds(sigs)[1:])) > 1)
+        differ = next(sigs for sigs, kinds in zip(lists, kinds_of) if len(set(kinds[1:])) > 1)
         return f"{len(lists)} lists of {layers} blocks, in one of which {_first_difference(differ)}"
-    sigs = lists[0]
-    kinds = block_kinds(sigs)
+    sigs, kinds = lists[0], kinds_of[0]
     units = _periodic(kinds)
     if units is None:
         return _first_difference(sigs)
