@@ -34,6 +34,23 @@ def fake_gpus(monkeypatch):
 
 
 @pytest.fixture
+def init_reads_data(monkeypatch):
+    """A truncated-normal initialiser that reads its tensor's data (`.item()`, which fake tensors refuse), as
+    torch 2.13's rejection sampling does: a ViT's initialisation then reads data under fake tensors, and is
+    built with real weights and copied (plan/tracing/setup.py `build_model_for_trace`), whichever torch runs."""
+    from gpuwise.plan.tracing import setup
+
+    in_place = setup._trunc_normal_in_place
+
+    def reading(tensor, *args, **kwargs):
+        tensor.sum().item()
+        return in_place(tensor, *args, **kwargs)
+
+    monkeypatch.setattr(setup, "_trunc_normal_in_place", reading)
+    return in_place  # the sampler that reads no data, for a test to put back
+
+
+@pytest.fixture
 def write_fake(tmp_path, monkeypatch):
     """Write a fake-GPU file (a list of dicts, or raw text) and point GPUWISE_FAKE_GPUS at it."""
     def write(content) -> Path:

@@ -139,8 +139,8 @@ def test_qlora_and_16_bit_bases_keep_the_modules_transformers_keeps_in_fp32(tmp_
     assert e.method == "fake-trace" and e.fits
 
 
-def test_qlora_on_a_model_built_for_real_then_copied_into_fake_tensors(tmp_path):
-    """A model whose initialisation reads data (ViT's truncated-normal init) is built for real and copied into fake
+def test_qlora_on_a_model_built_for_real_then_copied_into_fake_tensors(tmp_path, init_reads_data):
+    """A model whose initialisation reads data (a ViT whose truncated-normal init reads it: `init_reads_data`) is built for real and copied into fake
     tensors; the copy kept its 4-bit weights' quant_state (a parameter's Python attribute, which
     Parameter.__deepcopy__ drops: bitsandbytes' forward then failed and QLoRA on ViT could not be told). At
     deit-small's widths, the CPU trace is the real step's peak within 0.5 %."""

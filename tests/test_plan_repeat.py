@@ -433,8 +433,8 @@ def test_an_attribute_of_one_block_alone_is_not_taken_for_numbering():
     assert len(set(repeat_tags.block_kinds(odd)[1:])) == 2
 
 
-def test_a_model_built_for_real_then_copied_is_rebuilt_as_traced_whole(tmp_path):
-    """A model whose initialisation reads data (ViT's truncated-normal init) is built for real and copied into fake
+def test_a_model_built_for_real_then_copied_is_rebuilt_as_traced_whole(tmp_path, init_reads_data):
+    """A model whose initialisation reads data (a ViT whose truncated-normal init reads it: `init_reads_data`) is built for real and copied into fake
     tensors: the failed fake build's storages and the copy's per-tensor temporaries are not the run's (they split
     each block's run into pieces, and ViT was traced whole). At vit-base widths with 6 layers the rebuild equals
     the full-depth trace event for event."""

@@ -68,7 +68,8 @@ def build_model_for_trace(workload, fake_mode, mode):
         return workload.build_model()
     before = len(mode.rec.events), len(mode.rec.blocks)
     try:
-        return workload.build_model()
+        with sampling_without_data():
+            return workload.build_model()
     except Exception as exc:  # noqa: BLE001 - only fake-tensor limits are handled here
         if not is_fake_limit(exc):
             raise
@@ -96,6 +97,48 @@ def build_model_for_trace(workload, fake_mode, mode):
                 vars(q).update(copy.deepcopy(lost, memo))
     mode.notes.append("model built with real weights (its initialisation reads data), then traced with fake tensors")
     return model
+
+
+@contextlib.contextmanager
+def sampling_without_data():
+    """Inside: `torch.nn.init.trunc_normal_` fills its tensor in place by the inverse CDF, as torch up to 2.12
+    did (uniform_, erfinv_, mul_, add_, clamp_), so that fake tensors can build a model that calls it.
+    torch 2.13 samples by rejection instead: it loops `while ... mask.any()`, reading the data, which fake
+    tensors cannot, so every model whose initialisation truncates a normal (transformers' ViT, Swin, DeiT,
+    SigLIP and what embeds it: Gemma 3, PaliGemma, ...; 48 modeling files) was built with real weights, and
+    refused as "cannot tell" where they would not fit in host memory (a Gemma-3-4B). What is built is the
+    same either way: the same parameters, filled in place; a rejection round's temporaries are the
+    initialiser's, freed before the step, and the build with real weights did not trace them either."""
+    from torch.nn import init
+
+    rejecting = getattr(init, "_no_grad_trunc_normal_", None)
+    if rejecting is None:
+        yield
+        return
+    init._no_grad_trunc_normal_ = _trunc_normal_in_place
+    try:
+        yield
+    finally:
+        init._no_grad_trunc_normal_ = rejecting
+
+
+def _trunc_normal_in_place(tensor, mean: float, std: float, a: float, b: float, generator=None):
+    """torch 2.12's `_no_grad_trunc_normal_` (torch/nn/init.py): a normal truncated to [a, b] by its inverse CDF."""
+    import math
+
+    import torch
+
+    def norm_cdf(x: float) -> float:
+        return (1.0 + math.erf(x / math.sqrt(2.0))) / 2.0
+
+    with torch.no_grad():
+        low, high = norm_cdf((a - mean) / std), norm_cdf((b - mean) / std)
+        tensor.uniform_(2 * low - 1, 2 * high - 1, generator=generator)
+        tensor.erfinv_()
+        tensor.mul_(std * math.sqrt(2.0))
+        tensor.add_(mean)
+        tensor.clamp_(min=a, max=b)
+        return tensor
 
 
 def warm_up_optimizer(step: TrainStep) -> None:
