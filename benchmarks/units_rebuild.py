@@ -1,4 +1,4 @@
-"""Blocks of several kinds rebuilt by units (plan/tracing/repeat.py `block_units`), against the step traced whole.
+"""Blocks of several kinds rebuilt by units (plan/tracing/alike.py `block_units`), against the step traced whole.
 
     nice python benchmarks/units_rebuild.py                 # the families family_sweep traced whole (families())
     python benchmarks/units_rebuild.py --types gemma2,gpt_oss
@@ -55,7 +55,8 @@ def one(model_type: str) -> dict:
     from gpuwise.hf import hf_workload, num_layers_of
     from gpuwise.plan.memory.events import live_peak
     from gpuwise.plan.tracer import quiet_libraries, trace_workload
-    from gpuwise.plan.tracing.repeat import Units, block_units, canonical, repeated_trace
+    from gpuwise.plan.tracing.alike import block_units
+    from gpuwise.plan.tracing.repeat import Units, canonical, repeated_trace
     from gpuwise.step import StepConfig
 
     row: dict = {"type": model_type}

@@ -74,7 +74,7 @@ def test_a_config_saved_by_transformers_5_with_an_infinite_float_loads(tmp_path)
                                 "time_step_limit": [0.0, {"__float__": "Infinity"}]}))
     cfg = hf.load_config(str(path))
     assert cfg.time_step_limit[1] == float("inf")
-    from gpuwise.plan.tracing.repeat import blocks_alike
+    from gpuwise.plan.tracing.alike import blocks_alike
 
     assert blocks_alike(cfg, "causal-lm", 6) is None
 

@@ -10,7 +10,7 @@ from gpuwise.hf import hf_workload
 from gpuwise.plan import estimate
 from gpuwise.plan.memory.events import live_peak
 from gpuwise.plan.tracer import trace_workload
-from gpuwise.plan.tracing import repeat, repeat_tags
+from gpuwise.plan.tracing import alike, repeat, repeat_tags
 from gpuwise.plan.tracing.modes import TrainingModes
 from gpuwise.plan.tracing.repeat import canonical, rebuild, repeated_trace
 from gpuwise.plan.tracing.trace import _run
@@ -158,7 +158,7 @@ def test_blocks_whose_kinds_repeat_with_a_period_are_rebuilt_by_units_as_traced_
     source = tmp_path / "config.json"
     source.write_text(json.dumps({**cfg, **extra}))
     wl = hf_workload(str(source), 64)
-    assert repeat.block_units(wl.hf_config, wl.task, extra["num_hidden_layers"]) == units
+    assert alike.block_units(wl.hf_config, wl.task, extra["num_hidden_layers"]) == units
     config = StepConfig("adamw", "bf16", False)
     rebuilt, why = repeated_trace(wl, 1, config, "cuda")
     assert rebuilt is not None, why
@@ -199,24 +199,24 @@ def test_per_block_objects_made_outside_the_blocks_are_the_blocks_of_their_kind(
 def test_periods_are_found_after_the_blocks_before_them_and_refused_where_too_short():
     """The period of blocks' kinds, its first unit (the blocks before the repetition and the remainder of whole
     periods), at least MIN_LAYERS units; none where no period repeats."""
-    assert repeat._periodic([0] * 10) == repeat.Units(1, 1)
-    assert repeat._periodic([0, 0, 0] + [1] * 30) == repeat.Units(3, 1)          # dense blocks before MoE ones
-    assert repeat._periodic([0, 1] * 21) == repeat.Units(2, 2)                   # Gemma-2-9B: 42 blocks
-    assert repeat._periodic(([0] * 5 + [1]) * 10 + [0, 0]) == repeat.Units(2, 6)  # Gemma-3-27B: 62 blocks, 5:1
-    assert repeat._periodic([0, 1] * 5) is None                                  # 5 units of 2: too few
-    assert repeat._periodic([0] * 8 + [1] + [0] * 8) is None                     # one block unlike the others
+    assert alike._periodic([0] * 10) == repeat.Units(1, 1)
+    assert alike._periodic([0, 0, 0] + [1] * 30) == repeat.Units(3, 1)          # dense blocks before MoE ones
+    assert alike._periodic([0, 1] * 21) == repeat.Units(2, 2)                   # Gemma-2-9B: 42 blocks
+    assert alike._periodic(([0] * 5 + [1]) * 10 + [0, 0]) == repeat.Units(2, 6)  # Gemma-3-27B: 62 blocks, 5:1
+    assert alike._periodic([0, 1] * 5) is None                                  # 5 units of 2: too few
+    assert alike._periodic([0] * 8 + [1] + [0] * 8) is None                     # one block unlike the others
 
 
 def test_a_period_whose_small_model_is_not_the_first_blocks_is_not_used(tmp_path, monkeypatch):
     """The 3- and 4-unit models are the config built with fewer blocks: where that does not give the full model's
     first blocks (a per-block setting the count does not cut), the rebuild is not used."""
     wl = hf_workload(str(_gemma2(tmp_path)), 16)
-    assert repeat.block_units(wl.hf_config, wl.task, 12) == repeat.Units(2, 2)
-    repeat._block_units.cache_clear()
-    monkeypatch.setattr(repeat, "set_num_layers", lambda cfg, n: setattr(cfg, "num_hidden_layers", n) or setattr(
+    assert alike.block_units(wl.hf_config, wl.task, 12) == repeat.Units(2, 2)
+    alike._block_units.cache_clear()
+    monkeypatch.setattr(alike, "set_num_layers", lambda cfg, n: setattr(cfg, "num_hidden_layers", n) or setattr(
         cfg, "layer_types", ["full_attention"] * n))  # the small models' blocks all global
-    why = repeat.block_units(wl.hf_config, wl.task, 12)
-    repeat._block_units.cache_clear()
+    why = alike.block_units(wl.hf_config, wl.task, 12)
+    alike._block_units.cache_clear()
     assert isinstance(why, str) and "repeat every 2 after 2" in why and "not made of the first" in why
 
 
@@ -231,7 +231,7 @@ def test_blocks_with_buffers_are_compared(tmp_path):
     """Apertus's xIELU activation holds scalar buffers in every block: they are compared as tensors (shape,
     dtype), not taken for a module's attributes (which raised ValueError)."""
     wl = hf_workload(_config(tmp_path, 6, model_type="apertus"), 16)
-    assert repeat.blocks_alike(wl.hf_config, wl.task, 6) is None
+    assert alike.blocks_alike(wl.hf_config, wl.task, 6) is None
 
 
 def test_a_config_transformers_cannot_build_is_the_users_error_not_an_internal_one(tmp_path, monkeypatch):
@@ -249,7 +249,7 @@ def test_a_config_transformers_cannot_build_is_the_users_error_not_an_internal_o
     with pytest.raises(GpuwiseError, match="model\\(\\) raised KeyError: 'full_attention'"):
         estimate(config, 2, target="cuda", search_max_batch=False)
     monkeypatch.undo()
-    assert repeat.blocks_alike(hf_workload(config, 16).hf_config, "causal-lm", 6) is None  # nothing remembered
+    assert alike.blocks_alike(hf_workload(config, 16).hf_config, "causal-lm", 6) is None  # nothing remembered
 
 
 def test_estimate_of_a_deep_config_says_it_reused_blocks(tmp_path):

@@ -11,7 +11,8 @@ from typing import Any
 from ..step import StepConfig
 from .memory.events import MemoryTrace, Peak
 from .tracer import NotRebuilt, quiet_libraries
-from .tracing.repeat import CHECKED, MIN_LAYERS, TRACED, blocks_alike
+from .tracing.alike import blocks_alike
+from .tracing.repeat_tags import CHECKED, MIN_LAYERS, TRACED
 from .tracing.setup import before_forks
 
 

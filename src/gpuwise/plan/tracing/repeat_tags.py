@@ -23,6 +23,9 @@ from dataclasses import dataclass
 
 from ...step import tensors_in
 
+TRACED = 3        # blocks in the trace the events are rebuilt from: first, middle, last
+CHECKED = 4       # blocks in the trace the rebuild is checked against
+MIN_LAYERS = 6    # below this, tracing the model whole costs about as much as the 3- and 4-block traces
 MIDDLE = 1  # the traced units are first, middle, last (plan/tracing/repeat.py): the middle one is any inner unit
 
 
@@ -40,7 +43,7 @@ def block_at(module: str, prefixes: tuple[str, ...]) -> tuple[str, int, str] | N
 class Units:
     """How a model's blocks group into the units the rebuild repeats: unit 0 is the first `first` blocks (traced as
     themselves), every later unit `period` consecutive blocks, each unit's blocks of the same kinds in the same
-    order as every other's (plan/tracing/repeat.py `block_units`)."""
+    order as every other's (plan/tracing/alike.py `block_units`)."""
 
     first: int = 1
     period: int = 1
