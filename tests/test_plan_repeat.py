@@ -489,3 +489,33 @@ def test_an_encoder_decoder_is_cut_in_both_stacks_when_they_are_one_depth():
     assert (t5.num_layers, t5.num_decoder_layers) == (3, 3)
     assert (uneven.num_layers, uneven.num_decoder_layers) == (3, 4)
     assert (bart.encoder_layers, bart.decoder_layers) == (3, 3)
+
+
+def test_a_vision_language_model_is_rebuilt_from_its_text_stack(tmp_path):
+    """A composite config (Gemma 3: a SigLIP vision tower beside a Gemma-3 decoder) says its depth in its text
+    config only: its blocks were "no repeated blocks" and every Gemma-3, LLaVA-like or Llama-4 model was traced
+    whole. The text model's blocks are the deep stack (`hf.stack_config`): cut in the small models, the vision
+    tower kept whole (outside the blocks; a text step does not run it). At Gemma-3-4B's widths (6 decoder blocks,
+    the vision tower's 27), the rebuild equals the full-depth trace event for event."""
+    from gpuwise.hf import num_layers_of, set_num_layers
+
+    text = {"hidden_size": 2560, "intermediate_size": 10240, "num_hidden_layers": 6, "num_attention_heads": 8,
+            "num_key_value_heads": 4, "head_dim": 256, "vocab_size": 262208, "sliding_window": 1024,
+            "layer_types": ["sliding_attention"] * 6}
+    vision = {"hidden_size": 1152, "intermediate_size": 4304, "num_hidden_layers": 27, "num_attention_heads": 16,
+              "image_size": 896, "patch_size": 14, "vision_use_head": False}
+    path = tmp_path / "gemma3.json"
+    path.write_text(json.dumps({"model_type": "gemma3", "text_config": text, "vision_config": vision,
+                                "mm_tokens_per_image": 256}))
+    wl = hf_workload(str(path), 256)
+    assert num_layers_of(wl.hf_config) == 6
+    small = hf_workload(str(path), 256, num_layers=3).hf_config
+    assert (small.text_config.num_hidden_layers, len(small.text_config.layer_types)) == (3, 3)
+    assert small.vision_config.num_hidden_layers == 27
+    config = StepConfig("adamw", "bf16", False)
+    rebuilt, why = repeated_trace(wl, 1, config, "cuda")
+    assert rebuilt is not None, why
+    full = trace_workload(wl, 1, config, "cuda", repeat=False)
+    assert canonical(rebuilt) == canonical(full) and live_peak(rebuilt) == live_peak(full)
+    set_num_layers(wl.hf_config, 4)
+    assert wl.hf_config.text_config.num_hidden_layers == 4 and wl.hf_config.vision_config.num_hidden_layers == 27

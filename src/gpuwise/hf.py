@@ -178,7 +178,7 @@ LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
 DECODER_LAYER_KEYS = ("num_decoder_layers", "decoder_layers")  # an encoder-decoder's second stack (T5; BART, Marian)
 
 
-def num_layers_of(cfg) -> int | None:
+def _own_depth(cfg) -> int | None:
     for key in LAYER_KEYS:
         value = getattr(cfg, key, None)
         if isinstance(value, int):
@@ -186,10 +186,30 @@ def num_layers_of(cfg) -> int | None:
     return None
 
 
+def stack_config(cfg):
+    """The config that says how many blocks the model has: `cfg`, or where `cfg` says none itself, a composite
+    (vision-language) config's text model's (`get_text_config`: Gemma 3's, PaliGemma's, LLaVA's), whose
+    decoder blocks are the deep stack; the vision tower keeps its depth (its blocks do not run in a text step)."""
+    if _own_depth(cfg) is not None:
+        return cfg
+    try:
+        text = cfg.get_text_config()
+    except Exception:  # noqa: BLE001 - a config without sub-configs, or one that cannot say
+        return cfg
+    return text if text is not None and text is not cfg and _own_depth(text) is not None else cfg
+
+
+def num_layers_of(cfg) -> int | None:
+    """The model's blocks: its config's layer count, or its text model's (`stack_config`)."""
+    return _own_depth(stack_config(cfg))
+
+
 def set_num_layers(cfg, n: int) -> None:
-    """`cfg` with `n` blocks. An encoder-decoder whose decoder is as deep as its encoder (T5's num_decoder_layers,
-    BART's decoder_layers) gets `n` decoder blocks too: its block i is both stacks' i-th (the rebuild's unit,
-    plan/tracing/repeat.py); a decoder of another depth keeps it."""
+    """`cfg` with `n` blocks (a composite config: its text model with `n`, `stack_config`). An encoder-decoder
+    whose decoder is as deep as its encoder (T5's num_decoder_layers, BART's decoder_layers) gets `n` decoder
+    blocks too: its block i is both stacks' i-th (the rebuild's unit, plan/tracing/repeat.py); a decoder of
+    another depth keeps it."""
+    cfg = stack_config(cfg)
     depth = num_layers_of(cfg)
     decoder = [key for key in DECODER_LAYER_KEYS if isinstance(getattr(cfg, key, None), int)
                and getattr(cfg, key) == depth]
@@ -332,7 +352,9 @@ def _refuse_big_real_build(cfg, source: str) -> None:
 
 
 def approx_params(cfg) -> int:
-    """Parameters of a decoder config, from its widths (embeddings + layers), for guards and labels."""
+    """Parameters of a decoder config, from its widths (embeddings + layers), for guards and labels (a composite
+    config: its text model's, `stack_config`)."""
+    cfg = stack_config(cfg)
     h = int(getattr(cfg, "hidden_size", 0) or getattr(cfg, "n_embd", 0) or 0)
     inter = int(getattr(cfg, "intermediate_size", 0) or 4 * h)
     layers = num_layers_of(cfg) or 0
