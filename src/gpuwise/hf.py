@@ -210,7 +210,7 @@ def set_num_layers(cfg, n: int) -> None:
     blocks too: its block i is both stacks' i-th (the rebuild's unit, plan/tracing/repeat.py); a decoder of
     another depth keeps it."""
     cfg = stack_config(cfg)
-    depth = num_layers_of(cfg)
+    depth = _own_depth(cfg)
     decoder = [key for key in DECODER_LAYER_KEYS if isinstance(getattr(cfg, key, None), int)
                and getattr(cfg, key) == depth]
     for key in LAYER_KEYS + tuple(decoder):
@@ -357,7 +357,7 @@ def approx_params(cfg) -> int:
     cfg = stack_config(cfg)
     h = int(getattr(cfg, "hidden_size", 0) or getattr(cfg, "n_embd", 0) or 0)
     inter = int(getattr(cfg, "intermediate_size", 0) or 4 * h)
-    layers = num_layers_of(cfg) or 0
+    layers = _own_depth(cfg) or 0
     vocab = vocab_size_of(cfg)
     heads = int(getattr(cfg, "num_attention_heads", 0) or 1)
     head_dim = int(getattr(cfg, "head_dim", 0) or h // heads)

@@ -111,15 +111,15 @@ def sampling_without_data():
     initialiser's, freed before the step, and the build with real weights did not trace them either."""
     from torch.nn import init
 
-    rejecting = getattr(init, "_no_grad_trunc_normal_", None)
-    if rejecting is None:
+    torch_own = getattr(init, "_no_grad_trunc_normal_", None)
+    if torch_own is None:
         yield
         return
     init._no_grad_trunc_normal_ = _trunc_normal_in_place
     try:
         yield
     finally:
-        init._no_grad_trunc_normal_ = rejecting
+        init._no_grad_trunc_normal_ = torch_own
 
 
 def _trunc_normal_in_place(tensor, mean: float, std: float, a: float, b: float, generator=None):
