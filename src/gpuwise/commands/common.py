@@ -7,6 +7,7 @@ import argparse
 from ..errors import GpuwiseError
 from ..hf import TASKS
 from ..plan.memory.split import ACCUM_SYNCS
+from ..plan.tracing.losses import CROSS_ENTROPY
 from ..step import OPTIMIZERS, PRECISIONS, StepConfig, checkpointing_mode
 from ..workload import Workload, load_workload
 
@@ -123,3 +124,12 @@ ACCUM_SYNC_HELP = (
 def add_accum_sync_argument(p) -> None:
     """--accum-sync (estimate and fit)."""
     p.add_argument("--accum-sync", choices=list(ACCUM_SYNCS), default=None, help=ACCUM_SYNC_HELP)
+
+
+def add_cross_entropy_argument(p) -> None:
+    """--cross-entropy (estimate and fit): a causal LM's loss, plan/tracing/losses.py."""
+    p.add_argument("--cross-entropy", choices=list(CROSS_ENTROPY), default=None,
+                   help="a model config's causal LM loss: model (default: the model's own, float32 logits for every "
+                   "token), fused (flash-attn's CrossEntropyLoss, llm-foundry's default: 16-bit logits, no float32 "
+                   "copy), chunked (torchtune's CEWithChunkedOutputLoss, 8 chunks), fused-linear (Liger-Kernel's "
+                   "fused linear cross-entropy, transformers' use_liger_kernel: no full logits)")

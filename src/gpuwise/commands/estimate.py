@@ -17,6 +17,7 @@ from ..report.progress import StageProgress
 from ..units import fmt_bytes
 from .common import (
     add_accum_sync_argument,
+    add_cross_entropy_argument,
     add_gpu_argument,
     add_workload_arguments,
     positive_int,
@@ -163,6 +164,7 @@ def add_mode_arguments(p) -> None:
     p.add_argument("--qlora-by", choices=["transformers", "lightning"], help="--qlora: who quantizes the base "
                    "(default transformers: every linear layer but the output head; lightning: Fabric's "
                    "BitsandbytesPrecision as litgpt's --quantize bnb.* runs it, the head too, from fp16)")
+    add_cross_entropy_argument(p)
     p.add_argument("--freeze", action="append", metavar="REGEX",
                    help="freeze parameters whose name matches (repeatable)")
     p.add_argument("--offload-optimizer", action="store_true", help="optimizer state and step on the CPU")
@@ -187,7 +189,7 @@ def mode_kwargs(args) -> dict:
             "lora": args.lora, "qlora": args.qlora, "freeze": args.freeze, "offload_optimizer": args.offload_optimizer,
             "lora_targets": args.lora_targets, "lora_alpha": args.lora_alpha, "lora_dropout": args.lora_dropout,
             "base_dtype": args.base_dtype, "qlora_quant": args.qlora_quant, "bnb_version": args.bnb_version,
-            "qlora_by": args.qlora_by}
+            "qlora_by": args.qlora_by, "cross_entropy": args.cross_entropy}
 
 
 def run(args) -> int:

@@ -10,7 +10,13 @@ from ..plan.speed.cost import parse_prices
 from ..report import console
 from ..report.fit import gpus_table, plot_fit, render_fit
 from ..report.progress import StageProgress
-from .common import add_accum_sync_argument, add_gpu_argument, add_workload_arguments, positive_int
+from .common import (
+    add_accum_sync_argument,
+    add_cross_entropy_argument,
+    add_gpu_argument,
+    add_workload_arguments,
+    positive_int,
+)
 
 QUICK_EXIT = True  # nothing is left running or open when run() returns (cli.run exits at once)
 HELP = "will it fit on GPU X (or N of them), and how to make it fit: ranked options (no GPU needed)"
@@ -32,6 +38,7 @@ def add_arguments(p) -> None:
     add_gpu_argument(p, every=True, required=True)
     p.add_argument("-n", "--nproc", type=positive_int, default=1, help="number of GPUs (default 1)")
     add_accum_sync_argument(p)
+    add_cross_entropy_argument(p)
     p.add_argument("--margin", type=float, default=None, metavar="PCT", help="percent of GPU memory kept free (default 5)")
     p.add_argument("--plot", metavar="FILE", help="chart of the options (memory vs the GPU, samples/s) to FILE")
     length = p.add_mutually_exclusive_group()
@@ -56,7 +63,7 @@ def run(args) -> int:
                            "`gpuwise estimate --checkpointing selective` gives its memory")
     kw = dict(precision=args.precision, optimizer=args.optimizer, checkpointing=args.checkpointing == "full",
               seq_len=args.seq_len, task=args.task, target_len=args.target_len, margin_pct=margin,
-              accum_sync=args.accum_sync)
+              accum_sync=args.accum_sync, cross_entropy=args.cross_entropy or "model")
     with console.err.status("tracing the options with fake tensors…"), StageProgress("fit") as progress:
         if args.gpu.strip().lower() == "all":
             results = fit_all_gpus(args.workload, args.nproc, args.batch_size, progress=progress, **kw)

@@ -176,7 +176,8 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
              freeze: Any = None, offload_optimizer: bool = False, nproc: int = 1, strategy: str | None = None,
              lora_targets: Any = None, lora_alpha: float | None = None, lora_dropout: float | None = None,
              base_dtype: str | None = None, qlora_quant: str | None = None, bnb_version: str | None = None,
-             qlora_by: str | None = None, attn: str | None = None, zero_grad: str = "none",
+             qlora_by: str | None = None, cross_entropy: str | None = None, attn: str | None = None,
+             zero_grad: str = "none",
              module_loading: str | None = None, keep_last_loss: bool = False,
              softmax_saves_input: bool = False,
              layer_checkpointing: int | None = None, on_progress: Progress | None = None,
@@ -194,7 +195,9 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     names, default all linear layers), `lora_alpha`, `lora_dropout`, `base_dtype` (fp32 / bf16 / fp16: the
     frozen base's storage), `qlora_quant` (nf4-dq, nf4, fp4), `bnb_version` (the bitsandbytes release
     to emulate where its memory differs: plan/tracing/bnb_versions.py) and `qlora_by` ("transformers" /
-    "lightning": who quantizes the base, plan/tracing/modes.py QLORA_BY). `nproc` GPUs split by `strategy`
+    "lightning": who quantizes the base, plan/tracing/modes.py QLORA_BY). `cross_entropy` ("model", "chunked",
+    "fused-linear"): a causal LM's loss as the model computes it, as torchtune's chunked loss or as Liger's fused
+    linear cross-entropy does (plan/tracing/losses.py). `nproc` GPUs split by `strategy`
     (ddp, zero1, zero2, fsdp, fsdp-grad-op, hsdp; ddp by default over nproc > 1): one rank's memory, the
     single-GPU trace transformed (plan/memory/sharding.py), `batch_size` per rank.
 
@@ -245,7 +248,8 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
                                                      ranks=nproc if sampling == "epoch" else None, target_len=target_len)
     modes = make_modes(grad_accum, lora, qlora, freeze, offload_optimizer, lora_targets=lora_targets,
                        lora_alpha=lora_alpha, lora_dropout=lora_dropout, base_dtype=base_dtype,
-                       qlora_quant=qlora_quant, bnb_version=bnb_version, qlora_by=qlora_by)
+                       qlora_quant=qlora_quant, bnb_version=bnb_version, qlora_by=qlora_by,
+                       cross_entropy=cross_entropy)
     check_target(target)
     split = make_split(nproc, strategy, param_dtype=fsdp_param_dtype, reduce_dtype=fsdp_reduce_dtype,
                        accum_sync=accum_sync)

@@ -5,7 +5,7 @@ training's numerics (NOTES), the code to write (CODE), the optional packages it 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..optional_libs import sized_without_notes
@@ -75,15 +75,18 @@ def mixed_precision(spec: GpuSpec) -> str:
 
 
 def variants(spec: GpuSpec, nproc: int, precision: str, optimizer: str | None, checkpointing: bool,
-             adapters: bool = True, accum_sync: str = "last") -> list[Variant]:
+             adapters: bool = True, accum_sync: str = "last", cross_entropy: str = "model") -> list[Variant]:
     """The candidates, as given first. `adapters`: the model has linear layers for LoRA / QLoRA.
-    `accum_sync`: when the multi-GPU options reduce their gradients under accumulation (split.py ACCUM_SYNCS)."""
+    `accum_sync`: when the multi-GPU options reduce their gradients under accumulation (split.py ACCUM_SYNCS).
+    `cross_entropy`: the causal LM's loss in every option (plan/tracing/losses.py)."""
     mixed = mixed_precision(spec)
     one = Split()
     opt = optimizer or "adamw"
-    out = [Variant("as given", StepConfig(optimizer, precision, checkpointing), TrainingModes(), one, ())]
+    given = TrainingModes(cross_entropy=cross_entropy)
+    out = [Variant("as given", StepConfig(optimizer, precision, checkpointing), given, one, ())]
 
     def add(name, prec, ckpt, opt_name, modes=TrainingModes(), split=one, keys=()):
+        modes = replace(modes, cross_entropy=cross_entropy)
         v = Variant(name, StepConfig(opt_name, prec, ckpt), modes, split, tuple(keys))
         if all((v.config, v.modes, v.split) != (o.config, o.modes, o.split) for o in out):
             out.append(v)
@@ -140,6 +143,8 @@ def changes_of(v: Variant, micro: int, accum: int, nproc: int, blocks: str = MOD
         c["qlora"] = True
     if v.modes.offload_optimizer:
         c["offload_optimizer"] = True
+    if v.modes.cross_entropy != "model":
+        c["cross_entropy"] = v.modes.cross_entropy
     keys = [k for k in v.keys if k in CODE]
     if accum > 1:
         keys.append("accum")
@@ -175,6 +180,8 @@ def step_flags(v: Variant, micro: int, accum: int) -> list[str]:
         args += ["--lora", str(v.modes.lora_rank)]
     if v.modes.offload_optimizer:
         args.append("--offload-optimizer")
+    if v.modes.cross_entropy != "model":
+        args += ["--cross-entropy", v.modes.cross_entropy]
     if accum > 1:
         args += ["--grad-accum", str(accum)]
     return args
@@ -200,9 +207,10 @@ TRAINABLE_STRATEGIES = ("single", "ddp", "fsdp", "fsdp-grad-op", "hsdp")  # scal
 
 def train_args(source: list[str], v: Variant, micro: int, accum: int) -> list[str] | None:
     """The `gpuwise train` arguments that run one option (None where train does not: ZeRO-1/2 without FSDP,
-    pipeline, optimizer offload, accumulation reducing every micro-batch: train syncs on the last one only).
+    pipeline, optimizer offload, accumulation reducing every micro-batch: train syncs on the last one only;
+    a chunked or fused cross-entropy: train runs the model's own loss).
     `source` as `source_args` gives it (estimate's --task is not train's)."""
-    if v.split.strategy not in TRAINABLE_STRATEGIES or v.modes.offload_optimizer:
+    if v.split.strategy not in TRAINABLE_STRATEGIES or v.modes.offload_optimizer or v.modes.cross_entropy != "model":
         return None
     if accum > 1 and v.split.sync_every_micro_step:
         return None

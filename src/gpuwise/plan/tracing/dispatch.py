@@ -227,7 +227,7 @@ class TraceMode(_dispatch_mode_base()):
                else func(*args, **kwargs))
         if self.count_flops:
             formula = self._flop_registry.get(func.overloadpacket)
-            op_flops = int(formula(*args, **kwargs, out_val=out)) if formula is not None else 0
+            op_flops = int(formula(*_operands(func, args), **kwargs, out_val=out)) if formula is not None else 0
             if formula is None and name in CUDNN_RNN_OPS:  # no torch formula: the GEMMs cuDNN runs
                 op_flops = cudnn_rnn_flops(name, args)
             elif formula is None and name == GROUPED_MM_NAME:
@@ -305,3 +305,15 @@ def _accumulating_grad(remember: bool = True) -> bool:
             node.metadata[_RAN] = {task}  # its first backward: in the scope of the module that made it
         return False
     return task not in ran_in
+
+
+# mm / bmm / addmm / baddbmm's `.dtype` and `.dtype_out` overloads (torch >= 2.8: a 16-bit product accumulated
+# into float32, `addmm(..., out_dtype=torch.float32, out=)`) take the output dtype after their operands, where
+# torch's flop formulas take `out_shape`
+_OPERANDS = {"mm": 2, "bmm": 2, "addmm": 3, "baddbmm": 3}
+
+
+def _operands(func, args: tuple) -> tuple:
+    if func._overloadname in ("dtype", "dtype_out") and func.overloadpacket.__name__ in _OPERANDS:
+        return args[:_OPERANDS[func.overloadpacket.__name__]]
+    return args

@@ -44,6 +44,7 @@ from ...step import hold_loss
 from ...workload import Workload
 from ..memory.events import MemEvent, MemoryTrace
 from .bnb_versions import bitsandbytes_as, parse_version, quantizes_from_fp16
+from .losses import CROSS_ENTROPY, CROSS_ENTROPY_NAMES, causal_lm_loss, check_cross_entropy
 
 LORA_ALPHA_PER_RANK = 2
 QLORA_BLOCKSIZE = 64       # bitsandbytes Linear4bit default blocksize for 4-bit weights
@@ -64,6 +65,7 @@ class TrainingModes:
     qlora_quant: str = "nf4-dq"
     bnb_version: str | None = None                # the bitsandbytes release emulated (None: installed)
     qlora_by: str = "transformers"                # who quantizes the base: QLORA_BY
+    cross_entropy: str = "model"                  # a causal LM's loss: losses.CROSS_ENTROPY
 
     def __post_init__(self):
         if isinstance(self.grad_accum, bool) or not isinstance(self.grad_accum, int) or self.grad_accum < 1:
@@ -78,6 +80,8 @@ class TrainingModes:
             raise GpuwiseError(f"--qlora-quant must be one of {', '.join(QLORA_QUANTS)}, got {self.qlora_quant!r}")
         if self.qlora_by not in QLORA_BY:
             raise GpuwiseError(f"--qlora-by must be one of {', '.join(QLORA_BY)}, got {self.qlora_by!r}")
+        if self.cross_entropy not in CROSS_ENTROPY:
+            raise GpuwiseError(f"--cross-entropy must be one of {', '.join(CROSS_ENTROPY)}, got {self.cross_entropy!r}")
         if self.qlora_by != "transformers" and not self.qlora:
             raise GpuwiseError("--qlora-by applies to --qlora")
         if self.bnb_version is not None:
@@ -127,6 +131,8 @@ class TrainingModes:
             out.append("frozen: " + ", ".join(self.freeze))
         if self.offload_optimizer:
             out.append("optimizer state offloaded to the CPU")
+        if self.cross_entropy != "model":
+            out.append(CROSS_ENTROPY_NAMES[self.cross_entropy])
         return out
 
 
@@ -150,7 +156,7 @@ def make_modes(grad_accum: int = 1, lora: int | bool | None = None, qlora: bool 
                lora_targets: Sequence[str] | str | None = None, lora_alpha: float | None = None,
                lora_dropout: float | None = None, base_dtype: str | None = None,
                qlora_quant: str | None = None, bnb_version: str | None = None,
-               qlora_by: str | None = None) -> TrainingModes:
+               qlora_by: str | None = None, cross_entropy: str | None = None) -> TrainingModes:
     if qlora_quant is not None and not qlora:
         raise GpuwiseError("--qlora-quant applies to --qlora")
     if isinstance(lora_targets, str):
@@ -164,14 +170,18 @@ def make_modes(grad_accum: int = 1, lora: int | bool | None = None, qlora: bool 
     return TrainingModes(grad_accum, lora, bool(qlora), tuple(freeze or ()), bool(offload_optimizer),
                          tuple(lora_targets) if lora_targets else None,
                          None if lora_alpha is None else float(lora_alpha), float(lora_dropout or 0.0),
-                         base_dtype, qlora_quant or "nf4-dq", bnb_version, qlora_by or "transformers")
+                         base_dtype, qlora_quant or "nf4-dq", bnb_version, qlora_by or "transformers",
+                         cross_entropy or "model")
 
 
 def apply_modes(wl: Workload, modes: TrainingModes, precision: str = "fp32") -> Workload:
     """A workload whose model / loss carry the modes (the same object when there are none to apply)."""
-    if modes.grad_accum == 1 and not modes.adapters and not modes.freeze:
+    if modes.grad_accum == 1 and not modes.adapters and not modes.freeze and modes.cross_entropy == "model":
         return wl
     base_build, base_loss = wl.build_model, wl.compute_loss
+    if modes.cross_entropy != "model":
+        check_cross_entropy(modes.cross_entropy, wl)
+        base_loss = causal_lm_loss(modes.cross_entropy, wl.spec, wl.hf_config)  # type: ignore[attr-defined]
 
     def model():
         # With adapters the base arrives in its storage dtype (4-bit / 16-bit), as from_pretrained with

@@ -29,6 +29,12 @@ class ModuleScope:
             name = self.names.get(module, "")
         return name
 
+    def name_from(self, model) -> None:
+        """Name every module by its path in `model`, whichever of them a loss calls first (a loss that runs the
+        model's body and head itself, plan/tracing/losses.py, names them as the model's own forward does)."""
+        for name, sub in model.named_modules():
+            self.names.setdefault(sub, name)
+
     def _pre(self, module, _inputs) -> None:
         self.stack.append(self._name(module))
 

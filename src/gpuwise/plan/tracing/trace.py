@@ -235,6 +235,7 @@ def _trace_once(workload, batch_size: int, config: StepConfig, target: str, fake
         stack.enter_context(node_prehooks(mode.sums, lambda: len(mode.rec.blocks)))
         with mode.following_construction() if layers is not None else contextlib.nullcontext():
             model = build_model_for_trace(workload, fake_mode if fake else None, mode)
+        tracker.name_from(model)
         attn_note = set_attn_implementation(model, attn)
         if attn_note:
             mode.notes.append(attn_note)

@@ -1,0 +1,174 @@
+"""--cross-entropy: a causal LM's loss traced as torchtune's chunked loss and Liger's fused linear cross-entropy
+compute it (plan/tracing/losses.py): the same loss and gradients as the model's own on real tensors, and on a
+fake trace at Llama-3-8B's widths the buffers those libraries allocate instead of the float32 logits."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from gpuwise.errors import GpuwiseError  # noqa: E402
+from gpuwise.plan.tracing.losses import causal_lm_loss  # noqa: E402
+
+KINDS = ("fused", "chunked", "fused-linear")
+
+
+def _grads(model):
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma2"])
+def test_each_loss_gives_the_models_own_loss_and_gradients(family):
+    """On real CPU tensors: the loss value and every parameter's gradient match the model's own loss (ForCausalLMLoss)
+    within float32 rounding; Gemma 2 caps its logits (final_logit_softcapping), which both losses apply."""
+    common = dict(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=16)
+    cfg = (transformers.LlamaConfig(**common) if family == "llama"
+           else transformers.Gemma2Config(**common, final_logit_softcapping=30.0, attn_logit_softcapping=None))
+    assert family == "llama" or cfg.final_logit_softcapping == 30.0
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(cfg)
+    model.train()
+    ids = torch.randint(0, 1000, (3, 37))  # 111 tokens: Liger's chunks (16 rows) do not divide them
+    batch = {"input_ids": ids, "labels": ids}
+    own = model(**batch).loss
+    own.backward()
+    expected = _grads(model)
+    for kind in KINDS:
+        model.zero_grad(set_to_none=True)
+        loss = causal_lm_loss(kind, "tiny", cfg)(model, batch)
+        loss.backward()
+        got = _grads(model)
+        assert got.keys() == expected.keys()
+        assert loss.item() == pytest.approx(own.item(), rel=1e-5), kind
+        for name, g in got.items():
+            torch.testing.assert_close(g, expected[name], rtol=1e-4, atol=1e-6, msg=f"{kind}: {name}")
+
+
+@pytest.fixture(scope="module")
+def llama3_widths(tmp_path_factory):
+    """Llama-3.1-8B's widths (4096 wide, 14336 MLP, 32/8 heads, 128256 vocabulary), two blocks: the head's logits
+    are the step's largest tensors."""
+    cfg = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 4096,
+           "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 2,
+           "vocab_size": 128256, "max_position_embeddings": 8192, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+           "tie_word_embeddings": False}
+    path = tmp_path_factory.mktemp("llama3") / "config.json"
+    path.write_text(json.dumps(cfg))
+    return str(path)
+
+
+def _traced(path, kind, **kw):
+    from gpuwise.plan import estimate
+
+    return estimate(path, 1, precision="bf16", seq_len=2048, gpu="H100", search_max_batch=False, lora=16,
+                    cross_entropy=kind, **kw)
+
+
+def _allocs(est):
+    return [e for e in est.trace.events[est.trace.steady_start:] if e.action == "alloc"]
+
+
+@pytest.fixture(scope="module")
+def traced(llama3_widths):
+    return {kind: _traced(llama3_widths, kind) for kind in ("model",) + KINDS}
+
+
+def test_the_fused_linear_loss_allocates_liger_buffers_not_the_logits(traced):
+    """LoRA on Llama-3-8B widths, 2048 tokens, bf16 on an H100. The model's own loss makes the float32 logits
+    (2048 x 128256 x 4 bytes); Liger's never does: its largest loss buffers are the head's gradient-sized
+    `grad_weight` only where the head trains (here it is frozen: none), a chunk of next_power_of_2(2048 / 32) = 64
+    tokens' bf16 logits, and the input's gradient (2048 x 4096)."""
+    tokens, vocab, hidden = 2048, 128256, 4096
+    fp32_logits = tokens * vocab * 4
+    own = _allocs(traced["model"])
+    fused = _allocs(traced["fused-linear"])
+    assert any(e.nbytes == fp32_logits for e in own)
+    assert not any(e.nbytes >= tokens * vocab * 2 for e in fused)
+    assert any(e.nbytes == 64 * vocab * 2 for e in fused)       # one chunk's logits
+    assert not any(e.nbytes == vocab * hidden * 4 for e in fused)  # the head is frozen: no grad_weight
+    saved = traced["model"].peak_allocated_bytes - traced["fused-linear"].peak_allocated_bytes
+    assert saved > fp32_logits  # at least the float32 logits (and their gradient) are gone from the peak
+
+
+def test_the_chunked_loss_upcasts_one_chunk_at_a_time(traced):
+    """torchtune's chunked loss keeps the head's bf16 logits in 8 chunks (256 tokens each) and upcasts one chunk
+    at a time: float32 chunks of 256 x 128256, no float32 copy of all 2048 tokens' logits; its peak lies between
+    the model's own and Liger's."""
+    tokens, vocab = 2048, 128256
+    chunked = _allocs(traced["chunked"])
+    assert any(e.nbytes == tokens // 8 * vocab * 2 for e in chunked)
+    assert any(e.nbytes == tokens // 8 * vocab * 4 for e in chunked)
+    assert not any(e.nbytes == tokens * vocab * 4 for e in chunked)
+    peaks = {k: t.peak_allocated_bytes for k, t in traced.items()}
+    assert peaks["fused-linear"] < peaks["chunked"] < peaks["model"]
+
+
+def test_the_fused_loss_keeps_the_16_bit_logits_and_makes_their_gradient(traced):
+    """flash-attn's loss (llm-foundry's default): the model's bf16 logits, kept for the backward, which makes
+    their bf16 gradient; float32 rows of loss and log-sum-exp, no float32 logits."""
+    tokens, vocab = 2048, 128256
+    fused = _allocs(traced["fused"])
+    assert not any(e.nbytes == tokens * vocab * 4 for e in fused)
+    assert sum(e.nbytes == tokens * vocab * 2 and e.phase == "forward" for e in fused) == 1   # the logits
+    assert sum(e.nbytes == tokens * vocab * 2 and e.phase == "backward" for e in fused) >= 1  # their gradient
+    assert sum(e.nbytes == tokens * 4 and e.op == "gpuwise.xentropy_fwd" for e in fused) == 2
+    assert traced["fused"].peak_allocated_bytes < traced["model"].peak_allocated_bytes
+
+
+def test_a_trained_head_gets_ligers_float32_gradient_buffer(llama3_widths):
+    """Full fine-tuning trains the head: Liger's `grad_weight` is zeros_like the head's fp32 weight (bf16 autocast
+    keeps fp32 master weights), 128256 x 4096 x 4 bytes, accumulated in place chunk by chunk."""
+    from gpuwise.plan import estimate
+
+    est = estimate(llama3_widths, 1, precision="bf16", seq_len=512, gpu="H100", search_max_batch=False,
+                   cross_entropy="fused-linear")
+    assert any(e.nbytes == 128256 * 4096 * 4 and e.phase == "forward" for e in _allocs(est))
+
+
+def test_the_loss_choice_is_refused_where_it_does_not_apply(tmp_path):
+    from gpuwise.plan import estimate
+
+    with pytest.raises(GpuwiseError, match="computes its own loss"):
+        estimate("examples:gpt-mini", 2, cross_entropy="fused-linear")
+    with pytest.raises(GpuwiseError, match="trained as seq-cls"):
+        estimate("examples/configs/llama-2-7b.json", 1, task="seq-cls", cross_entropy="chunked")
+    with pytest.raises(GpuwiseError, match="--cross-entropy must be one of"):
+        estimate("examples/configs/llama-2-7b.json", 1, cross_entropy="liger")
+    cohere = tmp_path / "config.json"
+    cohere.write_text(json.dumps({"model_type": "cohere", "hidden_size": 64, "intermediate_size": 128,
+                                  "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 512,
+                                  "logit_scale": 0.0625}))
+    with pytest.raises(GpuwiseError, match="logit_scale=0.0625.*cannot tell"):
+        estimate(str(cohere), 1, cross_entropy="fused-linear")
+    assert estimate(str(cohere), 1, cross_entropy="fused").peak_allocated_bytes > 0  # the model's own logits
+
+
+def test_fit_options_carry_the_loss_into_their_estimate_commands():
+    """Every fit option is traced with the given loss, and its estimate_cmd says it (so it reproduces the option)."""
+    from gpuwise.plan.catalog import lookup
+    from gpuwise.plan.fit_options import changes_of, estimate_args, train_args, variants
+
+    options = variants(lookup("rtx4090"), 1, "fp32", None, False, cross_entropy="fused-linear")
+    assert len(options) > 5 and {v.modes.cross_entropy for v in options} == {"fused-linear"}
+    for v in options:
+        args = estimate_args("cfg.json", "rtx4090", v, 2, 1, 5.0)
+        assert args[args.index("--cross-entropy") + 1] == "fused-linear"
+        assert changes_of(v, 2, 1, 1)["cross_entropy"] == "fused-linear"
+        assert train_args(["cfg.json"], v, 2, 1) is None  # train runs the model's own loss
+    plain = variants(lookup("rtx4090"), 1, "fp32", None, False)
+    assert all("--cross-entropy" not in estimate_args("cfg.json", "rtx4090", v, 2, 1, 5.0) for v in plain)
+
+
+def test_a_deep_model_with_a_fused_loss_is_rebuilt_from_its_blocks():
+    """The loss runs the model's body and head itself; its modules keep the names the model's own forward gives
+    them (scope.name_from), so Llama-2-7B's 32 blocks are rebuilt from 3 and 4, checked event for event."""
+    from gpuwise.plan import estimate
+
+    est = estimate("examples/configs/llama-2-7b.json", 2, precision="bf16", seq_len=256, gpu="rtx4090",
+                   search_max_batch=False, lora=16, checkpointing=True, cross_entropy="fused-linear")
+    assert any(n.startswith("repeated blocks: traced with 3 and 4 of 32 blocks") and "exact" in n for n in est.notes)
