@@ -14,7 +14,8 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..speed.ops import CUDNN_RNN_OPS, GROUPED_MM_NAME, OpCosts, cudnn_rnn_flops, grouped_mm_flops
+from ..speed.composite_ops import cudnn_rnn_flops, grouped_mm_flops
+from ..speed.ops import CUDNN_RNN_OPS, GROUPED_MM_NAME, OpCosts
 from . import grouped_mm
 from .accumulation import InputBufferSums
 from .kernels import FRESH_ZEROS_OPS, INPLACE_WITHOUT_MODE, output_bytes, promotion_copies_bytes, workspace

@@ -13,7 +13,7 @@ to 16 bytes on CUDA), with no other allocation: the fallback copies only the off
 
 from __future__ import annotations
 
-from ..speed.ops import grouped_mm_operands
+from ..speed.composite_ops import grouped_mm_operands
 
 
 def _op():
