@@ -172,3 +172,31 @@ def test_a_deep_model_with_a_fused_loss_is_rebuilt_from_its_blocks():
     est = estimate("examples/configs/llama-2-7b.json", 2, precision="bf16", seq_len=256, gpu="rtx4090",
                    search_max_batch=False, lora=16, checkpointing=True, cross_entropy="fused-linear")
     assert any(n.startswith("repeated blocks: traced with 3 and 4 of 32 blocks") and "exact" in n for n in est.notes)
+
+
+def test_fit_weighs_the_fused_loss_where_the_logits_are_heavy():
+    """fit weighs Liger's fused linear cross-entropy (full and LoRA, with checkpointing) for a causal LM whose float32
+    logits of one sample are >= 1 % of the card: Llama 3's 128k vocabulary at 2048 tokens on a 24 GB card, not
+    Llama 2's 32k at 512; not when a loss was given; and running it takes liger-kernel."""
+    from gpuwise.hf import hf_workload
+    from gpuwise.plan.catalog import lookup
+    from gpuwise.plan.fit_options import heavy_logits, needed, notes_of, variants
+
+    card = lookup("rtx4090")
+    assert heavy_logits(hf_workload("benchmarks/published/configs/llama-3.1-8b.json", 2048, "causal-lm"), card.memory_bytes)
+    assert not heavy_logits(hf_workload("examples/configs/llama-2-7b.json", 512, "causal-lm"), card.memory_bytes)
+    assert not heavy_logits(hf_workload("benchmarks/published/configs/llama-3.1-8b.json", 2048, "seq-cls"),
+                            card.memory_bytes)
+    options = variants(card, 1, "fp32", None, False, heavy_logits=True)
+    liger = [v for v in options if v.modes.cross_entropy == "fused-linear"]
+    assert [v.name for v in liger] == ["bf16 + checkpointing + fused linear CE",
+                                       "LoRA r16 (bf16) + checkpointing + fused linear CE"]
+    assert all("liger_kernel" in needed(v) for v in liger)
+    assert all(v.modes.cross_entropy == "model" for v in options if v not in liger)
+    assert len(options) == len(variants(card, 1, "fp32", None, False)) + 2
+    assert not any(v.modes.cross_entropy == "fused-linear"
+                   for v in variants(card, 1, "fp32", None, False, cross_entropy="chunked", heavy_logits=True))
+    from gpuwise.plan.fit_options import NOTES
+    from gpuwise.plan.point import Point
+
+    assert NOTES["fused-linear"] in notes_of(liger[0], 1, 1, Point(0, 0))

@@ -39,6 +39,7 @@ from .fit_options import (
     blocks_code,
     changes_of,
     estimate_args,
+    heavy_logits,
     needed,
     notes_of,
     source_args,
@@ -268,7 +269,8 @@ def candidates_on(ev: Evaluator, spec: GpuSpec, nproc: int, precision: str, opti
     limit = spec.memory_bytes * (1 - margin_pct / 100)
     adapters = getattr(ev.wl, "hf_config", None) is not None
     accum_sync = make_split(nproc, None if nproc > 1 else "single", accum_sync=accum_sync).accum_sync
-    candidates = variants(spec, nproc, precision, optimizer, checkpointing, adapters, accum_sync, cross_entropy)
+    candidates = variants(spec, nproc, precision, optimizer, checkpointing, adapters, accum_sync, cross_entropy,
+                          heavy_logits(ev.wl, spec.memory_bytes))
     floor_of = {v.name: state_floor(ev, v) for v in candidates}
     floors = {name: f for name, f in floor_of.items() if f is not None and f > limit}
     whole = {v.name: _whole_first(v, floor_of[v.name], limit) for v in candidates}

@@ -29,6 +29,8 @@ NOTES = {
     "lora": "LoRA: only rank-r adapters train (not a full fine-tune); quality depends on rank and task",
     "qlora": "QLoRA: frozen base in NF4 (quantization error in the base; matched 16-bit LoRA in the QLoRA paper)",
     "offload": "same math; the optimizer step runs on the CPU (PCIe and host-memory bound)",
+    "fused-linear": "same loss and gradients (Liger's fused linear cross-entropy: summed chunk by chunk, float "
+                    "rounding order differs); the float32 logits are never made",
     "accum": "same effective batch in {k} micro-batches of {m}",
     "accum-bn": "same effective batch in {k} micro-batches of {m} (BatchNorm statistics see {m} samples)",
     "ddp": "same math as one GPU with the batch x N",
@@ -48,6 +50,8 @@ CODE = {
     "qlora": "from_pretrained(..., quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="
              "'nf4', bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=torch.bfloat16)) + LoRA",
     "offload": "DeepSpeed zero_optimization.offload_optimizer.device='cpu' (or FSDP2 CPUOffloadPolicy)",
+    "fused-linear": "liger_kernel.transformers.apply_liger_kernel_to_<model>(rope=False, rms_norm=False, swiglu=False)"
+                    "  # Liger's fused linear cross-entropy only (its default); Trainer: use_liger_kernel=True",
     "accum": "loss / {k} .backward() for {k} micro-batches of {m}, then opt.step(); opt.zero_grad()",
     "ddp": "torchrun --nproc-per-node {n} ...; model = DistributedDataParallel(model)",
     "zero1": "DeepSpeed zero_optimization.stage=1",
@@ -75,10 +79,13 @@ def mixed_precision(spec: GpuSpec) -> str:
 
 
 def variants(spec: GpuSpec, nproc: int, precision: str, optimizer: str | None, checkpointing: bool,
-             adapters: bool = True, accum_sync: str = "last", cross_entropy: str = "model") -> list[Variant]:
+             adapters: bool = True, accum_sync: str = "last", cross_entropy: str = "model",
+             heavy_logits: bool = False) -> list[Variant]:
     """The candidates, as given first. `adapters`: the model has linear layers for LoRA / QLoRA.
     `accum_sync`: when the multi-GPU options reduce their gradients under accumulation (split.py ACCUM_SYNCS).
-    `cross_entropy`: the causal LM's loss in every option (plan/tracing/losses.py)."""
+    `cross_entropy`: the causal LM's loss in every option (plan/tracing/losses.py). `heavy_logits`: a causal LM
+    whose float32 logits are a large part of the card (`heavy_logits`): Liger's fused linear cross-entropy is
+    weighed too, where the given loss is the model's own."""
     mixed = mixed_precision(spec)
     one = Split()
     opt = optimizer or "adamw"
@@ -86,7 +93,8 @@ def variants(spec: GpuSpec, nproc: int, precision: str, optimizer: str | None, c
     out = [Variant("as given", StepConfig(optimizer, precision, checkpointing), given, one, ())]
 
     def add(name, prec, ckpt, opt_name, modes=TrainingModes(), split=one, keys=()):
-        modes = replace(modes, cross_entropy=cross_entropy)
+        if modes.cross_entropy == "model":
+            modes = replace(modes, cross_entropy=cross_entropy)
         v = Variant(name, StepConfig(opt_name, prec, ckpt), modes, split, tuple(keys))
         if all((v.config, v.modes, v.split) != (o.config, o.modes, o.split) for o in out):
             out.append(v)
@@ -106,6 +114,13 @@ def variants(spec: GpuSpec, nproc: int, precision: str, optimizer: str | None, c
             keys=(mixed, "lora", "checkpointing"))
         add(f"QLoRA r16 ({mixed}) + checkpointing", mixed, True, opt, TrainingModes(lora_rank=16, qlora=True),
             keys=(mixed, "qlora", "checkpointing"))
+    if heavy_logits and cross_entropy == "model":
+        liger = TrainingModes(cross_entropy="fused-linear")
+        add(f"{mixed} + checkpointing + fused linear CE", mixed, True, opt, liger,
+            keys=(mixed, "checkpointing", "fused-linear"))
+        if adapters:
+            add(f"LoRA r16 ({mixed}) + checkpointing + fused linear CE", mixed, True, opt,
+                replace(liger, lora_rank=16), keys=(mixed, "lora", "checkpointing", "fused-linear"))
     if nproc > 1:
         strategies = ["ddp", "zero1", "zero2", "fsdp", "fsdp-grad-op", "pipeline"]
         if nproc > DEFAULT_NODE_SIZE:
@@ -119,6 +134,21 @@ def variants(spec: GpuSpec, nproc: int, precision: str, optimizer: str | None, c
             add(f"ddp x{nproc} + LoRA r16 ({mixed})", mixed, False, opt, TrainingModes(lora_rank=16),
                 Split("ddp", nproc, accum_sync=accum_sync), keys=(mixed, "lora", "ddp"))
     return out
+
+
+HEAVY_LOGITS = 0.01  # one sample's float32 logits at least this fraction of the card: weigh the fused loss
+
+
+def heavy_logits(wl: Any, memory_bytes: int) -> bool:
+    """A model config's causal LM whose float32 logits for one sample (seq_len x vocab x 4 bytes; the model's own
+    loss holds several such copies per sample at its peak) are at least HEAVY_LOGITS of `memory_bytes`: Llama 3's
+    128k vocabulary at 2048 tokens is 1 GiB, 4 % of a 24 GB card; Llama 2's 32k at 512 tokens 0.3 %."""
+    cfg = getattr(wl, "hf_config", None)
+    if cfg is None or getattr(wl, "task", None) != "causal-lm" or not getattr(wl, "seq_len", None):
+        return False
+    text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    vocab = int(getattr(text, "vocab_size", 0) or 0)
+    return wl.seq_len * vocab * 4 >= HEAVY_LOGITS * memory_bytes
 
 
 MODEL_BLOCKS = "model.model.layers"  # a causal LM's blocks, where the model's own are not known
@@ -239,6 +269,7 @@ def source_args(workload: Any, wl: Any) -> list[str] | None:
 def needed(v: Variant) -> list[str]:
     """The optional packages running `v` takes."""
     out = ["bitsandbytes"] if v.config.optimizer == "adamw8bit" or v.modes.qlora else []
+    out += ["liger_kernel"] if v.modes.cross_entropy == "fused-linear" else []  # traced without it (losses.py)
     return out + (["peft"] if v.modes.adapters else [])
 
 

@@ -9,11 +9,11 @@ tensors. Three ways people avoid them, each traced here as its code runs it, on 
   in the compute dtype, no float32 copy; the kernel makes a float32 loss and log-sum-exp per token and keeps the
   logits for its backward, which makes their gradient (`empty_like(logits)`). Its two kernels are
   `gpuwise::xentropy_fwd` / `gpuwise::xentropy_bwd` here: outputs only, computed on real tensors.
-
 - "chunked": torchtune's `CEWithChunkedOutputLoss` (torchtune/modules/loss/ce_chunked_output_loss.py, 8 chunks,
   with `TransformerDecoder.chunked_output`): the head runs on 8 chunks of the sequence (its logits, in the
   compute dtype, all kept), and each chunk is upcast and cross-entropied alone, `reduction="sum"`, over the
-  number of labelled tokens. The float32 copy is one chunk's at a time.
+  number of labelled tokens: the float32 copy is one chunk's at a time (the float32 log-softmax each chunk's
+  cross-entropy keeps for the backward is every chunk's).
 - "fused-linear": Liger-Kernel's `LigerFusedLinearCrossEntropyFunction` (linkedin/Liger-Kernel
   src/liger_kernel/ops/fused_linear_cross_entropy.py, commit 00eba634; what `TrainingArguments(use_liger_kernel=True)`
   patches into a transformers model): the hidden states are cut into chunks of
@@ -32,6 +32,7 @@ gradients can be checked against the model's own.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from ...errors import GpuwiseError
@@ -43,92 +44,83 @@ CROSS_ENTROPY_NAMES = {"fused": "fused cross-entropy (flash-attn's CrossEntropyL
 TORCHTUNE_CHUNKS = 8  # torchtune's CEWithChunkedOutputLoss(num_output_chunks=8)
 IGNORE_INDEX = -100
 
-_OP = None
 
-
+@functools.cache
 def _kernel():
     """The in-place cross-entropy kernel (registered once, on first use)."""
-    global _OP
-    if _OP is None:
-        import torch
+    import torch
 
-        @torch.library.custom_op("gpuwise::cross_entropy_grad_", mutates_args=("logits", "loss"),
-                                 schema="(Tensor(a!) logits, Tensor target, Tensor(b!) loss, Tensor n_valid, "
-                                        "float softcap) -> ()")
-        def cross_entropy_grad_(logits, target, loss, n_valid, softcap):
-            x = logits.float()
-            if softcap > 0:
-                x = softcap * torch.tanh(x / softcap)
-            valid = target != IGNORE_INDEX
-            safe = target.clamp(min=0)
-            lse = torch.logsumexp(x, dim=-1)
-            n = n_valid.float().clamp(min=1)
-            loss.copy_(torch.where(valid, lse - x.gather(1, safe[:, None]).squeeze(1), 0.0) / n)
-            grad = torch.softmax(x, dim=-1)
-            grad[torch.arange(len(safe)), safe] -= 1
-            if softcap > 0:  # d softcap*tanh(z/softcap) / dz
-                grad = grad * (1 - (x / softcap) ** 2)
-            logits.copy_(torch.where(valid[:, None], grad / n, 0.0))
+    @torch.library.custom_op("gpuwise::cross_entropy_grad_", mutates_args=("logits", "loss"),
+                             schema="(Tensor(a!) logits, Tensor target, Tensor(b!) loss, Tensor n_valid, "
+                                    "float softcap) -> ()")
+    def cross_entropy_grad_(logits, target, loss, n_valid, softcap):
+        x = logits.float()
+        if softcap > 0:
+            x = softcap * torch.tanh(x / softcap)
+        valid = target != IGNORE_INDEX
+        safe = target.clamp(min=0)
+        lse = torch.logsumexp(x, dim=-1)
+        n = n_valid.float().clamp(min=1)
+        loss.copy_(torch.where(valid, lse - x.gather(1, safe[:, None]).squeeze(1), 0.0) / n)
+        grad = torch.softmax(x, dim=-1)
+        grad[torch.arange(len(safe)), safe] -= 1
+        if softcap > 0:  # d softcap*tanh(z/softcap) / dz
+            grad = grad * (1 - (x / softcap) ** 2)
+        logits.copy_(torch.where(valid[:, None], grad / n, 0.0))
 
-        @cross_entropy_grad_.register_fake
-        def _(logits, target, loss, n_valid, softcap):
-            return None
+    @cross_entropy_grad_.register_fake
+    def _(logits, target, loss, n_valid, softcap):
+        return None
 
-        _OP = cross_entropy_grad_
-    return _OP
+    return cross_entropy_grad_
 
 
-_XENTROPY = None
-
-
+@functools.cache
 def _xentropy():
     """flash-attn's cross-entropy kernels (forward: loss and log-sum-exp per row, float32; backward: the logits'
     gradient, in their dtype), registered once."""
-    global _XENTROPY
-    if _XENTROPY is None:
-        import torch
+    import torch
 
-        @torch.library.custom_op("gpuwise::xentropy_fwd", mutates_args=(),
-                                 schema="(Tensor logits, Tensor labels) -> (Tensor, Tensor)")
-        def xentropy_fwd(logits, labels):
-            x = logits.float()
-            lse = torch.logsumexp(x, dim=-1)
-            picked = x.gather(1, labels.clamp(min=0)[:, None]).squeeze(1)
-            return torch.where(labels != IGNORE_INDEX, lse - picked, 0.0), lse
+    @torch.library.custom_op("gpuwise::xentropy_fwd", mutates_args=(),
+                             schema="(Tensor logits, Tensor labels) -> (Tensor, Tensor)")
+    def xentropy_fwd(logits, labels):
+        x = logits.float()
+        lse = torch.logsumexp(x, dim=-1)
+        picked = x.gather(1, labels.clamp(min=0)[:, None]).squeeze(1)
+        return torch.where(labels != IGNORE_INDEX, lse - picked, 0.0), lse
 
-        @xentropy_fwd.register_fake
-        def _(logits, labels):
-            rows = logits.new_empty(logits.shape[0], dtype=torch.float32)
-            return rows, torch.empty_like(rows)
+    @xentropy_fwd.register_fake
+    def _(logits, labels):
+        rows = logits.new_empty(logits.shape[0], dtype=torch.float32)
+        return rows, torch.empty_like(rows)
 
-        @torch.library.custom_op("gpuwise::xentropy_bwd", mutates_args=(),
-                                 schema="(Tensor dlosses, Tensor logits, Tensor lse, Tensor labels) -> Tensor")
-        def xentropy_bwd(dlosses, logits, lse, labels):
-            grad = torch.exp(logits.float() - lse[:, None])
-            grad[torch.arange(len(labels)), labels.clamp(min=0)] -= 1
-            grad = grad * torch.where(labels != IGNORE_INDEX, dlosses, 0.0)[:, None]
-            return grad.to(logits.dtype)
+    @torch.library.custom_op("gpuwise::xentropy_bwd", mutates_args=(),
+                             schema="(Tensor dlosses, Tensor logits, Tensor lse, Tensor labels) -> Tensor")
+    def xentropy_bwd(dlosses, logits, lse, labels):
+        grad = torch.exp(logits.float() - lse[:, None])
+        grad[torch.arange(len(labels)), labels.clamp(min=0)] -= 1
+        grad = grad * torch.where(labels != IGNORE_INDEX, dlosses, 0.0)[:, None]
+        return grad.to(logits.dtype)
 
-        @xentropy_bwd.register_fake
-        def _(dlosses, logits, lse, labels):
-            return torch.empty_like(logits)
+    @xentropy_bwd.register_fake
+    def _(dlosses, logits, lse, labels):
+        return torch.empty_like(logits)
 
-        class CrossEntropyLoss(torch.autograd.Function):
-            """flash-attn's CrossEntropyLossFunction: saves the logits, log-sum-exp and labels."""
+    class CrossEntropyLoss(torch.autograd.Function):
+        """flash-attn's CrossEntropyLossFunction: saves the logits, log-sum-exp and labels."""
 
-            @staticmethod
-            def forward(ctx, logits, labels):
-                losses, lse = xentropy_fwd(logits, labels)
-                ctx.save_for_backward(logits, lse, labels)
-                return losses
+        @staticmethod
+        def forward(ctx, logits, labels):
+            losses, lse = xentropy_fwd(logits, labels)
+            ctx.save_for_backward(logits, lse, labels)
+            return losses
 
-            @staticmethod
-            def backward(ctx, dlosses):
-                logits, lse, labels = ctx.saved_tensors
-                return xentropy_bwd(dlosses.contiguous(), logits, lse, labels), None
+        @staticmethod
+        def backward(ctx, dlosses):
+            logits, lse, labels = ctx.saved_tensors
+            return xentropy_bwd(dlosses.contiguous(), logits, lse, labels), None
 
-        _XENTROPY = CrossEntropyLoss
-    return _XENTROPY
+    return CrossEntropyLoss
 
 
 def _is_fake(t) -> bool:
@@ -196,6 +188,7 @@ def _fused_linear_forward(x, weight, target, softcap: float, capability: tuple[i
     return loss, grad_input, grad_weight
 
 
+@functools.cache
 def _fused_linear_function():
     import torch
 
