@@ -62,6 +62,7 @@ def parse_args(argv: list[str]) -> dict:
     p.add_argument("--fsdp-param-dtype")
     p.add_argument("--fsdp-reduce-dtype")
     p.add_argument("--accum-sync")
+    p.add_argument("--cross-entropy")
     a = p.parse_args(argv)
     return {"batch_size": a.batch_size, "seq_len": a.seq_len, "precision": a.precision, "gpu": a.gpu,
             "nproc": a.nproc, "strategy": a.strategy, "checkpointing": a.checkpointing, "lora": a.lora,
@@ -70,7 +71,7 @@ def parse_args(argv: list[str]) -> dict:
             "optimizer_impl": a.optimizer_impl, "zero_grad": a.zero_grad, "module_loading": a.module_loading,
             "softmax_saves_input": a.softmax_saves_input, "network_gbps": a.network_gbps,
             "fsdp_param_dtype": a.fsdp_param_dtype,
-            "fsdp_reduce_dtype": a.fsdp_reduce_dtype, "accum_sync": a.accum_sync}
+            "fsdp_reduce_dtype": a.fsdp_reduce_dtype, "accum_sync": a.accum_sync, "cross_entropy": a.cross_entropy}
 
 
 def predict_row(row: dict) -> dict:
@@ -219,6 +220,21 @@ def main() -> int:
     if args.ids:
         wanted = set(args.ids.split(","))
         rows = [r for r in rows if r["id"] in wanted]
+    saved = {r["id"]: r for r in json.load(open(RESULTS))["rows"]} if args.ids and os.path.exists(RESULTS) else {}
+    order = [r["id"] for r in all_rows]
+
+    def save(results: list[dict]) -> tuple[list[dict], dict]:
+        """The results so far (with --ids, merged into the saved ones: the other rows keep theirs), written
+        atomically after every row: an interrupted run loses nothing it predicted."""
+        merged = {**saved, **{r["id"]: r for r in results}}
+        rows_out = sorted((r for r in merged.values() if r["id"] in order), key=lambda r: order.index(r["id"]))
+        rows_out = mark_duplicates(rows_out, duplicate_of)
+        summ = summary(rows_out)
+        os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
+        write_atomic(RESULTS, json.dumps({"summary": summ, "rows": rows_out, "not_expressible": skipped}, indent=1)
+                     + "\n")
+        return rows_out, summ
+
     results = []
     for row in rows:
         if row["id"] in duplicate_of:  # one measurement, predicted once (with the row that states more)
@@ -229,16 +245,8 @@ def main() -> int:
         print(f"  measured {res['measured']:,.0f} predicted {res['predicted']:,.0f} ({res['error_pct']:+.1f} %)",
               file=sys.stderr, flush=True)
         results.append(res)
-    if args.ids and os.path.exists(RESULTS):  # merge into the saved results: the other rows keep theirs
-        saved = {r["id"]: r for r in json.load(open(RESULTS))["rows"]}
-        saved.update({r["id"]: r for r in results})
-        order = [r["id"] for r in all_rows]
-        results = sorted(saved.values(), key=lambda r: order.index(r["id"]) if r["id"] in order else len(order))
-        results = [r for r in results if r["id"] in order]
-    results = mark_duplicates(results, duplicate_of)
-    summ = summary(results)
-    os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
-    write_atomic(RESULTS, json.dumps({"summary": summ, "rows": results, "not_expressible": skipped}, indent=1) + "\n")
+        save(results)
+    results, summ = save(results)
     write_readme(table(results, skipped, summ))
     print(json.dumps(summ, indent=1))
     return 0
