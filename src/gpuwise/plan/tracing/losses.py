@@ -244,7 +244,7 @@ def check_cross_entropy(kind: str, wl) -> None:
         value = getattr(text, key, None)
         if value not in (None, False, 1, 1.0):
             raise GpuwiseError(f"--cross-entropy {kind}: {cfg.model_type}'s head has {key}={value!r}, which "
-                               "{CROSS_ENTROPY_NAMES[kind]} does not compute; cannot tell")
+                               f"{CROSS_ENTROPY_NAMES[kind]} does not compute; cannot tell")
 
 
 def causal_lm_loss(kind: str, source: str, cfg) -> Any:
