@@ -195,9 +195,9 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     names, default all linear layers), `lora_alpha`, `lora_dropout`, `base_dtype` (fp32 / bf16 / fp16: the
     frozen base's storage), `qlora_quant` (nf4-dq, nf4, fp4), `bnb_version` (the bitsandbytes release
     to emulate where its memory differs: plan/tracing/bnb_versions.py) and `qlora_by` ("transformers" /
-    "lightning": who quantizes the base, plan/tracing/modes.py QLORA_BY). `cross_entropy` ("model", "chunked",
-    "fused-linear"): a causal LM's loss as the model computes it, as torchtune's chunked loss or as Liger's fused
-    linear cross-entropy does (plan/tracing/losses.py). `nproc` GPUs split by `strategy`
+    "lightning": who quantizes the base, plan/tracing/modes.py QLORA_BY). `cross_entropy` ("model", "fused",
+    "chunked", "fused-linear"): a causal LM's loss as the model computes it, as flash-attn's fused cross-entropy,
+    torchtune's chunked loss or Liger's fused linear cross-entropy does (plan/tracing/losses.py). `nproc` GPUs split by `strategy`
     (ddp, zero1, zero2, fsdp, fsdp-grad-op, hsdp; ddp by default over nproc > 1): one rank's memory, the
     single-GPU trace transformed (plan/memory/sharding.py), `batch_size` per rank.
 

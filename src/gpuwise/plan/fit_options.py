@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ..hf import stack_config
 from ..optional_libs import sized_without_notes
 from ..step import StepConfig
 from .catalog import GpuSpec
@@ -146,8 +147,7 @@ def heavy_logits(wl: Any, memory_bytes: int) -> bool:
     cfg = getattr(wl, "hf_config", None)
     if cfg is None or getattr(wl, "task", None) != "causal-lm" or not getattr(wl, "seq_len", None):
         return False
-    text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
-    vocab = int(getattr(text, "vocab_size", 0) or 0)
+    vocab = int(getattr(stack_config(cfg), "vocab_size", 0) or 0)
     return wl.seq_len * vocab * 4 >= HEAVY_LOGITS * memory_bytes
 
 

@@ -36,6 +36,8 @@ import functools
 from typing import Any
 
 from ...errors import GpuwiseError
+from ...hf import stack_config
+from .setup import is_fake
 
 CROSS_ENTROPY = ("model", "fused", "chunked", "fused-linear")
 CROSS_ENTROPY_NAMES = {"fused": "fused cross-entropy (flash-attn's CrossEntropyLoss; llm-foundry's default)",
@@ -123,12 +125,6 @@ def _xentropy():
     return CrossEntropyLoss
 
 
-def _is_fake(t) -> bool:
-    from torch._subclasses.fake_tensor import FakeTensor
-
-    return isinstance(t, FakeTensor)
-
-
 def _next_power_of_2(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
@@ -172,7 +168,7 @@ def _fused_linear_forward(x, weight, target, softcap: float, capability: tuple[i
             half = logits.dtype in (torch.float16, torch.bfloat16)
             if capability >= (8, 0) and half and grad_weight.dtype in (torch.float32, logits.dtype):
                 x_half = x_chunk if x_chunk.dtype == logits.dtype else x_chunk.to(logits.dtype)
-                if _is_fake(grad_weight):  # addmm(out_dtype=) has CUDA and meta kernels only
+                if is_fake(grad_weight):  # addmm(out_dtype=) has CUDA and meta kernels only
                     kw = {"out_dtype": torch.float32} if grad_weight.dtype == torch.float32 else {}
                     torch.addmm(grad_weight, logits.t(), x_half, out=grad_weight, **kw)
                 else:  # the same sum on real CPU tensors (values checked in the tests)
@@ -226,9 +222,8 @@ def _body_and_head(model, source: str) -> tuple[Any, Any]:
 
 
 def check_cross_entropy(kind: str, wl) -> None:
-    """Refuse a `kind` the workload's loss cannot be computed with (one line, before any trace)."""
-    if kind not in CROSS_ENTROPY:
-        raise GpuwiseError(f"--cross-entropy must be one of {', '.join(CROSS_ENTROPY)}, got {kind!r}")
+    """Refuse a `kind` (one of CROSS_ENTROPY, as TrainingModes checked) the workload's loss cannot be computed
+    with (one line, before any trace)."""
     if kind == "model":
         return
     cfg = getattr(wl, "hf_config", None)
@@ -238,7 +233,7 @@ def check_cross_entropy(kind: str, wl) -> None:
     if getattr(wl, "task", None) != "causal-lm":
         raise GpuwiseError(f"--cross-entropy {kind}: for a causal LM (--task causal-lm); {wl.spec} is trained as "
                            f"{wl.task}")
-    text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    text = stack_config(cfg)
     # "fused" takes the model's own logits (scaled as it scales them); the others make them from the head
     for key in ("output_router_logits",) + (("logit_scale",) if kind != "fused" else ()):
         value = getattr(text, key, None)
@@ -249,7 +244,7 @@ def check_cross_entropy(kind: str, wl) -> None:
 
 def causal_lm_loss(kind: str, source: str, cfg) -> Any:
     """`compute_loss(model, batch)` for a transformers causal LM computing its cross-entropy as `kind` does."""
-    text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    text = stack_config(cfg)
     softcap = float(getattr(text, "final_logit_softcapping", None) or 0.0)
 
     def loss(model, batch):

@@ -200,7 +200,7 @@ def dropout_as_cuda_runs_it():
 
     def dropout(input, p=0.5, training=True, inplace=False):
         plain = isinstance(input, torch.Tensor) and (type(input) in (torch.Tensor, torch.nn.Parameter)
-                                                     or _is_fake(input))  # not other subclasses
+                                                     or is_fake(input))  # not other subclasses
         if training and not inplace and 0.0 < p < 1.0 and plain and input.numel() > 0:
             return torch.ops.aten.native_dropout(input, p, True)[0]
         return original(input, p, training, inplace)
@@ -212,7 +212,7 @@ def dropout_as_cuda_runs_it():
         F.dropout = original
 
 
-def _is_fake(t) -> bool:
+def is_fake(t) -> bool:
     from torch._subclasses.fake_tensor import FakeTensor
 
     return isinstance(t, FakeTensor)
