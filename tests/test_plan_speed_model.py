@@ -289,6 +289,26 @@ def test_op_costs_record_and_extrapolate():
     assert c.scaled(4).kernels["forward"] == 8
 
 
+def test_indexing_kernels_read_only_the_elements_they_pick():
+    """A gather reads as many elements of its source as it writes; nll_loss one log-probability per target row;
+    its backward none (it scatters into a zero-filled grad_input). Priced by whole operands, cross-entropy's
+    nll_loss would read the batch x vocabulary log-probabilities twice more than the kernels do."""
+    rows, vocab = 512, 1000
+    logp = torch.randn(rows, vocab).log_softmax(-1)
+    target = torch.randint(0, vocab, (rows,))
+    c = OpCosts()
+    loss = torch.ops.aten.nll_loss_forward(logp, target, None, 2, -100)
+    c.record("aten.nll_loss_forward", "forward", (logp, target, None, 2, -100), {}, loss, 0)
+    assert c.memory_bytes["forward"] == rows * 8 + rows * 4 + 2 * 4  # targets, picked rows, loss and total weight
+    grad = torch.ops.aten.nll_loss_backward(torch.ones(()), logp, target, None, 2, -100, loss[1])
+    c.record("aten.nll_loss_backward", "backward", (torch.ones(()), logp, target, None, 2, -100, loss[1]), {}, grad, 0)
+    assert c.memory_bytes["backward"] == 4 + rows * 8 + 4 + rows * vocab * 4  # no read of logp: the write only
+    table, idx = torch.randn(vocab, 64), torch.randint(0, vocab, (rows,))
+    d = OpCosts()
+    d.record("aten.index_select", "forward", (table, 0, idx), {}, table[idx], 0)
+    assert d.memory_bytes["forward"] == 2 * rows * 64 * 4 + rows * 8
+
+
 def test_metadata_ops_and_causal_attention():
     # prim.device and other ops without a tensor output move no bytes; a causal SDPA counts half its FLOPs
     c = OpCosts()

@@ -44,6 +44,12 @@ GROUPED_MM_NAME = "aten._grouped_mm"  # mixture-of-experts GEMMs: composite_ops.
 # no kernel at all: allocation or a host-side read
 NO_KERNEL_OPS = {"aten.empty", "aten.empty_strided", "aten.empty_like", "aten._local_scalar_dense",
                  "aten.lift_fresh", "aten.set_", "aten.resize_", "aten.sym_size", "aten.sym_stride"}
+# ops that read, of one operand (at this position), only the elements an index picks: a gather, an embedding
+# lookup, the loss at each target (nll_loss: one element per target row), or none of it (nll_loss_backward
+# writes -grad_output at each target into its zero-filled grad_input, aten/src/ATen/native/cuda/Loss.cu, and
+# never reads the log-probabilities); their other operands and outputs count whole
+INDEXED_OPERAND = {"aten.gather": 0, "aten.index_select": 0, "aten.embedding": 0, "aten.nll_loss_forward": 0,
+                   "aten.nll_loss2d_forward": 0, "aten.nll_loss_backward": 1, "aten.nll_loss2d_backward": 1}
 COPY_OPS = {"aten._to_copy", "aten.copy_"}  # TensorIterator copies without the pointwise tag
 # torch's multi_tensor_apply launches one kernel per chunk of tensors: at most 110 / 64 / 48 / 36 / 30
 # tensors for 1..5 tensor lists (aten/src/ATen/native/cuda/MultiTensorApply.cuh depth_to_max_tensors)
@@ -132,7 +138,8 @@ class OpCosts:
         else:
             tensors = _tensors((args, kwargs)) + _tensors(out)
             path = _kernel_path(name, func, tensors, out)
-            self.memory_bytes[phase if path == "vectorized" else (phase, path)] += sum(_bytes(t) for t in tensors)
+            nbytes = sum(_bytes(t) for t in tensors) - _unread_bytes(name, args, out)
+            self.memory_bytes[phase if path == "vectorized" else (phase, path)] += nbytes
             self.kernels[phase] += _foreach_launches(name, args)
 
     def combine(self, other: OpCosts, weight: float) -> OpCosts:
@@ -249,6 +256,23 @@ def _bytes(t) -> int:
         return min(nbytes, t.untyped_storage().nbytes())
     except Exception:  # noqa: BLE001 - tensors without storage (sparse, nested)
         return nbytes
+
+
+def _unread_bytes(name: str, args, out) -> int:
+    """Bytes of an INDEXED_OPERAND op's indexed operand its kernel does not read."""
+    import torch
+
+    pos = INDEXED_OPERAND.get(name)
+    if pos is None or len(args) <= pos or not isinstance(args[pos], torch.Tensor):
+        return 0
+    src = args[pos]
+    if name.startswith("aten.nll_loss") and name.endswith("_backward"):
+        picked = 0
+    elif name.startswith("aten.nll_loss"):
+        picked = args[1].numel() if isinstance(args[1], torch.Tensor) else 0
+    else:
+        picked = sum(t.numel() for t in _tensors(out))
+    return max(_bytes(src) - picked * src.element_size(), 0)
 
 
 def _is_view(name: str, out, args) -> bool:
