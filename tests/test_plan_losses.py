@@ -120,6 +120,84 @@ def test_the_fused_loss_keeps_the_16_bit_logits_and_makes_their_gradient(traced)
     assert traced["fused"].peak_allocated_bytes < traced["model"].peak_allocated_bytes
 
 
+@pytest.mark.parametrize("kind", ["model", "fused"])
+def test_training_metrics_run_after_the_backward_and_change_nothing_it_computes(kind):
+    """--train-metrics (Composer's train metrics): N sum-reduced cross-entropies over the step's logits, run once
+    the backward has finished (its last op, the embedding's gradient, comes before them), no_grad; the loss and
+    the gradients are the same as without them."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Log(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func.overloadpacket))
+            return func(*args, **(kwargs or {}))
+
+    cfg = transformers.LlamaConfig(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, head_dim=16)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(cfg)
+    ids = torch.randint(0, 1000, (2, 33))
+    batch = {"input_ids": ids, "labels": ids}
+    plain = causal_lm_loss(kind, "tiny", cfg)(model, batch)
+    plain.backward()
+    expected = _grads(model)
+    model.zero_grad(set_to_none=True)
+    with Log() as log:
+        loss = causal_lm_loss(kind, "tiny", cfg, train_metrics=2)(model, batch)
+        forward_ops = len(log.ops)
+        loss.backward()
+    assert loss.item() == plain.item()
+    for name, g in _grads(model).items():
+        torch.testing.assert_close(g, expected[name], rtol=0, atol=0, msg=name)
+    after = log.ops[forward_ops:]
+    last_backward = max(i for i, op in enumerate(after) if op == "aten.embedding_dense_backward")
+    assert after[last_backward + 1:].count("aten.nll_loss_forward") == 2
+    assert after[:last_backward].count("aten.nll_loss_forward") == 0
+
+
+def test_training_metrics_hold_the_logits_through_the_backward_and_upcast_them(llama3_widths):
+    """At Llama 3's widths in bf16 on an H100 with flash-attn's loss: each metric makes the log-softmax of the
+    bf16 logits and its float32 copy for nll_loss (CUDA's autocast policy of the installed torch), after the
+    backward and in no module; the logits live until then, where the plain loss frees them when its backward
+    has run. The predicted step is slower by about those bytes' traffic, and only in its memory-bound part."""
+    tokens, vocab = 2048, 128256
+    plain = _traced(llama3_widths, "fused")
+    metered = _traced(llama3_widths, "fused", train_metrics=2)
+    fp32 = [e for e in _allocs(metered) if e.nbytes == tokens * vocab * 4]
+    assert len(fp32) == 2 and {(e.phase, e.module) for e in fp32} == {("backward", "")}
+    assert not any(e.nbytes == tokens * vocab * 4 for e in _allocs(plain))
+
+    def logits_freed_after(est):  # events after the forward's logits were freed
+        steady = est.trace.events[est.trace.steady_start:]
+        logits = next(e.block for e in steady if e.action == "alloc" and e.phase == "forward"
+                      and e.nbytes == tokens * vocab * 2)
+        return len(steady) - next(i for i, e in enumerate(steady) if e.action == "free" and e.block == logits)
+
+    last_metric = max(i for i, e in enumerate(metered.trace.events) if e.nbytes == tokens * vocab * 4)
+    assert len(metered.trace.events) - last_metric > logits_freed_after(metered)  # freed after the metrics
+    assert logits_freed_after(plain) > logits_freed_after(metered)
+    extra = {k: metered.speed.breakdown[k] - plain.speed.breakdown[k] for k in plain.speed.breakdown}
+    traffic = 2 * tokens * vocab * (2 + 2 + 2 + 4)  # per metric: log-softmax read and written, float32 copy
+    assert extra["memory_bound"] > 0.5 * traffic / 4.8e12
+    assert all(abs(v) < 1e-3 * extra["memory_bound"] for k, v in extra.items() if k not in ("memory_bound",
+                                                                                            "launch_overhead"))
+
+
+def test_training_metrics_need_the_full_logits(llama3_widths):
+    from gpuwise.plan import estimate
+
+    with pytest.raises(GpuwiseError, match="--train-metrics: computed over the model's full logits"):
+        estimate(llama3_widths, 1, seq_len=128, cross_entropy="fused-linear", train_metrics=2)
+    with pytest.raises(GpuwiseError, match="--train-metrics: for a model config's or Hub model's causal LM"):
+        estimate("examples:gpt-mini", 2, train_metrics=2)
+    with pytest.raises(GpuwiseError, match="--train-metrics must be a whole number"):
+        estimate(llama3_widths, 1, seq_len=128, train_metrics=-1)
+
+
 def test_a_trained_head_gets_ligers_float32_gradient_buffer(llama3_widths):
     """Full fine-tuning trains the head: Liger's `grad_weight` is zeros_like the head's fp32 weight (bf16 autocast
     keeps fp32 master weights), 128256 x 4096 x 4 bytes, accumulated in place chunk by chunk."""

@@ -165,6 +165,9 @@ def add_mode_arguments(p) -> None:
                    "(default transformers: every linear layer but the output head; lightning: Fabric's "
                    "BitsandbytesPrecision as litgpt's --quantize bnb.* runs it, the head too, from fp16)")
     add_cross_entropy_argument(p)
+    p.add_argument("--train-metrics", type=int, default=0, metavar="N", help="a causal LM trained by Composer "
+                   "(llm-foundry: 2, LanguageCrossEntropy and LanguagePerplexity): N cross-entropy metrics over the "
+                   "logits after every micro-batch's backward, which holds the logits through it (default 0)")
     p.add_argument("--freeze", action="append", metavar="REGEX",
                    help="freeze parameters whose name matches (repeatable)")
     p.add_argument("--offload-optimizer", action="store_true", help="optimizer state and step on the CPU")
@@ -189,7 +192,8 @@ def mode_kwargs(args) -> dict:
             "lora": args.lora, "qlora": args.qlora, "freeze": args.freeze, "offload_optimizer": args.offload_optimizer,
             "lora_targets": args.lora_targets, "lora_alpha": args.lora_alpha, "lora_dropout": args.lora_dropout,
             "base_dtype": args.base_dtype, "qlora_quant": args.qlora_quant, "bnb_version": args.bnb_version,
-            "qlora_by": args.qlora_by, "cross_entropy": args.cross_entropy}
+            "qlora_by": args.qlora_by, "cross_entropy": args.cross_entropy,
+            "train_metrics": args.train_metrics}
 
 
 def run(args) -> int:

@@ -176,7 +176,8 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
              freeze: Any = None, offload_optimizer: bool = False, nproc: int = 1, strategy: str | None = None,
              lora_targets: Any = None, lora_alpha: float | None = None, lora_dropout: float | None = None,
              base_dtype: str | None = None, qlora_quant: str | None = None, bnb_version: str | None = None,
-             qlora_by: str | None = None, cross_entropy: str | None = None, attn: str | None = None,
+             qlora_by: str | None = None, cross_entropy: str | None = None, train_metrics: int = 0,
+             attn: str | None = None,
              zero_grad: str = "none",
              module_loading: str | None = None, keep_last_loss: bool = False,
              softmax_saves_input: bool = False,
@@ -197,7 +198,8 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     to emulate where its memory differs: plan/tracing/bnb_versions.py) and `qlora_by` ("transformers" /
     "lightning": who quantizes the base, plan/tracing/modes.py QLORA_BY). `cross_entropy` ("model", "fused",
     "chunked", "fused-linear"): a causal LM's loss as the model computes it, as flash-attn's fused cross-entropy,
-    torchtune's chunked loss or Liger's fused linear cross-entropy does (plan/tracing/losses.py). `nproc` GPUs split by `strategy`
+    torchtune's chunked loss or Liger's fused linear cross-entropy does (plan/tracing/losses.py); `train_metrics`
+    N: Composer's training metrics, N cross-entropies over the logits after each micro-batch's backward. `nproc` GPUs split by `strategy`
     (ddp, zero1, zero2, fsdp, fsdp-grad-op, hsdp; ddp by default over nproc > 1): one rank's memory, the
     single-GPU trace transformed (plan/memory/sharding.py), `batch_size` per rank.
 
@@ -249,7 +251,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     modes = make_modes(grad_accum, lora, qlora, freeze, offload_optimizer, lora_targets=lora_targets,
                        lora_alpha=lora_alpha, lora_dropout=lora_dropout, base_dtype=base_dtype,
                        qlora_quant=qlora_quant, bnb_version=bnb_version, qlora_by=qlora_by,
-                       cross_entropy=cross_entropy)
+                       cross_entropy=cross_entropy, train_metrics=train_metrics)
     check_target(target)
     split = make_split(nproc, strategy, param_dtype=fsdp_param_dtype, reduce_dtype=fsdp_reduce_dtype,
                        accum_sync=accum_sync)

@@ -233,6 +233,14 @@ def _op(name: str):
     return getattr(packet, overload or "default")
 
 
+_ACTIVE = [0]  # cuda_autocast_policy contexts entered and not left
+
+
+def cuda_policy_active() -> bool:
+    """Whether `torch.autocast("cpu", ...)` applies CUDA's policy now (inside `cuda_autocast_policy`)."""
+    return _ACTIVE[0] > 0
+
+
 @contextlib.contextmanager
 def cuda_autocast_policy():
     """Inside: `torch.autocast("cpu", dtype)` applies CUDA's cast policy, op for op (see the module doc)."""
@@ -260,7 +268,11 @@ def cuda_autocast_policy():
                     kind = "passthrough"
                 lib.impl(name, _make_kernel(op, kind, cache), "AutocastCPU")
         torch.clear_autocast_cache = clear_autocast_cache
-        yield policy
+        _ACTIVE[0] += 1
+        try:
+            yield policy
+        finally:
+            _ACTIVE[0] -= 1
     finally:
         torch.clear_autocast_cache = original_clear
         cache.clear()

@@ -318,3 +318,10 @@ def _operands(func, args: tuple) -> tuple:
     if func._overloadname in ("dtype", "dtype_out") and func.overloadpacket.__name__ in _OPERANDS:
         return args[:_OPERANDS[func.overloadpacket.__name__]]
     return args
+
+
+def active_trace_mode() -> TraceMode | None:
+    """gpuwise's tracing dispatch mode when one is active, else None (a real run)."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    return next((m for m in _get_current_dispatch_mode_stack() if isinstance(m, TraceMode)), None)

@@ -28,6 +28,18 @@ The cross-entropy kernel itself (Liger's Triton `liger_cross_entropy_kernel`) is
 here: it writes each row's loss and overwrites the row's logits with their gradient, allocating nothing; on
 fake tensors it does nothing, on real ones it computes them (float32 softmax per row), so the loss and the
 gradients can be checked against the model's own.
+
+Training metrics (`--train-metrics N`): Composer's trainer (v0.10 on, `Trainer._train_microbatch`) updates the
+model's training metrics after every micro-batch's backward (`_eval_train_metrics`: `torch.no_grad()`, the
+precision's autocast, `eval_forward(batch, state.outputs)`, which returns the step's own outputs), so the loop
+holds the logits (`state.outputs`) through the backward. llm-foundry's causal LMs train with
+`LanguageCrossEntropy` and `LanguagePerplexity` (both `torch.nn.CrossEntropyLoss(ignore_index=-100,
+reduction='sum')` over the flattened logits, composer/metrics/nlp.py; `TokenAccuracy` joined them in later
+releases): N = 2. Each runs here, after the backward (an autograd final callback, queued when the backward
+reaches the loss), under the autocast of the logits' 16-bit dtype (amp_bf16 / amp_fp16; the installed torch's
+CUDA policy, plan/tracing/cuda_autocast.py, decomposes cross_entropy: the log-softmax in the logits' dtype, cast
+to float32 for nll_loss). Composer keeps the outputs until the next micro-batch's forward returns; here they
+are released after the metrics.
 """
 
 from __future__ import annotations
@@ -37,6 +49,7 @@ from typing import Any
 
 from ...errors import GpuwiseError
 from ...hf import stack_config
+from .cuda_autocast import cuda_autocast_policy, cuda_policy_active
 from .setup import is_fake
 
 CROSS_ENTROPY = ("model", "fused", "chunked", "fused-linear")
@@ -242,8 +255,57 @@ def check_cross_entropy(kind: str, wl) -> None:
                                f"{CROSS_ENTROPY_NAMES[kind]} does not compute; cannot tell")
 
 
-def causal_lm_loss(kind: str, source: str, cfg) -> Any:
-    """`compute_loss(model, batch)` for a transformers causal LM computing its cross-entropy as `kind` does."""
+def check_train_metrics(n: int, kind: str, wl) -> None:
+    """Refuse training metrics (`n` > 0) where there are no full logits to compute them over (one line)."""
+    if n == 0:
+        return
+    if kind not in ("model", "fused"):
+        raise GpuwiseError(f"--train-metrics: computed over the model's full logits, which {CROSS_ENTROPY_NAMES[kind]} "
+                           "never makes; use --cross-entropy model or fused")
+    if getattr(wl, "hf_config", None) is None or getattr(wl, "task", None) != "causal-lm":
+        raise GpuwiseError(f"--train-metrics: for a model config's or Hub model's causal LM (--task causal-lm); "
+                           f"{wl.spec} is not one")
+
+
+def _metrics_after_backward(loss, logits, target, n: int) -> None:
+    """Composer's `_eval_train_metrics` (module doc): `n` sum-reduced cross-entropies over the logits once the
+    backward of `loss` has finished, outside every module; the logits are held until then."""
+    import contextlib
+
+    import torch
+    from torch.autograd import Variable
+
+    from .dispatch import active_trace_mode
+
+    held = [logits.detach().reshape(-1, logits.shape[-1])]
+    flat_target = target.reshape(-1)
+
+    def metrics():
+        flat = held.pop()
+        low = flat.dtype if flat.dtype in (torch.bfloat16, torch.float16) else None
+        tracer = active_trace_mode()
+        with contextlib.ExitStack() as stack:
+            if tracer is not None:
+                stack.enter_context(tracer.tracker.outside())
+                if tracer.target == "cuda" and low is not None and not cuda_policy_active():
+                    stack.enter_context(cuda_autocast_policy())  # a step without autocast (16-bit weights)
+            stack.enter_context(torch.no_grad())
+            stack.enter_context(torch.autocast(flat.device.type, dtype=low, enabled=low is not None))
+            for _ in range(n):
+                torch.nn.functional.cross_entropy(flat, flat_target, ignore_index=IGNORE_INDEX, reduction="sum")
+        del flat
+
+    def queue(grad):
+        if held:
+            Variable._execution_engine.queue_callback(metrics)
+        return grad
+
+    loss.register_hook(queue)
+
+
+def causal_lm_loss(kind: str, source: str, cfg, train_metrics: int = 0) -> Any:
+    """`compute_loss(model, batch)` for a transformers causal LM computing its cross-entropy as `kind` does,
+    with `train_metrics` metrics over its logits after each backward (module doc)."""
     text = stack_config(cfg)
     softcap = float(getattr(text, "final_logit_softcapping", None) or 0.0)
 
@@ -256,10 +318,17 @@ def causal_lm_loss(kind: str, source: str, cfg) -> Any:
         # the next token's label at each position, the last one ignored (Liger's LigerForCausalLMLoss, torchtune's
         # recipes, Composer's shift_labels): no shifted copy of the hidden states or logits
         target = torch.nn.functional.pad(labels, (0, 1), value=IGNORE_INDEX)[..., 1:]
+        if kind == "model":  # the model's own loss, and its logits for the metrics
+            out = model(**batch)
+            result = out.loss
         if kind == "fused":  # the model's own logits (no labels: no loss of its own), flash-attn's loss on them
-            logits = model(input_ids=ids).logits
-            losses = _xentropy().apply(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
-            return losses.sum() / (target != IGNORE_INDEX).sum()
+            out = model(input_ids=ids)
+            losses = _xentropy().apply(out.logits.reshape(-1, out.logits.shape[-1]), target.reshape(-1))
+            result = losses.sum() / (target != IGNORE_INDEX).sum()
+        if kind in ("model", "fused"):
+            if train_metrics:
+                _metrics_after_backward(result, out.logits, target, train_metrics)
+            return result
         body, head = _body_and_head(model, source)
         hidden = body(input_ids=ids).last_hidden_state
         if kind == "fused-linear":

@@ -44,7 +44,13 @@ from ...step import hold_loss
 from ...workload import Workload
 from ..memory.events import MemEvent, MemoryTrace
 from .bnb_versions import bitsandbytes_as, parse_version, quantizes_from_fp16
-from .losses import CROSS_ENTROPY, CROSS_ENTROPY_NAMES, causal_lm_loss, check_cross_entropy
+from .losses import (
+    CROSS_ENTROPY,
+    CROSS_ENTROPY_NAMES,
+    causal_lm_loss,
+    check_cross_entropy,
+    check_train_metrics,
+)
 
 LORA_ALPHA_PER_RANK = 2
 QLORA_BLOCKSIZE = 64       # bitsandbytes Linear4bit default blocksize for 4-bit weights
@@ -66,6 +72,7 @@ class TrainingModes:
     bnb_version: str | None = None                # the bitsandbytes release emulated (None: installed)
     qlora_by: str = "transformers"                # who quantizes the base: QLORA_BY
     cross_entropy: str = "model"                  # a causal LM's loss: losses.CROSS_ENTROPY
+    train_metrics: int = 0                        # cross-entropy metrics over the logits after each backward
 
     def __post_init__(self):
         if isinstance(self.grad_accum, bool) or not isinstance(self.grad_accum, int) or self.grad_accum < 1:
@@ -82,6 +89,8 @@ class TrainingModes:
             raise GpuwiseError(f"--qlora-by must be one of {', '.join(QLORA_BY)}, got {self.qlora_by!r}")
         if self.cross_entropy not in CROSS_ENTROPY:
             raise GpuwiseError(f"--cross-entropy must be one of {', '.join(CROSS_ENTROPY)}, got {self.cross_entropy!r}")
+        if isinstance(self.train_metrics, bool) or not isinstance(self.train_metrics, int) or self.train_metrics < 0:
+            raise GpuwiseError(f"--train-metrics must be a whole number >= 0, got {self.train_metrics!r}")
         if self.qlora_by != "transformers" and not self.qlora:
             raise GpuwiseError("--qlora-by applies to --qlora")
         if self.bnb_version is not None:
@@ -133,6 +142,9 @@ class TrainingModes:
             out.append("optimizer state offloaded to the CPU")
         if self.cross_entropy != "model":
             out.append(CROSS_ENTROPY_NAMES[self.cross_entropy])
+        if self.train_metrics:
+            out.append(f"{self.train_metrics} training metric{'s' if self.train_metrics > 1 else ''} over the "
+                       "logits after each backward (Composer's)")
         return out
 
 
@@ -156,7 +168,8 @@ def make_modes(grad_accum: int = 1, lora: int | bool | None = None, qlora: bool 
                lora_targets: Sequence[str] | str | None = None, lora_alpha: float | None = None,
                lora_dropout: float | None = None, base_dtype: str | None = None,
                qlora_quant: str | None = None, bnb_version: str | None = None,
-               qlora_by: str | None = None, cross_entropy: str | None = None) -> TrainingModes:
+               qlora_by: str | None = None, cross_entropy: str | None = None,
+               train_metrics: int | None = None) -> TrainingModes:
     if qlora_quant is not None and not qlora:
         raise GpuwiseError("--qlora-quant applies to --qlora")
     if isinstance(lora_targets, str):
@@ -171,17 +184,20 @@ def make_modes(grad_accum: int = 1, lora: int | bool | None = None, qlora: bool 
                          tuple(lora_targets) if lora_targets else None,
                          None if lora_alpha is None else float(lora_alpha), float(lora_dropout or 0.0),
                          base_dtype, qlora_quant or "nf4-dq", bnb_version, qlora_by or "transformers",
-                         cross_entropy or "model")
+                         cross_entropy or "model", train_metrics or 0)
 
 
 def apply_modes(wl: Workload, modes: TrainingModes, precision: str = "fp32") -> Workload:
     """A workload whose model / loss carry the modes (the same object when there are none to apply)."""
-    if modes.grad_accum == 1 and not modes.adapters and not modes.freeze and modes.cross_entropy == "model":
+    own_loss = modes.cross_entropy == "model" and not modes.train_metrics
+    if modes.grad_accum == 1 and not modes.adapters and not modes.freeze and own_loss:
         return wl
     base_build, base_loss = wl.build_model, wl.compute_loss
-    if modes.cross_entropy != "model":
+    if not own_loss:
         check_cross_entropy(modes.cross_entropy, wl)
-        base_loss = causal_lm_loss(modes.cross_entropy, wl.spec, wl.hf_config)  # type: ignore[attr-defined]
+        check_train_metrics(modes.train_metrics, modes.cross_entropy, wl)
+        base_loss = causal_lm_loss(modes.cross_entropy, wl.spec, wl.hf_config,  # type: ignore[attr-defined]
+                                   modes.train_metrics)
 
     def model():
         # With adapters the base arrives in its storage dtype (4-bit / 16-bit), as from_pretrained with
@@ -267,12 +283,9 @@ def _freeze(model, patterns: tuple[str, ...]) -> int:
 
 def _tracer():
     """gpuwise's tracing dispatch mode when one is active (plan/tracing/dispatch.py `TraceMode`), else None."""
-    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+    from .dispatch import active_trace_mode
 
-    for mode in _get_current_dispatch_mode_stack():
-        if hasattr(mode, "rec") and hasattr(mode, "phase") and hasattr(mode, "paused"):
-            return mode
-    return None
+    return active_trace_mode()
 
 
 def _mark_trace_phase(phase: str) -> None:

@@ -9,6 +9,7 @@ module's name in its `metadata`, and in backward the last such node the engine r
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 
 KEY = "gpuwise_module"
@@ -46,6 +47,16 @@ class ModuleScope:
         for t in tree_leaves(output):
             if isinstance(t, torch.Tensor) and t.grad_fn is not None:
                 t.grad_fn.metadata.setdefault(KEY, name)
+
+    @contextlib.contextmanager
+    def outside(self):
+        """Ops the training loop runs outside every module, in the backward too (an autograd final callback,
+        plan/tracing/losses.py's training metrics): their events name no module."""
+        self.stack.append("")
+        try:
+            yield
+        finally:
+            self.stack.pop()
 
     def backward_starts(self) -> None:
         self._backward = ""
