@@ -63,6 +63,7 @@ def parse_args(argv: list[str]) -> dict:
     p.add_argument("--fsdp-reduce-dtype")
     p.add_argument("--accum-sync")
     p.add_argument("--cross-entropy")
+    p.add_argument("--train-metrics", type=int, default=0)
     a = p.parse_args(argv)
     return {"batch_size": a.batch_size, "seq_len": a.seq_len, "precision": a.precision, "gpu": a.gpu,
             "nproc": a.nproc, "strategy": a.strategy, "checkpointing": a.checkpointing, "lora": a.lora,
@@ -71,7 +72,8 @@ def parse_args(argv: list[str]) -> dict:
             "optimizer_impl": a.optimizer_impl, "zero_grad": a.zero_grad, "module_loading": a.module_loading,
             "softmax_saves_input": a.softmax_saves_input, "network_gbps": a.network_gbps,
             "fsdp_param_dtype": a.fsdp_param_dtype,
-            "fsdp_reduce_dtype": a.fsdp_reduce_dtype, "accum_sync": a.accum_sync, "cross_entropy": a.cross_entropy}
+            "fsdp_reduce_dtype": a.fsdp_reduce_dtype, "accum_sync": a.accum_sync, "cross_entropy": a.cross_entropy,
+            "train_metrics": a.train_metrics}
 
 
 def predict_row(row: dict) -> dict:
