@@ -167,6 +167,25 @@ def test_fit_options_are_what_their_estimate_cmd_gives(tmp_path, capsys):
         assert est["device_used_bytes"] == o.device_used_bytes, o.name
 
 
+def test_fit_with_training_metrics_gives_what_its_estimate_cmds_give(tmp_path, capsys):
+    """fit --train-metrics 2 (Composer's metrics over the logits after each backward): every option carries them,
+    its JSON is in the contract, and its top options' estimate_cmd gives its bytes and speed."""
+    import shlex
+
+    result = fit(_deep_tiny(tmp_path), "rtx4090", 1, 2, seq_len=16, precision="bf16", cross_entropy="fused",
+                 train_metrics=2)
+    d = result.to_dict()
+    validate("fit", {"schema_version": SCHEMA_VERSION, **d})
+    assert all(o["changes"]["train_metrics"] == 2 and o["train_cmd"] is None for o in d["options"])
+    top = [o for o in result.options if o.fits and o.estimate_cmd][:2]
+    assert len(top) == 2
+    for o in top:
+        assert main(shlex.split(o.estimate_cmd)[1:] + ["--json"]) == 0
+        est = json.loads(capsys.readouterr().out)
+        assert est["device_used_bytes"] == o.device_used_bytes, o.name
+        assert est["speed"]["samples_per_s"] == pytest.approx(o.samples_per_s, rel=1e-6), o.name
+
+
 def test_multi_gpu_options_have_their_estimate_cmds_speed(tmp_path, capsys):
     """An FSDP option's speed carries FSDP's copies around its collectives (plan/speed/fsdp_kernels.py) as its
     `estimate_cmd` prices them: the same samples/s, as well as the same bytes, for every sharded option."""

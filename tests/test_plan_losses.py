@@ -242,6 +242,24 @@ def test_fit_options_carry_the_loss_into_their_estimate_commands():
     assert all("--cross-entropy" not in estimate_args("cfg.json", "rtx4090", v, 2, 1, 5.0) for v in plain)
 
 
+def test_fit_options_carry_the_training_metrics_into_their_estimate_commands():
+    """fit --train-metrics: every option keeps Composer's metrics (with the model's or flash-attn's loss), says so
+    in its changes and estimate_cmd, and has no train_cmd; Liger's options, which make no full logits, are not
+    weighed beside them."""
+    from gpuwise.plan.catalog import lookup
+    from gpuwise.plan.fit_options import changes_of, estimate_args, train_args, variants
+
+    for kind in ("model", "fused"):
+        options = variants(lookup("rtx4090"), 1, "fp32", None, False, cross_entropy=kind, heavy_logits=True,
+                           train_metrics=2)
+        assert len(options) > 5 and {(v.modes.cross_entropy, v.modes.train_metrics) for v in options} == {(kind, 2)}
+        for v in options:
+            args = estimate_args("cfg.json", "rtx4090", v, 2, 1, 5.0)
+            assert args[args.index("--train-metrics") + 1] == "2"
+            assert changes_of(v, 2, 1, 1)["train_metrics"] == 2
+            assert train_args(["cfg.json"], v, 2, 1) is None  # train computes no metrics
+
+
 def test_a_deep_model_with_a_fused_loss_is_rebuilt_from_its_blocks():
     """The loss runs the model's body and head itself; its modules keep the names the model's own forward gives
     them (scope.name_from), so Llama-2-7B's 32 blocks are rebuilt from 3 and 4, checked event for event."""

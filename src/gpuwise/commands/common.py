@@ -126,6 +126,13 @@ def add_accum_sync_argument(p) -> None:
     p.add_argument("--accum-sync", choices=list(ACCUM_SYNCS), default=None, help=ACCUM_SYNC_HELP)
 
 
+def add_train_metrics_argument(p) -> None:
+    """--train-metrics (estimate and fit): Composer's training metrics, plan/tracing/losses.py."""
+    p.add_argument("--train-metrics", type=int, default=0, metavar="N", help="a causal LM trained by Composer "
+                   "(llm-foundry: 2, LanguageCrossEntropy and LanguagePerplexity): N cross-entropy metrics over the "
+                   "logits after every micro-batch's backward, which holds the logits through it (default 0)")
+
+
 def add_cross_entropy_argument(p) -> None:
     """--cross-entropy (estimate and fit): a causal LM's loss, plan/tracing/losses.py."""
     p.add_argument("--cross-entropy", choices=list(CROSS_ENTROPY), default=None,

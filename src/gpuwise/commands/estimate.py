@@ -19,6 +19,7 @@ from .common import (
     add_accum_sync_argument,
     add_cross_entropy_argument,
     add_gpu_argument,
+    add_train_metrics_argument,
     add_workload_arguments,
     positive_int,
     refuse_gpu_all,
@@ -165,9 +166,7 @@ def add_mode_arguments(p) -> None:
                    "(default transformers: every linear layer but the output head; lightning: Fabric's "
                    "BitsandbytesPrecision as litgpt's --quantize bnb.* runs it, the head too, from fp16)")
     add_cross_entropy_argument(p)
-    p.add_argument("--train-metrics", type=int, default=0, metavar="N", help="a causal LM trained by Composer "
-                   "(llm-foundry: 2, LanguageCrossEntropy and LanguagePerplexity): N cross-entropy metrics over the "
-                   "logits after every micro-batch's backward, which holds the logits through it (default 0)")
+    add_train_metrics_argument(p)
     p.add_argument("--freeze", action="append", metavar="REGEX",
                    help="freeze parameters whose name matches (repeatable)")
     p.add_argument("--offload-optimizer", action="store_true", help="optimizer state and step on the CPU")

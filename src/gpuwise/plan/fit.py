@@ -201,13 +201,14 @@ def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, 
         task: str | None = None, target_len: int | None = None, margin_pct: float = DEFAULT_MARGIN_PCT,
         evaluator: Evaluator | None = None,
         source: str | None = None, progress: Callable[[str], None] | None = None,
-        accum_sync: str | None = None, cross_entropy: str = "model") -> FitResult:
+        accum_sync: str | None = None, cross_entropy: str = "model", train_metrics: int = 0) -> FitResult:
     """Rank the ways to run `workload` at `batch_size` samples per optimizer step (per rank) on `nproc`
     x `gpu`: options that fit first, fastest first. Each option carries `estimate_cmd`, the `gpuwise
     estimate` command of its step (`source`: the workload as the command line names it, when `workload`
     is already loaded). `progress` is told each option as its sizing starts. `accum_sync` ("last" / "every",
     plan/memory/split.py ACCUM_SYNCS): how the multi-GPU options reduce gradients under accumulation.
-    `cross_entropy` (plan/tracing/losses.py): a causal LM's loss in every option."""
+    `cross_entropy` (plan/tracing/losses.py): a causal LM's loss in every option; `train_metrics`: Composer's
+    training metrics over its logits in every option."""
     started = time.perf_counter()
     if progress is not None:
         progress("loading the workload and its libraries")
@@ -223,7 +224,7 @@ def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, 
     gpu_arg = gpu if isinstance(gpu, str) else spec.id
     options = []
     limit, candidates, floors, whole = candidates_on(ev, spec, nproc, precision, optimizer, checkpointing, margin_pct,
-                                                   accum_sync, cross_entropy)
+                                                   accum_sync, cross_entropy, train_metrics)
     if progress is not None:
         progress(f"{spec.name}: the options' traces, side by side")
     _side_by_side(ev, searched_variants(candidates, floors, whole), spec, batch_size, limit)
@@ -263,14 +264,15 @@ def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, 
 
 def candidates_on(ev: Evaluator, spec: GpuSpec, nproc: int, precision: str, optimizer: str | None, checkpointing: bool,
                 margin_pct: float, accum_sync: str | None,
-                cross_entropy: str = "model") -> tuple[float, list[Variant], dict[str, int], dict[str, bool]]:
+                cross_entropy: str = "model",
+                train_metrics: int = 0) -> tuple[float, list[Variant], dict[str, int], dict[str, bool]]:
     """`fit`'s variants on `spec`: the usable bytes, the variants, the floors of those that cannot fit at any
     micro-batch (not traced), and whether each is searched whole batch first (`_whole_first`)."""
     limit = spec.memory_bytes * (1 - margin_pct / 100)
     adapters = getattr(ev.wl, "hf_config", None) is not None
     accum_sync = make_split(nproc, None if nproc > 1 else "single", accum_sync=accum_sync).accum_sync
     candidates = variants(spec, nproc, precision, optimizer, checkpointing, adapters, accum_sync, cross_entropy,
-                          heavy_logits(ev.wl, spec.memory_bytes))
+                          heavy_logits(ev.wl, spec.memory_bytes), train_metrics)
     floor_of = {v.name: state_floor(ev, v) for v in candidates}
     floors = {name: f for name, f in floor_of.items() if f is not None and f > limit}
     whole = {v.name: _whole_first(v, floor_of[v.name], limit) for v in candidates}

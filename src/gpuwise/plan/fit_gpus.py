@@ -38,7 +38,8 @@ def fit_all_gpus(workload: Any, nproc: int = 1, batch_size: int = 8, progress: C
     for spec in specs:
         limit, candidates, floors, whole = candidates_on(
             ev, spec, nproc, kw.get("precision", "fp32"), kw.get("optimizer"), kw.get("checkpointing", False),
-            kw.get("margin_pct", DEFAULT_MARGIN_PCT), kw.get("accum_sync"), kw.get("cross_entropy", "model"))
+            kw.get("margin_pct", DEFAULT_MARGIN_PCT), kw.get("accum_sync"), kw.get("cross_entropy", "model"),
+            kw.get("train_metrics", 0))
         searches += [(spec, limit, v, w) for v, w in searched_variants(candidates, floors, whole)]
     _side_by_side_gpus(ev, searches, batch_size)
     return [fit(wl, spec, nproc, batch_size, evaluator=ev, source=source, progress=told(i, spec), **kw)

@@ -81,21 +81,22 @@ def mixed_precision(spec: GpuSpec) -> str:
 
 def variants(spec: GpuSpec, nproc: int, precision: str, optimizer: str | None, checkpointing: bool,
              adapters: bool = True, accum_sync: str = "last", cross_entropy: str = "model",
-             heavy_logits: bool = False) -> list[Variant]:
+             heavy_logits: bool = False, train_metrics: int = 0) -> list[Variant]:
     """The candidates, as given first. `adapters`: the model has linear layers for LoRA / QLoRA.
     `accum_sync`: when the multi-GPU options reduce their gradients under accumulation (split.py ACCUM_SYNCS).
     `cross_entropy`: the causal LM's loss in every option (plan/tracing/losses.py). `heavy_logits`: a causal LM
     whose float32 logits are a large part of the card (`heavy_logits`): Liger's fused linear cross-entropy is
-    weighed too, where the given loss is the model's own."""
+    weighed too, where the given loss is the model's own and no training metrics need the logits.
+    `train_metrics`: Composer's training metrics over the logits in every option (losses.py)."""
     mixed = mixed_precision(spec)
     one = Split()
     opt = optimizer or "adamw"
-    given = TrainingModes(cross_entropy=cross_entropy)
+    given = TrainingModes(cross_entropy=cross_entropy, train_metrics=train_metrics)
     out = [Variant("as given", StepConfig(optimizer, precision, checkpointing), given, one, ())]
 
     def add(name, prec, ckpt, opt_name, modes=TrainingModes(), split=one, keys=()):
         if modes.cross_entropy == "model":
-            modes = replace(modes, cross_entropy=cross_entropy)
+            modes = replace(modes, cross_entropy=cross_entropy, train_metrics=train_metrics)
         v = Variant(name, StepConfig(opt_name, prec, ckpt), modes, split, tuple(keys))
         if all((v.config, v.modes, v.split) != (o.config, o.modes, o.split) for o in out):
             out.append(v)
@@ -115,7 +116,7 @@ def variants(spec: GpuSpec, nproc: int, precision: str, optimizer: str | None, c
             keys=(mixed, "lora", "checkpointing"))
         add(f"QLoRA r16 ({mixed}) + checkpointing", mixed, True, opt, TrainingModes(lora_rank=16, qlora=True),
             keys=(mixed, "qlora", "checkpointing"))
-    if heavy_logits and cross_entropy == "model":
+    if heavy_logits and cross_entropy == "model" and not train_metrics:
         liger = TrainingModes(cross_entropy="fused-linear")
         add(f"{mixed} + checkpointing + fused linear CE", mixed, True, opt, liger,
             keys=(mixed, "checkpointing", "fused-linear"))
@@ -175,6 +176,8 @@ def changes_of(v: Variant, micro: int, accum: int, nproc: int, blocks: str = MOD
         c["offload_optimizer"] = True
     if v.modes.cross_entropy != "model":
         c["cross_entropy"] = v.modes.cross_entropy
+    if v.modes.train_metrics:
+        c["train_metrics"] = v.modes.train_metrics
     keys = [k for k in v.keys if k in CODE]
     if accum > 1:
         keys.append("accum")
@@ -212,6 +215,8 @@ def step_flags(v: Variant, micro: int, accum: int) -> list[str]:
         args.append("--offload-optimizer")
     if v.modes.cross_entropy != "model":
         args += ["--cross-entropy", v.modes.cross_entropy]
+    if v.modes.train_metrics:
+        args += ["--train-metrics", str(v.modes.train_metrics)]
     if accum > 1:
         args += ["--grad-accum", str(accum)]
     return args
@@ -238,9 +243,10 @@ TRAINABLE_STRATEGIES = ("single", "ddp", "fsdp", "fsdp-grad-op", "hsdp")  # scal
 def train_args(source: list[str], v: Variant, micro: int, accum: int) -> list[str] | None:
     """The `gpuwise train` arguments that run one option (None where train does not: ZeRO-1/2 without FSDP,
     pipeline, optimizer offload, accumulation reducing every micro-batch: train syncs on the last one only;
-    a chunked or fused cross-entropy: train runs the model's own loss).
+    a chunked or fused cross-entropy, training metrics: train runs the model's own loss, and no metrics).
     `source` as `source_args` gives it (estimate's --task is not train's)."""
-    if v.split.strategy not in TRAINABLE_STRATEGIES or v.modes.offload_optimizer or v.modes.cross_entropy != "model":
+    if (v.split.strategy not in TRAINABLE_STRATEGIES or v.modes.offload_optimizer or v.modes.cross_entropy != "model"
+            or v.modes.train_metrics):
         return None
     if accum > 1 and v.split.sync_every_micro_step:
         return None
