@@ -128,6 +128,28 @@ def test_sdpa_calls_are_priced_by_shape_and_as_the_kernel_the_gpu_runs():
     assert predict(priced, h200, "bf16", samples_per_rank=1, flops_per_step=1).breakdown["attention"] > 0
 
 
+def test_a_head_dim_without_its_own_kernel_is_computed_at_the_next_one():
+    """FlashAttention-2 has kernels for head dims 32, 64, 96, 128, ... and runs 112 (MPT-30B) on 128's; Triton's
+    FlashAttention pads to a power of two (80 -> 128, where FA2 runs 96); cuDNN is priced as counted."""
+    from gpuwise.plan.speed.attention import computed_head_dim
+
+    assert [computed_head_dim("flash", d) for d in (64, 80, 112, 128, 200, 256)] == [64, 96, 128, 128, 224, 256]
+    assert [computed_head_dim("triton", d) for d in (8, 64, 80, 112, 128)] == [16, 64, 128, 128, 128]
+    assert computed_head_dim("cudnn", 112) == 112
+    a100 = lookup("a100-80gb")
+
+    def seconds(kernel, d):
+        c = OpCosts()
+        q = torch.empty(1, 8, 2048, d, dtype=torch.bfloat16)
+        c.record("aten._scaled_dot_product_flash_attention", "forward", (q, q, q), {"is_causal": True}, (q,), 1000)
+        c = c.relabel_attention("flash", kernel) if kernel != "flash" else c
+        return predict(c, a100, "bf16", samples_per_rank=1, flops_per_step=1).breakdown["attention"]
+
+    # the same FLOPs counted (1000 per call) at the same sequence: time in the ratio of the computed head dims
+    assert seconds("flash", 112) / seconds("flash", 128) == pytest.approx(128 / 112)
+    assert seconds("cudnn", 112) == pytest.approx(seconds("cudnn", 128))
+
+
 def test_ddp_hides_all_but_the_last_bucket_behind_backward():
     # 1 GB of gradients on 8 x NVLink4: all-reduce ~4.9 ms < 100 ms of backward: only the last 25 MiB show
     plan = comm_time("ddp", 8, "nvlink4", 1e9, 5e8, 0.05, 0.1)

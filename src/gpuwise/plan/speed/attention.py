@@ -34,9 +34,14 @@ ROW_BLOCK_TILES tiles of the main loop. That constant is fitted per kernel and p
 are not launch-bound (forward >= 200 us and forward+backward >= 1 ms: 5 shapes; smaller rows time the host
 floor) with the fraction fixed at REFERENCE (benchmarks/fit_attention.py prints the fit); the H200 per-step
 profiles (benchmarks/truth/kernels/nvidia-h200.jsonl: GPT-2, ViT-B/16, a Llama-1B-shaped decoder) are the
-held-out check. Not modelled: head dim (the H200's cuDNN and flash kernels run head dim 64 at ~0.6-0.75 of
-the hd128 fraction at seq 8192, but the decoder's hd64 / seq 1024 profile is priced right without it), and
-dropout inside the kernel (GPT-2's attn_pdrop 0.1: its cuDNN forward runs ~2.5x slower per FLOP than the
+held-out check. A head dim the kernel has no instance for is computed at the next one it has (`computed_head_dim`):
+FlashAttention-2 instantiates head dims 32, 64, 96, 128, 160, 192, 224, 256 and runs a call on the smallest
+not below its own (flash-attn csrc/flash_attn/src/static_switch.h HEADDIM_SWITCH, torch's copy under
+aten/src/ATen/native/transformers/cuda/flash_attn/); FlashAttention in Triton pads it to a power of two
+(`BLOCK_HEADDIM = max(triton.next_power_of_2(d), 16)`, flash_attn_triton.py, llm-foundry's copy too): MPT-30B's
+head dim 112 runs as 128, 1.14x the FLOPs counted. Not modelled otherwise: head dim (the H200's cuDNN and flash
+kernels run head dim 64 at ~0.6-0.75 of the hd128 fraction at seq 8192, but the decoder's hd64 / seq 1024
+profile is priced right without it), and dropout inside the kernel (GPT-2's attn_pdrop 0.1: its cuDNN forward runs ~2.5x slower per FLOP than the
 decoder's without dropout).
 
 Which kernel a GPU runs (`sdpa_kernel_on`): the trace picks flash > efficient > math as torch's default order
@@ -82,6 +87,7 @@ REFERENCE = (8192, 8192, True)   # (seq_q, seq_k, causal) the EFFICIENCY fractio
 # kernel -> (forward, backward) prologue/epilogue of one query row-block, in main-loop tiles: least squares of
 # log(time) over the H200's non-launch-bound rows (benchmarks/fit_attention.py); triton takes flash's
 ROW_BLOCK_TILES = {"flash": (1.5, 3.25), "efficient": (2.0, 2.5), "cudnn": (4.5, 4.25), "triton": (1.5, 3.25)}
+FLASH_HEAD_DIMS = (32, 64, 96, 128, 160, 192, 224, 256)  # FlashAttention-2's kernel instances (module doc)
 CUDNN_FIRST_TORCH = (2, 11)
 CUDNN_MAX_HEAD_DIM = 128
 ARCH_FAMILY = {"ampere": "ampere", "ada": "ampere", "turing": "ampere", "volta": "ampere",
@@ -109,6 +115,15 @@ def shape_factor(seq_q: int, seq_k: int, causal: bool, row_block_tiles: float) -
     else:
         tiles, useful = rows * cols, seq_q * seq_k
     return useful / (TILE * TILE * tiles) * tiles / (tiles + row_block_tiles * rows)
+
+
+def computed_head_dim(kernel: str, head_dim: int) -> int:
+    """The head dim `kernel` computes a call of `head_dim` at (module doc); others' as given."""
+    if kernel == "flash":
+        return next((d for d in FLASH_HEAD_DIMS if d >= head_dim), head_dim)
+    if kernel == "triton":
+        return max(16, 1 << max(head_dim - 1, 0).bit_length())
+    return head_dim
 
 
 def attention_s(flops: float, kernel: str, phase: str, arch: str, peak_flops: float,

@@ -19,7 +19,7 @@ from typing import Any
 from ...errors import GpuwiseError
 from ..catalog import GpuSpec, speed_spec
 from . import launch
-from .attention import attention_peak, attention_s
+from .attention import attention_peak, attention_s, computed_head_dim
 from .batchnorm import batch_norm_s
 from .conv import conv_s, depthwise_s
 from .gemm import gemm_s
@@ -107,9 +107,10 @@ def predict(costs: OpCosts, gpu: GpuSpec, precision: str, *, samples_per_rank: i
                                             sp.sm_count, sp.matmul_efficiency, bw * sp.memory_efficiency,
                                             aligned=aligned[0] if aligned else True))
     shaped: dict[tuple, float] = {}  # attention FLOPs priced by their problem shape (attention.py shape_factor)
-    for (phase, kernel, itemsize, seq_q, seq_k, _head_dim, causal), flops in costs.attention_shapes.items():
+    for (phase, kernel, itemsize, seq_q, seq_k, head_dim, causal), flops in costs.attention_shapes.items():
         peak = attention_peak(gpu, itemsize, half_peak)
-        add(phase, "attention", attention_s(flops, kernel, phase, gpu.arch, peak, (seq_q, seq_k, causal)))
+        padded = flops * computed_head_dim(kernel, head_dim) / head_dim if head_dim else flops
+        add(phase, "attention", attention_s(padded, kernel, phase, gpu.arch, peak, (seq_q, seq_k, causal)))
         shaped[(phase, kernel, itemsize)] = shaped.get((phase, kernel, itemsize), 0.0) + flops
     for key, flops in costs.attention.items():
         phase, kernel, *itemsize = key
