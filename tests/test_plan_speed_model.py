@@ -129,8 +129,8 @@ def test_sdpa_calls_are_priced_by_shape_and_as_the_kernel_the_gpu_runs():
 
 
 def test_a_head_dim_without_its_own_kernel_is_computed_at_the_next_one():
-    """FlashAttention-2 has kernels for head dims 32, 64, 96, 128, ... and runs 112 (MPT-30B) on 128's; Triton's
-    FlashAttention pads to a power of two (80 -> 128, where FA2 runs 96); cuDNN is priced as counted."""
+    """FlashAttention-2 has kernels for head dims 32, 64, 96, 128, ... and runs 112 on 128's; Triton's
+    FlashAttention pads to a power of two (Phi-2's 80 -> 128, where FA2 runs 96); cuDNN is priced as counted."""
     from gpuwise.plan.speed.attention import computed_head_dim
 
     assert [computed_head_dim("flash", d) for d in (64, 80, 112, 128, 200, 256)] == [64, 96, 128, 128, 224, 256]

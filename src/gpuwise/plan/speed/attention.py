@@ -38,8 +38,8 @@ held-out check. A head dim the kernel has no instance for is computed at the nex
 FlashAttention-2 instantiates head dims 32, 64, 96, 128, 160, 192, 224, 256 and runs a call on the smallest
 not below its own (flash-attn csrc/flash_attn/src/static_switch.h HEADDIM_SWITCH, torch's copy under
 aten/src/ATen/native/transformers/cuda/flash_attn/); FlashAttention in Triton pads it to a power of two
-(`BLOCK_HEADDIM = max(triton.next_power_of_2(d), 16)`, flash_attn_triton.py, llm-foundry's copy too): MPT-30B's
-head dim 112 runs as 128, 1.14x the FLOPs counted. Not modelled otherwise: head dim (the H200's cuDNN and flash
+(`BLOCK_HEADDIM = max(triton.next_power_of_2(d), 16)`, flash_attn_triton.py, llm-foundry's copy too): Phi-2's
+head dim 80 runs as 96 in FlashAttention-2 (1.2x the FLOPs counted), as 128 in Triton. Not modelled otherwise: head dim (the H200's cuDNN and flash
 kernels run head dim 64 at ~0.6-0.75 of the hd128 fraction at seq 8192, but the decoder's hd64 / seq 1024
 profile is priced right without it), and dropout inside the kernel (GPT-2's attn_pdrop 0.1: its cuDNN forward runs ~2.5x slower per FLOP than the
 decoder's without dropout).
