@@ -187,6 +187,21 @@ def test_training_metrics_hold_the_logits_through_the_backward_and_upcast_them(l
                                                                                             "launch_overhead"))
 
 
+def test_training_metrics_take_cudas_autocast_policy_in_a_step_without_autocast(llama3_widths):
+    """FSDP with bf16 parameters runs the step without autocast (--fsdp-param-dtype bf16), while Composer's
+    metrics still run under the precision's autocast: CUDA's policy (log-softmax in bf16, its float32 copy for
+    nll_loss), not the CPU's, after the backward and in no module."""
+    from gpuwise.plan import estimate
+
+    tokens, vocab = 2048, 128256
+    est = estimate(llama3_widths, 1, seq_len=tokens, gpu="H100", search_max_batch=False, nproc=2, strategy="fsdp",
+                   fsdp_param_dtype="bf16", cross_entropy="fused", train_metrics=2)
+    big = [(e.op, e.nbytes, e.phase, e.module) for e in _allocs(est) if e.nbytes >= tokens * vocab * 2
+           and e.op in ("aten._log_softmax", "aten._to_copy")]
+    assert big == [("aten._log_softmax", tokens * vocab * 2, "backward", ""),
+                   ("aten._to_copy", tokens * vocab * 4, "backward", "")] * 2
+
+
 def test_training_metrics_need_the_full_logits(llama3_widths):
     from gpuwise.plan import estimate
 
