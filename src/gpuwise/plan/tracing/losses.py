@@ -44,6 +44,7 @@ are released after the metrics.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Any
 
@@ -239,20 +240,22 @@ def check_cross_entropy(kind: str, wl) -> None:
     with (one line, before any trace)."""
     if kind == "model":
         return
-    cfg = getattr(wl, "hf_config", None)
-    if cfg is None:
-        raise GpuwiseError(f"--cross-entropy {kind}: for a model config's or Hub model's causal LM; {wl.spec} "
-                           "computes its own loss")
-    if getattr(wl, "task", None) != "causal-lm":
-        raise GpuwiseError(f"--cross-entropy {kind}: for a causal LM (--task causal-lm); {wl.spec} is trained as "
-                           f"{wl.task}")
-    text = stack_config(cfg)
+    _refuse_unless_causal_lm(f"--cross-entropy {kind}", wl)
+    text = stack_config(wl.hf_config)
     # "fused" takes the model's own logits (scaled as it scales them); the others make them from the head
     for key in ("output_router_logits",) + (("logit_scale",) if kind != "fused" else ()):
         value = getattr(text, key, None)
         if value not in (None, False, 1, 1.0):
-            raise GpuwiseError(f"--cross-entropy {kind}: {cfg.model_type}'s head has {key}={value!r}, which "
+            raise GpuwiseError(f"--cross-entropy {kind}: {wl.hf_config.model_type}'s head has {key}={value!r}, which "
                                f"{CROSS_ENTROPY_NAMES[kind]} does not compute; cannot tell")
+
+
+def _refuse_unless_causal_lm(flag: str, wl) -> None:
+    """`flag` applies to a model config's or Hub model's causal LM only (one line, before any trace)."""
+    if getattr(wl, "hf_config", None) is None:
+        raise GpuwiseError(f"{flag}: for a model config's or Hub model's causal LM; {wl.spec} computes its own loss")
+    if getattr(wl, "task", None) != "causal-lm":
+        raise GpuwiseError(f"{flag}: for a causal LM (--task causal-lm); {wl.spec} is trained as {wl.task}")
 
 
 def check_train_metrics(n: int, kind: str, wl) -> None:
@@ -262,16 +265,12 @@ def check_train_metrics(n: int, kind: str, wl) -> None:
     if kind not in ("model", "fused"):
         raise GpuwiseError(f"--train-metrics: computed over the model's full logits, which {CROSS_ENTROPY_NAMES[kind]} "
                            "never makes; use --cross-entropy model or fused")
-    if getattr(wl, "hf_config", None) is None or getattr(wl, "task", None) != "causal-lm":
-        raise GpuwiseError(f"--train-metrics: for a model config's or Hub model's causal LM (--task causal-lm); "
-                           f"{wl.spec} is not one")
+    _refuse_unless_causal_lm("--train-metrics", wl)
 
 
 def _metrics_after_backward(loss, logits, target, n: int) -> None:
     """Composer's `_eval_train_metrics` (module doc): `n` sum-reduced cross-entropies over the logits once the
     backward of `loss` has finished, outside every module; the logits are held until then."""
-    import contextlib
-
     import torch
     from torch.autograd import Variable
 
