@@ -39,7 +39,7 @@ from .memory.synth import interpolate, pairing
 from .speed.attention import as_gpu_runs, gpu_torch
 from .speed.fsdp_kernels import FSDP_KERNELS, with_fsdp_kernels
 from .speed.model import Speed, predict
-from .tracer import Progress, trace_workload
+from .tracer import Progress, collector_paused, trace_workload
 from .tracing.modes import apply_modes, make_modes
 
 TOP_MODULES = 8
@@ -166,6 +166,7 @@ def resolve_gpu(gpu: str | GpuSpec | None) -> GpuSpec | None:
     return dataclasses.replace(spec, name=f"{best.name} (GPU {best.index}, free now)", memory_bytes=best.memory_free_bytes)
 
 
+@collector_paused
 def estimate(workload: str | Workload | None = None, batch_size: int | None = None, optimizer: str | None = None,
              precision: str = "fp32", checkpointing: bool = False, target: str = "cuda",
              gpu: str | GpuSpec | None = None, *, margin_pct: float = DEFAULT_MARGIN_PCT,

@@ -18,8 +18,6 @@ plan/fit_gpus.py `attach_costs` gives each GPU's time and cost (plan/speed/cost.
 
 from __future__ import annotations
 
-import functools
-import gc
 import shlex
 import time
 from collections.abc import Callable
@@ -58,6 +56,7 @@ from .speed.attention import as_gpu_runs
 from .speed.cost import TrainingCost
 from .speed.fsdp_kernels import FSDP_KERNELS, with_fsdp_kernels
 from .speed.model import predict
+from .tracer import collector_paused
 from .tracing.modes import TrainingModes
 
 GB = 1e9
@@ -175,24 +174,6 @@ def point_micro(point: Point, samples: int) -> int:
 def batch_divisors(n: int) -> list[int]:
     """The divisors of `n`, largest first (the micro-batches a batch of `n` can be split into)."""
     return sorted({d for d in range(1, n + 1) if n % d == 0}, reverse=True)
-
-
-def collector_paused(fn):
-    """`fn` runs with Python's cyclic garbage collector paused (re-enabled after, as it was). A fit builds
-    about a million long-lived objects (events, allocator blocks, fake tensors) and the collector's full
-    passes over them took 2-3 s of a 7B fit while freeing almost nothing: without them the same answers, max
-    RSS +4 % (fit examples/configs/llama-2-7b.json --gpu rtx4090: 478 -> 496 MB). Reference counting still
-    frees everything not in a cycle."""
-    @functools.wraps(fn)
-    def paused(*args, **kwargs):
-        if not gc.isenabled():
-            return fn(*args, **kwargs)
-        gc.disable()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            gc.enable()
-    return paused
 
 
 @collector_paused

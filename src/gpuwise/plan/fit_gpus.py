@@ -10,12 +10,13 @@ from typing import Any
 from ..errors import GpuwiseError
 from .catalog import CATALOG, GpuSpec, lookup
 from .curve import DEFAULT_MARGIN_PCT
-from .fit import FitResult, best_micro_batch, candidates_on, collector_paused, fit, searched_variants
+from .fit import FitResult, best_micro_batch, candidates_on, fit, searched_variants
 from .fit_options import Variant
 from .fit_rounds import in_rounds
 from .inputs import resolve_inputs
 from .scaled import Evaluator
 from .speed.cost import training_cost
+from .tracer import collector_paused
 
 
 @collector_paused

@@ -25,6 +25,8 @@ on the whole model put in place of the traced optimizer's, found in the step eve
 from __future__ import annotations
 
 import contextlib
+import functools
+import gc
 import logging
 import warnings
 from collections.abc import Callable
@@ -40,6 +42,25 @@ from .tracing.optimizer_swap import OptimizerSteps, optimizer_steps, swapped
 from .tracing.repeat import BlockResidual, repeated_trace, small_trace
 
 Progress = Callable[[str], None]  # told each stage as it starts
+
+
+def collector_paused(fn):
+    """`fn` runs with Python's cyclic garbage collector paused (re-enabled after, as it was): `estimate`, `fit`
+    and `fit --gpu all`. Their traces build about a million long-lived objects (events, allocator blocks, fake
+    tensors), and the collector's full passes over them free almost nothing: without them the answers are the
+    same, a 7B fit gained 2-3 s (max RSS +4 %, fit examples/configs/llama-2-7b.json --gpu rtx4090: 478 -> 496
+    MB) and a 7B estimate 1.5 s of 12.4 (estimate examples/configs/llama-2-7b.json -b 4 --gpu rtx4090 on one
+    CPU, twice each way). Reference counting still frees everything not in a cycle."""
+    @functools.wraps(fn)
+    def paused(*args, **kwargs):
+        if not gc.isenabled():
+            return fn(*args, **kwargs)
+        gc.disable()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            gc.enable()
+    return paused
 
 
 class NotRebuilt(Exception):
