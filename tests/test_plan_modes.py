@@ -7,7 +7,8 @@ import torch
 from gpuwise.errors import GpuwiseError
 from gpuwise.plan.memory.events import live_peak
 from gpuwise.plan.tracing.cpu_truth import measure_cpu_peak
-from gpuwise.plan.tracing.modes import apply_modes, make_modes, nf4_bytes, offload_optimizer_state
+from gpuwise.plan.tracing.modes import apply_modes, make_modes, offload_optimizer_state
+from gpuwise.plan.tracing.quant4bit import nf4_bytes
 from gpuwise.plan.tracing.trace import trace_step
 from gpuwise.step import StepConfig
 from gpuwise.workload import load_workload
@@ -66,7 +67,7 @@ def test_lora_trains_only_adapters_and_qlora_stores_4bit():
 
 def test_nf4_bytes_is_what_bitsandbytes_stores():
     bnb = pytest.importorskip("bitsandbytes")
-    from gpuwise.plan.tracing.modes import _quant_state_tensors
+    from gpuwise.plan.tracing.quant4bit import _quant_state_tensors
 
     for shape in [(64, 128), (4096, 4096), (11008, 4096 // 8)]:
         w = torch.randn(*shape, dtype=torch.bfloat16)

@@ -56,7 +56,7 @@ def test_base_dtype_and_bf16_true_adapters():
 
 def test_qlora_formats_store_what_bitsandbytes_stores():
     pytest.importorskip("bitsandbytes")
-    from gpuwise.plan.tracing.modes import nf4_bytes
+    from gpuwise.plan.tracing.quant4bit import nf4_bytes
 
     wl = load_workload(LLAMA)
 
@@ -118,7 +118,7 @@ def test_qlora_quantizes_linear_subclasses():
     pytest.importorskip("bitsandbytes")
     from transformers import FalconConfig, FalconForCausalLM
 
-    from gpuwise.plan.tracing.modes import quantize_linear_4bit
+    from gpuwise.plan.tracing.quant4bit import quantize_linear_4bit
 
     model = FalconForCausalLM(FalconConfig(hidden_size=64, num_attention_heads=4, num_hidden_layers=2, vocab_size=128,
                                            new_decoder_architecture=False, multi_query=True)).to(torch.bfloat16)
@@ -176,7 +176,7 @@ def test_lightning_quantizes_the_head_too_from_fp16():
     pytest.importorskip("bitsandbytes")
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from gpuwise.plan.tracing.modes import quantize_linear_4bit
+    from gpuwise.plan.tracing.quant4bit import quantize_linear_4bit
 
     def model():
         return LlamaForCausalLM(LlamaConfig(hidden_size=64, intermediate_size=128, num_attention_heads=4,

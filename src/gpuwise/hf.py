@@ -453,3 +453,12 @@ def _resize(batch, n: int):
     if isinstance(batch, (list, tuple)):
         return type(batch)(_resize(v, n) for v in batch)
     return batch
+
+
+def module_matches(name: str, patterns: list[str]) -> bool:
+    """Whether a module's full name is one of transformers' module patterns (quantizers_utils.should_convert_module:
+    from the start up to a module boundary, as a regex with that boundary, or as a suffix)."""
+    import re
+
+    boundary = r"(?:(?<=\.)|(?=\.|$))"
+    return any(re.match(rf"(?:{key}){boundary}", name) or name.endswith(key) for key in patterns)

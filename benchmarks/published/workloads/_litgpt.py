@@ -80,7 +80,7 @@ def workload(name: str, method: str, seq_len: int, quantize: str | None = None, 
         if mark is not None:
             getattr(mod, mark)(m)
         if quantize is not None:
-            from gpuwise.plan.tracing.modes import quantize_linear_4bit
+            from gpuwise.plan.tracing.quant4bit import quantize_linear_4bit
 
             quant_type, double_quant = QUANTS[quantize]
             quantize_linear_4bit(m, compute_dtype=torch.bfloat16, quant_type=quant_type,

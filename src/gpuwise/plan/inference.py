@@ -12,7 +12,7 @@ A workload that is not a causal LM gets the forward-only step: its loss under `t
 
 The weights are cast to `dtype` first (as `from_pretrained(torch_dtype=...)` loads them), outside the
 trace. With `quantize` the linear layers' weights are then bitsandbytes' 4-bit (`nf4`, `nf4-dq`, `fp4`, `fp4-dq`:
-tracing/modes.py `quantize_linear_4bit`, the layers QLoRA uses, quantized by bitsandbytes under fake
+tracing/quant4bit.py `quantize_linear_4bit`, the layers QLoRA uses, quantized by bitsandbytes under fake
 tensors) with `dtype` as the compute dtype, as `from_pretrained(quantization_config=BitsAndBytesConfig(
 load_in_4bit=True, ...))` and litgpt's `generate --quantize bnb.nf4` load them. `loader="transformers"`
 keeps the output head in 16 bits (`get_keys_to_not_convert`) and quantizes from the load dtype;
@@ -51,7 +51,8 @@ from .memory.overheads import DEFAULT_ARCH, add_workspaces
 from .tracing.bnb_versions import bitsandbytes_inference_as, parse_version
 from .tracing.cpu_truth import peak_from_profile
 from .tracing.cuda_autocast import cuda_autocast_policy
-from .tracing.modes import QLORA_QUANTS, fake_params_set_in_place, quantize_linear_4bit
+from .tracing.modes import fake_params_set_in_place
+from .tracing.quant4bit import QLORA_QUANTS, quantize_linear_4bit
 from .tracing.scope import ModuleScope
 from .tracing.setup import build_model_for_trace
 

@@ -245,7 +245,7 @@ def fake_train_step(workload, config: StepConfig, model) -> TrainStep:
             if p is not None:
                 m._parameters[k] = move(p, True)
         for k, b in m._buffers.items():
-            # not bitsandbytes' quant state (registered as buffers only to be counted, modes.py): a real
+            # not bitsandbytes' quant state (registered as buffers only to be counted, quant4bit.py): a real
             # model.to(bf16) leaves it in the dtypes bitsandbytes made, and the layer keeps using those
             if b is not None and not k.startswith("quant_state_"):
                 m._buffers[k] = move(b, False)
