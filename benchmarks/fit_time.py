@@ -9,6 +9,11 @@ wall time, its CPU time (user + sys of the child and the forks it waited for), t
 before and after (the machine is shared: a loaded run is slower in wall time, and fit traces one by one
 when no CPU is idle), and, with the check, whether each of the top 3 fitting options' `device_used_bytes`
 is what its `estimate_cmd` prints, to the byte. Appends to benchmarks/results/fit_time.jsonl.
+
+The machines this runs on differ by 2-3x from session to session (session 21's took 9 s for the fit that
+session 25's, an AMD EPYC where `import torch` alone takes 3.9 s, took 23-27 s), so each run also records the
+CPU's model name and the wall time of one `gpuwise estimate` of the same model (batch 8, the same GPU):
+`fit_over_estimate` compares fits across machines (the issue's own yardstick: 33 s against one estimate's 3.9 s).
 """
 
 from __future__ import annotations
@@ -25,6 +30,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 FIT = ["gpuwise", "fit", "examples/configs/llama-2-7b.json", "--json"]
+ESTIMATE = ["gpuwise", "estimate", "examples/configs/llama-2-7b.json", "-b", "8", "--gpu", "rtx4090", "--json"]
+
+
+def _cpu_model() -> str | None:
+    """The CPU's model name (/proc/cpuinfo), or None where it does not say."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), None)
+    except OSError:
+        return None
 
 
 def _timed(args: list[str]) -> tuple[dict, dict]:
@@ -50,6 +65,9 @@ def main() -> None:
     rows = []
     result, row = _timed(FIT + ["--gpu", "rtx4090"])
     rows.append(row)
+    _, reference = _timed(ESTIMATE)
+    row["estimate_wall_s"] = reference["wall_s"]
+    row["fit_over_estimate"] = round(row["wall_s"] / reference["wall_s"], 2)
     if not a.no_check:
         top = [o for o in result["options"] if o["fits"]][:3]
         row["top3"] = []
@@ -61,7 +79,7 @@ def main() -> None:
     if a.all:
         rows.append(_timed(FIT + ["--gpu", "all"])[1])
     stamp = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cpus": len(os.sched_getaffinity(0)),
-             "label": a.label}
+             "cpu_model": _cpu_model(), "label": a.label}
     out = ROOT / "benchmarks" / "results" / "fit_time.jsonl"
     with out.open("a") as f:
         for r in rows:
