@@ -6,7 +6,9 @@
 For each published throughput row that gpuwise can express (`gpuwise_args` not null) it runs the one
 `gpuwise.estimate` call those flags stand for (the CUDA target on the named GPU, -n ranks under
 --strategy) and compares `speed.tokens_per_s_per_gpu` (or samples/s) with the published number; the
-roofline's rate (plan/flops.py: 100 % of datasheet peak) is reported beside it as the bound.
+roofline's rate (plan/flops.py: 100 % of datasheet peak) is reported beside it as the bound, and the memory
+model's verdict on the same step (`fits`, at margin 0: a published run had the whole card, where `estimate`'s
+default keeps 5 % for a user's safety).
 Rows that cannot be expressed are listed with their reason. Nothing is fitted to these rows: the model's
 constants are cited in src/gpuwise/plan/speed/ and plan/catalog.py.
 
@@ -83,8 +85,8 @@ def predict_row(row: dict) -> dict:
     kw = parse_args(row["gpuwise_args"])
     workload = os.path.join(ROOT, row["setting"]["workload"])
     started = time.perf_counter()
-    with gpu_torch(PUBLISHED_TORCH):
-        est = estimate(workload, kw.pop("batch_size"), target="cuda", search_max_batch=False, **kw)
+    with gpu_torch(PUBLISHED_TORCH):  # margin 0: the run had the whole card (5 % is a user's safety margin)
+        est = estimate(workload, kw.pop("batch_size"), target="cuda", search_max_batch=False, margin_pct=0, **kw)
     sp, rl = est.speed, est.roofline
     tokens = (kw["seq_len"] or 0) * est.batch_size * est.grad_accum
     if row["metric"] in ("tokens_per_s_per_gpu", "tokens_per_s"):  # tokens_per_s: all GPUs together

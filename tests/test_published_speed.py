@@ -77,3 +77,17 @@ def test_torchtitan_h100_rows_run_on_the_gpu_the_page_states():
     for r in titan:
         args = r["gpuwise_args"]
         assert args[args.index("--gpu") + 1] == "H100-SXM-500W", r["id"]
+
+
+def test_llm_foundry_rows_step_composer_decoupled_adamw_one_parameter_at_a_time():
+    # Composer's DecoupledAdamW.adamw is a for-loop over the parameters (composer/optim/decoupled_weight_decay.py):
+    # one parameter's sqrt / division temporaries at a time, not torch's foreach AdamW's whole-model ones (a 30b
+    # shard's 15 GB on 8 GPUs, which had put four runs that ran over the card)
+    path = ROOT / "benchmarks/published/llm-foundry-throughput.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    runs = [r for r in rows if r["gpuwise_args"]]
+    assert len(runs) == 209
+    for r in runs:
+        assert r["setting"]["optimizer"] == "decoupled_adamw"
+        args = r["gpuwise_args"]
+        assert args[args.index("--optimizer-impl") + 1] == "for-loop", r["id"]

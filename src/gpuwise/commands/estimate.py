@@ -88,7 +88,7 @@ def add_version_arguments(p) -> None:
                         "as llm-foundry's attn_impl triton: flash's memory, its own speed)")
     p.add_argument("--optimizer-impl", choices=["default", "for-loop", "foreach", "fused"], default="default",
                    help="torch optimizer implementation (default: torch's choice on CUDA, foreach; "
-                        "for-loop: torch < 2.0 and transformers' adamw_hf)")
+                        "for-loop: torch < 2.0, transformers' adamw_hf and Composer's DecoupledAdamW)")
     p.add_argument("--zero-grad", choices=["none", "zeros"], default="none",
                    help="none: zero_grad(set_to_none=True), torch >= 2.0; zeros: gradients kept between steps, "
                         "zeroed in place (torch < 2.0, transformers' Trainer of then)")
