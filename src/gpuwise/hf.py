@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -458,7 +459,5 @@ def _resize(batch, n: int):
 def module_matches(name: str, patterns: list[str]) -> bool:
     """Whether a module's full name is one of transformers' module patterns (quantizers_utils.should_convert_module:
     from the start up to a module boundary, as a regex with that boundary, or as a suffix)."""
-    import re
-
     boundary = r"(?:(?<=\.)|(?=\.|$))"
     return any(re.match(rf"(?:{key}){boundary}", name) or name.endswith(key) for key in patterns)
