@@ -2,6 +2,7 @@
 code where it runs on the CPU; no timing."""
 
 import os
+import textwrap
 
 import pytest
 import torch
@@ -86,3 +87,101 @@ def test_fsdp1_mixed_precision_prices_its_kernels_into_the_step():
     assert one.speed.breakdown["matmul"] == two.speed.breakdown["matmul"]
     with pytest.raises(GpuwiseError, match="MixedPrecision"):
         make_split(8, "zero2", param_dtype="bf16")
+
+
+FSDP1_VIEWS_WORKER = textwrap.dedent("""
+    import json, os, socket
+    import torch, torch.distributed as dist
+    import torch.multiprocessing as mp
+
+    V, D, L, WORLD = 512, 64, 3, 4
+
+    class Block(torch.nn.Module):  # GPT-2's twelve tensors: two norms, qkv, proj, fc, fc proj (weights and biases)
+        def __init__(s):
+            super().__init__()
+            s.ln_1, s.ln_2 = torch.nn.LayerNorm(D), torch.nn.LayerNorm(D)
+            s.qkv, s.proj = torch.nn.Linear(D, 3 * D), torch.nn.Linear(D, D)
+            s.fc, s.fc_proj = torch.nn.Linear(D, 4 * D), torch.nn.Linear(4 * D, D)
+        def forward(s, x):
+            q, k, v = s.qkv(s.ln_1(x)).chunk(3, -1)
+            x = x + s.proj(q * k.sigmoid() + v)
+            return x + s.fc_proj(torch.nn.functional.gelu(s.fc(s.ln_2(x))))
+
+    class Model(torch.nn.Module):
+        def __init__(s):
+            super().__init__()
+            s.wte, s.wpe = torch.nn.Embedding(V, D), torch.nn.Embedding(16, D)
+            s.blocks = torch.nn.ModuleList([Block() for _ in range(L)])
+            s.ln_f = torch.nn.LayerNorm(D)
+        def forward(s, idx):
+            x = s.wte(idx) + s.wpe(torch.arange(idx.shape[1]))
+            for b in s.blocks:
+                x = b(x)
+            return s.ln_f(x) @ s.wte.weight.t()
+
+    def worker(rank, world, port, q):
+        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+        torch.manual_seed(0)
+        m = FSDP(Model(), auto_wrap_policy=ModuleWrapPolicy({Block}), use_orig_params=True,
+                 device_id=torch.device("cpu"))
+        x = torch.randint(0, V, (2, 16))
+        m(x).logsumexp(-1).sum().backward()
+        stepped = sum(p.grad is not None for p in m.parameters())  # what a for-loop optimizer steps here
+        q.put((rank, stepped))
+        dist.destroy_process_group()
+
+    if __name__ == "__main__":
+        s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+        ctx = mp.get_context("spawn"); q = ctx.Queue()
+        procs = [ctx.Process(target=worker, args=(r, WORLD, port, q)) for r in range(WORLD)]
+        for p in procs: p.start()
+        got = dict(q.get(timeout=240) for _ in procs)
+        for p in procs: p.join()
+        print(json.dumps({"stepped": [got[r] for r in range(WORLD)], "tensors": 2 + 12 * L + 2, "units": L + 1}))
+""")
+
+
+def test_fsdp1_ranks_step_only_the_views_in_their_piece_as_real_fsdp1(json_script):
+    """FSDP1 with use_orig_params=True on 4 gloo ranks: a rank's parameters whose data lies outside its piece of
+    the flat parameter have no gradient, so a one-tensor-at-a-time optimizer steps only the others.
+    `views_stepped` is their average over the ranks."""
+    from gpuwise.plan.speed.fsdp_kernels import views_stepped
+
+    got = json_script(FSDP1_VIEWS_WORKER, "fsdp1_views.py")
+    mean = sum(got["stepped"]) / len(got["stepped"])
+    assert max(got["stepped"]) < got["tensors"] / 2  # far fewer than the model's 40 tensors on every rank (measured: 16, 16, 10, 10)
+    assert mean == pytest.approx(views_stepped(got["tensors"], got["units"], 4), rel=0.05), got
+
+
+def test_fsdp1_one_tensor_at_a_time_optimizer_launches_per_view_stepped():
+    """An optimizer with a kernel per tensor or more (torch's foreach=False, Composer's DecoupledAdamW) launches
+    and dispatches per view the FSDP1 rank steps; under FSDP2 every rank steps a shard of every tensor, and a
+    multi-tensor optimizer launches per list: both kept."""
+    from collections import Counter
+
+    from gpuwise.plan.memory.split import Split
+    from gpuwise.plan.speed.fsdp_kernels import views_stepped, with_fsdp_kernels
+    from gpuwise.plan.speed.ops import OpCosts
+
+    def costs(optimizer_kernels: int) -> OpCosts:
+        c = OpCosts()
+        c.kernels = Counter({"forward": 100, "backward": 200, "optimizer": optimizer_kernels})
+        c.host_ops = Counter({"forward": 300, "backward": 600, "optimizer": optimizer_kernels + 148, "zero_grad": 3})
+        return c
+
+    args = (1e8, "bf16", 1, 12)  # grad bytes, precision, micro-steps, blocks: 13 units
+    fsdp1_split, fsdp2_split = Split("fsdp", 8, flat_params=True), Split("fsdp", 8)
+    loop = with_fsdp_kernels(costs(9 * 148), fsdp1_split, *args, tensors=148)
+    share = views_stepped(148, 13, 8) / 148
+    assert share == pytest.approx((13 + 135 / 8) / 148)
+    assert loop.host_ops["optimizer"] == pytest.approx(10 * 148 * share)
+    assert loop.host_ops["zero_grad"] == pytest.approx(3 * share)
+    plain = with_fsdp_kernels(costs(9 * 148), fsdp1_split, *args)  # tensors not known: kept
+    assert loop.kernels["optimizer"] == pytest.approx(plain.kernels["optimizer"] - 9 * 148 * (1 - share))
+    assert loop.kernels["forward"] == plain.kernels["forward"] and loop.host_ops["backward"] == 600
+    assert with_fsdp_kernels(costs(9 * 148), fsdp2_split, *args, tensors=148).host_ops["optimizer"] == 10 * 148
+    assert with_fsdp_kernels(costs(40), fsdp1_split, *args, tensors=148).host_ops["optimizer"] == 40 + 148
+    assert views_stepped(3, 13, 8) == 3  # fewer tensors than units: each its own

@@ -33,7 +33,7 @@ from .memory.cuda import CudaMemory, cuda_memory, retries_note
 from .memory.events import CATEGORIES, MemoryTrace, check_target, live_peak
 from .memory.fsdp_units import block_param_bytes, fsdp_units_of
 from .memory.overheads import DEFAULT_ARCH, Overheads
-from .memory.sharding import rank_trace
+from .memory.sharding import rank_trace, trainable_bytes, trainable_tensors
 from .memory.split import make_split
 from .memory.synth import interpolate, pairing
 from .speed.attention import as_gpu_runs, gpu_torch
@@ -424,12 +424,12 @@ def _speed(trace: MemoryTrace, est: Estimate, spec: GpuSpec, wl: Workload, modes
         est.notes.append(f"attention speed: {why}")
     if modes.grad_accum > modes.traced_micro_steps:
         costs = costs.scaled(modes.grad_accum / modes.traced_micro_steps)
-    steady = trace.events[trace.steady_start:]
-    grad_bytes = reduce_factor * sum(e.nbytes for e in steady if e.action == "alloc" and e.category == "gradients")
+    grad_bytes = reduce_factor * trainable_bytes(trace)
     cfg = getattr(wl, "hf_config", None)
     blocks = int(getattr(cfg, "num_hidden_layers", 0) or getattr(cfg, "n_layer", 0) or 1)
     if fsdp is not None:
-        costs = with_fsdp_kernels(costs, fsdp, grad_bytes // reduce_factor, precision, modes.grad_accum, blocks)
+        costs = with_fsdp_kernels(costs, fsdp, grad_bytes // reduce_factor, precision, modes.grad_accum, blocks,
+                                  trainable_tensors(trace))
     params = (est.by_category if nproc == 1 else live_peak(trace, round_to=512).by_category).get("parameters", 0)
     gathered = params // 2 if precision in ("bf16", "fp16") else params  # FSDP2 gathers in param_dtype
     seq_len = getattr(wl, "seq_len", None)

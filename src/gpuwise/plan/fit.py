@@ -142,7 +142,7 @@ def _step_time_s(point: Point, v: Variant, spec: GpuSpec, samples: int, nproc: i
         costs, _ = as_gpu_runs(point.op_costs, gpu_capability(spec))  # flash calls the GPU runs as cuDNN
         if v.split.strategy in FSDP_KERNELS and v.split.nproc > 1:  # as estimate prices them (its estimate_cmd)
             costs = with_fsdp_kernels(costs, v.split, point.trainable_bytes, v.config.precision, v.modes.grad_accum,
-                                      blocks)
+                                      blocks, point.trainable_tensors)
         shards = v.split.shards if v.split.strategy in ("fsdp", "hsdp") else 1
         params = point.by_category.get("parameters", 0) * shards
         gathered = params // 2 if v.config.precision in ("bf16", "fp16") else params

@@ -26,6 +26,7 @@ class Point:
     batch_norm: bool = False        # the step runs batch norm (accumulation changes its statistics)
     op_costs: Any = None            # plan/speed/ops.py OpCosts of the step (the speed model's input)
     extrapolated: bool = False      # linear in the blocks from two small traces (the labelled fallback)
+    trainable_tensors: int = 0      # gradient tensors per micro-step (one per trainable parameter)
     # not a field (not compared, not in asdict): the Evaluator's key of the replay behind it, None where the
     # numbers are not one replay's (an extrapolation, a pipeline stage)
     replayed_from = None
@@ -55,7 +56,7 @@ class Point:
         return Point(best[0] + above, best[0], best[1], lin(self.flops_per_step, two.flops_per_step),
                      lin(self.trainable_bytes, two.trainable_bytes), two.block_param_bytes, list(two.notes),
                      {}, lin(self.activations_bytes, two.activations_bytes), self.batch_norm or two.batch_norm, costs,
-                     extrapolated=True)
+                     extrapolated=True, trainable_tensors=lin(self.trainable_tensors, two.trainable_tensors))
 
 
 def phase_peaks(trace: MemoryTrace, round_to: int = 512) -> tuple[dict[str, tuple[int, dict[str, int]]], int]:

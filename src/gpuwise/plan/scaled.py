@@ -35,7 +35,7 @@ from .memory.cuda import CudaMemory, cuda_memory
 from .memory.events import MemoryTrace, Peak, live_peak
 from .memory.fsdp_units import block_param_bytes, fsdp_units_of
 from .memory.overheads import context_bytes, module_loading, replay_inputs
-from .memory.sharding import rank_trace, trainable_bytes
+from .memory.sharding import rank_trace, trainable_bytes, trainable_tensors
 from .memory.split import Split
 from .point import Point, phase_peaks
 from .tracer import (
@@ -340,6 +340,7 @@ class Evaluator(ForkedTraces):
         point = Point(cuda.device_used_bytes, max(top, 0), dict(peak.by_category), int(trace.flops_per_step), trainable,
                       block_param_bytes, list(ranked.notes), phases, acts,
                       any("batch_norm" in e.op for e in trace.events[trace.steady_start:]), costs)
+        point.trainable_tensors = trainable_tensors(trace)
         point.free_replay = cuda.result
         return point
 

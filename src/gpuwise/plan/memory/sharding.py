@@ -60,6 +60,12 @@ def trainable_bytes(trace: MemoryTrace) -> int:
     return sum(e.nbytes for e in trace.events[trace.steady_start:] if e.action == "alloc" and e.category == "gradients")
 
 
+def trainable_tensors(trace: MemoryTrace) -> int:
+    """Gradient tensors the steady step allocates: one per trainable parameter (later micro-steps accumulate
+    into them)."""
+    return sum(1 for e in trace.events[trace.steady_start:] if e.action == "alloc" and e.category == "gradients")
+
+
 def rank_trace(trace: MemoryTrace, split: Split, block_param_bytes: int = 0,
                units: FsdpUnits | None = None, param_bytes: int | None = None,
                accumulating: bool = False) -> MemoryTrace:
