@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -175,9 +176,35 @@ def table(results: list[dict], skipped: list[dict], summ: dict) -> str:
     for (src, gpu), errs in sorted(groups.items()):
         lines.append(f"| {src} | {gpu} | {len(errs)} | {statistics.median(errs):+.1f} % | "
                      f"{statistics.median(abs(e) for e in errs):.1f} % | {max(abs(e) for e in errs):.1f} % |")
+    lines += ["", "By how full the memory model says the card is (the same step's `device_used_bytes` over the card, "
+              "at margin 0): a run near the top of its memory may lose time the speed model does not price "
+              "(cudaMalloc retries, memory outside the model).", "",
+              "| predicted share of the card | measurements | median error (signed) | median abs error | "
+              "max abs error |", "|---|---:|---:|---:|---:|"]
+    for label, errs in by_memory_share(results):
+        lines.append(f"| {label} | {len(errs)} | {statistics.median(errs):+.1f} % | "
+                     f"{statistics.median(abs(e) for e in errs):.1f} % | {max(abs(e) for e in errs):.1f} % |")
     lines += ["", "Not expressible (recorded, not predicted):", ""]
     lines += [f"- {r['id']}: {r['why_not']}" for r in skipped]
     return "\n".join(lines)
+
+
+MEMORY_SHARES = (0.8, 0.9, 0.95, 0.98)
+
+
+def by_memory_share(results: list[dict]) -> list[tuple[str, list[float]]]:
+    """The measurements' signed errors grouped by the predicted share of the card their step uses
+    (MEMORY_SHARES' bounds; the last group includes steps predicted not to fit); empty groups left out."""
+    edges = (0.0, *MEMORY_SHARES, math.inf)
+    groups: list[tuple[str, list[float]]] = [
+        (f"{lo:.2f} - {hi:.2f}" if hi != math.inf else f">= {lo:.2f}", []) for lo, hi in zip(edges, edges[1:])]
+    for r in results:
+        if r.get("duplicate_of") or not r.get("device_used_bytes") or not r.get("gpu_memory_bytes"):
+            continue
+        share = r["device_used_bytes"] / r["gpu_memory_bytes"]
+        i = next(i for i, hi in enumerate(edges[1:]) if share < hi)
+        groups[i][1].append(r["error_pct"])
+    return [(label, errs) for label, errs in groups if errs]
 
 
 def write_readme(body: str) -> None:

@@ -91,3 +91,18 @@ def test_llm_foundry_rows_step_composer_decoupled_adamw_one_parameter_at_a_time(
         assert r["setting"]["optimizer"] == "decoupled_adamw"
         args = r["gpuwise_args"]
         assert args[args.index("--optimizer-impl") + 1] == "for-loop", r["id"]
+
+
+def test_errors_grouped_by_how_full_the_card_is():
+    """The memory-pressure table: each measurement in the group of its step's predicted share of the card,
+    a step predicted not to fit in the last; duplicates and rows without a memory verdict left out."""
+    gib = 2**30
+
+    def row(used: float, err: float, **kw) -> dict:
+        return {"id": f"r{used}-{err}", "device_used_bytes": used * gib, "gpu_memory_bytes": 80 * gib,
+                "error_pct": err, **kw}
+
+    rows = [row(40, 5.0), row(70, -3.0), row(77, 20.0), row(79, 30.0), row(90, 40.0),
+            row(79, 99.0, duplicate_of="x"), {"id": "cpu", "error_pct": 1.0}]
+    assert ps.by_memory_share(rows) == [("0.00 - 0.80", [5.0]), ("0.80 - 0.90", [-3.0]), ("0.95 - 0.98", [20.0]),
+                                        (">= 0.98", [30.0, 40.0])]
