@@ -80,3 +80,15 @@ def test_measure_and_tune_take_gpu_and_keep_device():
         command.add_arguments(p)
         assert p.parse_args(["examples:mlp", "--gpu", "cuda:1"]).device == "cuda:1"
         assert p.parse_args(["examples:mlp", "--device", "cpu"]).device == "cpu"  # scripts rely on --device
+
+
+def test_a_data_parallel_rank_on_a_gpu_says_nccls_buffers_are_not_counted():
+    """NCCL allocates its communicator buffers outside PyTorch's allocator and no model here counts them: a rank of
+    an N-GPU job on a GPU says so (with the published sizes); one GPU, or ranks on the CPU (gloo), do not."""
+    from gpuwise.plan.estimate import NCCL_NOTE
+
+    rank = estimate(WL, BATCH, gpu="H100", nproc=2, strategy="ddp", search_max_batch=False)
+    assert NCCL_NOTE in rank.notes
+    assert "issue 964" in NCCL_NOTE
+    assert NCCL_NOTE not in estimate(WL, BATCH, gpu="H100", search_max_batch=False).notes
+    assert NCCL_NOTE not in estimate(WL, BATCH, target="cpu", nproc=2, strategy="ddp").notes

@@ -128,6 +128,15 @@ class Estimate:
         return d
 
 
+# what a data-parallel rank's device memory holds that no model here counts (benchmarks/published/README.md,
+# session 26: the published runs at >= 0.95 of the card run slower than predicted)
+NCCL_NOTE = ("device used leaves out NCCL's communicator buffers, allocated outside PyTorch's allocator: per "
+             "channel and connection a buffer per protocol (4 MiB Simple, 4.7 MiB LL128, 0.5 MiB LL; NCCL "
+             "src/init.cc), over 16-32 channels: published 544-688 MB per process group on 4 x A100 (NVIDIA/nccl "
+             "issue 964); 1.06 GB outside PyTorch's allocator on 8 x H100 before an all-to-all (issue 1685, the CUDA "
+             "context perhaps among it): keep that much free")
+
+
 def _curve_point(batch_size: int, c: CudaMemory) -> CurvePoint:
     """One traced batch for the largest-batch search (plan/capacity.py): totals and each phase's peak."""
     r = c.result
@@ -326,6 +335,8 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
         peak = live_peak(cuda.trace, round_to=512)  # breakdown in allocator-rounded sizes, workspaces included
         if spec is None:
             notes.append(f"no GPU named: context and workspaces of a {arch} GPU assumed")
+        if split.nproc > 1:
+            notes.append(NCCL_NOTE)
         if cuda.overheads.cudnn_bytes:
             notes.append("cuDNN's per-call convolution workspaces are not in this peak (their size depends on the "
                          "engine its heuristics pick): measured on an H200, a small fp32 VGG-style convnet peaked at "
