@@ -339,8 +339,8 @@ class Evaluator(ForkedTraces):
         # the replay's allocated peak can differ from the rounded live peak by the workspaces: keep both consistent
         point = Point(cuda.device_used_bytes, max(top, 0), dict(peak.by_category), int(trace.flops_per_step), trainable,
                       block_param_bytes, list(ranked.notes), phases, acts,
-                      any("batch_norm" in e.op for e in trace.events[trace.steady_start:]), costs)
-        point.trainable_tensors = trainable_tensors(trace)
+                      any("batch_norm" in e.op for e in trace.events[trace.steady_start:]), costs,
+                      trainable_tensors=trainable_tensors(trace))
         point.free_replay = cuda.result
         return point
 

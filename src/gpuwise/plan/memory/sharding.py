@@ -55,15 +55,19 @@ from .fsdp_units import (
 from .split import SHARDED, Split, whole
 
 
+def _gradient_allocs(trace: MemoryTrace) -> list[MemEvent]:
+    return [e for e in trace.events[trace.steady_start:] if e.action == "alloc" and e.category == "gradients"]
+
+
 def trainable_bytes(trace: MemoryTrace) -> int:
     """Gradient bytes the steady step produces (one per trainable parameter and micro-step)."""
-    return sum(e.nbytes for e in trace.events[trace.steady_start:] if e.action == "alloc" and e.category == "gradients")
+    return sum(e.nbytes for e in _gradient_allocs(trace))
 
 
 def trainable_tensors(trace: MemoryTrace) -> int:
     """Gradient tensors the steady step allocates: one per trainable parameter (later micro-steps accumulate
     into them)."""
-    return sum(1 for e in trace.events[trace.steady_start:] if e.action == "alloc" and e.category == "gradients")
+    return len(_gradient_allocs(trace))
 
 
 def rank_trace(trace: MemoryTrace, split: Split, block_param_bytes: int = 0,
