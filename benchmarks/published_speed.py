@@ -33,6 +33,9 @@ README = os.path.join(HERE, "published", "README.md")
 # every published run predates torch 2.11, the first whose wheels run cuDNN attention first on sm90 (the H100
 # rows: torchtitan's table on torch of 2024-12-23, fms-fsdp and llm-foundry of 2023-24): their SDPA ran flash
 PUBLISHED_TORCH = "2.6"
+# and torch 2.7, the first whose wheels ship NCCL >= 2.22 (lazy connection): their NCCL connected its rings and
+# trees when each communicator was created (plan/memory/nccl.py), in every rank's device memory
+PUBLISHED_NCCL_CONNECT = "eager"
 BEGIN, END = "<!-- published_speed:begin -->", "<!-- published_speed:end -->"
 SPEED_METRICS = {"tokens_per_s_per_gpu", "tokens_per_s", "samples_per_s"}
 
@@ -61,6 +64,7 @@ def parse_args(argv: list[str]) -> dict:
     p.add_argument("--zero-grad", default="none")
     p.add_argument("--module-loading")
     p.add_argument("--softmax-saves-input", action="store_true")
+    p.add_argument("--nccl-connect", default=PUBLISHED_NCCL_CONNECT)
     p.add_argument("--network-gbps", type=float)
     p.add_argument("--fsdp-param-dtype")
     p.add_argument("--fsdp-reduce-dtype")
@@ -73,7 +77,7 @@ def parse_args(argv: list[str]) -> dict:
             "layer_checkpointing": a.layer_checkpointing, "task": a.task, "attn": a.attn,
             "qlora": a.qlora, "grad_accum": a.grad_accum, "optimizer": a.optimizer,
             "optimizer_impl": a.optimizer_impl, "zero_grad": a.zero_grad, "module_loading": a.module_loading,
-            "softmax_saves_input": a.softmax_saves_input, "network_gbps": a.network_gbps,
+            "softmax_saves_input": a.softmax_saves_input, "nccl_connect": a.nccl_connect, "network_gbps": a.network_gbps,
             "fsdp_param_dtype": a.fsdp_param_dtype,
             "fsdp_reduce_dtype": a.fsdp_reduce_dtype, "accum_sync": a.accum_sync, "cross_entropy": a.cross_entropy,
             "train_metrics": a.train_metrics}

@@ -99,6 +99,10 @@ def add_version_arguments(p) -> None:
     p.add_argument("--module-loading", choices=["lazy", "eager"], default=None,
                    help="CUDA module loading the context size assumes (default: $CUDA_MODULE_LOADING, else lazy; "
                         "eager: every kernel image loaded at start, torch < 1.13 / CUDA < 11.7)")
+    p.add_argument("--nccl-connect", choices=["lazy", "eager"], default=None,
+                   help="when NCCL connects its rings and trees, for the buffers an N-GPU rank holds outside the "
+                        "allocator (default: $NCCL_RUNTIME_CONNECT, else lazy; lazy: NCCL >= 2.22 / torch >= 2.7, "
+                        "at an algorithm's first collective; eager: earlier NCCL, all at once)")
     p.add_argument("--softmax-saves-input", action="store_true",
                    help="torch <= 1.10: softmax and log_softmax keep their input for backward next to the "
                         "output (eager attention's (L, L) scores; dropped in torch 1.11, PyTorch PR 65242)")
@@ -107,7 +111,7 @@ def add_version_arguments(p) -> None:
 def version_kwargs(args) -> dict:
     return {"attn": args.attn, "optimizer_impl": args.optimizer_impl, "zero_grad": args.zero_grad,
             "module_loading": args.module_loading, "keep_last_loss": args.loop_keeps_loss,
-            "softmax_saves_input": args.softmax_saves_input}
+            "softmax_saves_input": args.softmax_saves_input, "nccl_connect": args.nccl_connect}
 
 
 def _positive_gbps(text: str) -> float:

@@ -21,6 +21,7 @@ from ..hf import num_layers_of
 from ..optional_libs import sized_without_notes
 from ..step import OPTIMIZERS, StepConfig, checkpointing_mode
 from ..truth import record_workload
+from ..units import fmt_bytes
 from ..workload import Workload, load_workload
 from .capacity import Capacity, find_capacity
 from .catalog import GpuSpec, lookup, tensor_core_capability
@@ -32,11 +33,13 @@ from .memory.allocator import AllocatorResult
 from .memory.cuda import CudaMemory, cuda_memory, retries_note
 from .memory.events import CATEGORIES, MemoryTrace, check_target, live_peak
 from .memory.fsdp_units import block_param_bytes, fsdp_units_of
+from .memory.nccl import buffer_bytes, connect_mode
 from .memory.overheads import DEFAULT_ARCH, Overheads
 from .memory.sharding import rank_trace, trainable_bytes, trainable_tensors
 from .memory.split import make_split
 from .memory.synth import interpolate, pairing
 from .speed.attention import as_gpu_runs, gpu_torch
+from .speed.comm import link_for_gpu
 from .speed.fsdp_kernels import FSDP_KERNELS, with_fsdp_kernels
 from .speed.model import Speed, predict
 from .tracer import Progress, collector_paused, trace_workload
@@ -106,7 +109,7 @@ class Estimate:
         if self.overheads is not None:
             o = self.overheads
             d["overheads"] = {"arch": o.arch, "context_bytes": o.context_bytes, "module_loading": o.module_loading,
-                              "cudnn_bytes": o.cudnn_bytes,
+                              "cudnn_bytes": o.cudnn_bytes, "nccl_bytes": o.nccl_bytes,
                               "workspace_bytes": o.workspace_bytes,
                               "workspaces": [{"name": n, "bytes": b} for n, b in o.workspaces]}
         if self.allocator is not None:
@@ -128,13 +131,15 @@ class Estimate:
         return d
 
 
-# what a data-parallel rank's device memory holds that no model here counts (benchmarks/published/README.md,
-# session 26: the published runs at >= 0.95 of the card run slower than predicted)
-NCCL_NOTE = ("device used leaves out NCCL's communicator buffers, allocated outside PyTorch's allocator: per "
-             "channel and connection a buffer per protocol (4 MiB Simple, 4.7 MiB LL128, 0.5 MiB LL; NCCL "
-             "src/init.cc), over 16-32 channels: published 544-688 MB per process group on 4 x A100 (NVIDIA/nccl "
-             "issue 964); 1.06 GB outside PyTorch's allocator on 8 x H100 before an all-to-all (issue 1685, the CUDA "
-             "context perhaps among it): keep that much free")
+def nccl_note(nbytes: int, connect: str) -> str:
+    """What a data-parallel rank's device used counts of NCCL (plan/memory/nccl.py) and what it leaves out."""
+    how = ("lazy: NCCL >= 2.22 connects an algorithm at its first collective, rings for all-gather / reduce-scatter, "
+           "rings and trees for all-reduce" if connect == "lazy" else
+           "eager: NCCL < 2.22 connects rings and trees when the communicator is created")
+    return (f"device used counts {fmt_bytes(nbytes)} of NCCL communicator buffers, outside PyTorch's allocator "
+            f"(12 MiB a channel and peer; {how}; --nccl-connect). Not counted: NVLS / CollNet buffers (NVLink "
+            "SHARP on H100 / B200 NVSwitch systems), send/recv buffers, other communicators. Published: 544-688 MB "
+            "per process group on 2-4 x A100, eager (NVIDIA/nccl issue 964)")
 
 
 def _curve_point(batch_size: int, c: CudaMemory) -> CurvePoint:
@@ -190,7 +195,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
              attn: str | None = None,
              zero_grad: str = "none",
              module_loading: str | None = None, keep_last_loss: bool = False,
-             softmax_saves_input: bool = False,
+             softmax_saves_input: bool = False, nccl_connect: str | None = None,
              layer_checkpointing: int | None = None, on_progress: Progress | None = None,
              network_gbps: float | None = None, fsdp_param_dtype: str | None = None,
              fsdp_reduce_dtype: str | None = None, seq_len_dist: Any = None,
@@ -219,7 +224,9 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     "zeros": gradients kept between steps, torch < 2.0), `module_loading` ("lazy" / "eager": the CUDA
     context with every kernel image loaded, torch < 1.13; default CUDA_MODULE_LOADING, else lazy),
     `softmax_saves_input` (torch <= 1.10: softmax and log_softmax keep their input for backward,
-    plan/tracing/torch_versions.py).
+    plan/tracing/torch_versions.py), `nccl_connect` ("lazy": NCCL >= 2.22, PyTorch >= 2.7, connects an algorithm at
+    its first collective; "eager": earlier NCCL connects rings and trees at once; default NCCL_RUNTIME_CONNECT,
+    else lazy): a rank's NCCL buffers over `nproc` > 1 GPUs (plan/memory/nccl.py), outside the allocator.
     The setting of a training loop: `keep_last_loss` (the loop keeps the last loss, and its autograd graph,
     until the next step's loss replaces it, as litgpt's finetune loops do: what a custom autograd Function
     keeps in ctx, bitsandbytes <= 0.43.1's 4-bit matmul input, then lives into the next forward).
@@ -274,6 +281,8 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
         raise GpuwiseError("--strategy pipeline: estimate does not split the layers into stages; `gpuwise fit -n N` "
                            "ranks pipeline options")
     spec = resolve_gpu(gpu)
+    connect = connect_mode(nccl_connect)
+    nccl = buffer_bytes(split, link_for_gpu(spec.id if spec is not None else "h100-sxm"), connect) if target == "cuda" else 0
     if spec is not None and target != "cuda":
         raise GpuwiseError("a GPU was named but the target is 'cpu': use target='cuda' (--target cuda) with --gpu")
     if not 0 <= margin_pct < 100:
@@ -331,12 +340,12 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     else:
         if on_progress is not None:
             on_progress("replaying the caching allocator")
-        cuda = cuda_memory(trace, arch, module_loading, limit)
+        cuda = cuda_memory(trace, arch, module_loading, limit, nccl_bytes=nccl)
         peak = live_peak(cuda.trace, round_to=512)  # breakdown in allocator-rounded sizes, workspaces included
         if spec is None:
             notes.append(f"no GPU named: context and workspaces of a {arch} GPU assumed")
-        if split.nproc > 1:
-            notes.append(NCCL_NOTE)
+        if nccl:
+            notes.append(nccl_note(nccl, connect))
         if cuda.overheads.cudnn_bytes:
             notes.append("cuDNN's per-call convolution workspaces are not in this peak (their size depends on the "
                          "engine its heuristics pick): measured on an H200, a small fp32 VGG-style convnet peaked at "
@@ -387,7 +396,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
                 if on_progress is not None:
                     on_progress(f"largest batch: batch {b}")
                 traces[b] = traced(b)
-                return _curve_point(b, cuda_memory(traces[b], arch, module_loading, limit))
+                return _curve_point(b, cuda_memory(traces[b], arch, module_loading, limit, nccl_bytes=nccl))
 
             def replayed(b: int, a: int, c: int) -> CurvePoint | None:
                 if (a, c) not in pairs:
@@ -395,7 +404,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
                 if pairs[(a, c)] is None:
                     return None
                 return _curve_point(b, cuda_memory(interpolate(traces[a], a, traces[c], c, b, pairs[(a, c)]), arch,
-                                                   module_loading, limit))
+                                                   module_loading, limit, nccl_bytes=nccl))
 
             est.capacity = find_capacity(point, batch_size, spec.memory_bytes, margin_pct, first=first,
                                          replayed=replayed)

@@ -49,10 +49,12 @@ from .fit_rounds import Untraced, in_rounds
 from .flops import roofline, traffic_bytes
 from .inputs import resolve_inputs
 from .memory.cuda import retries_note
+from .memory.nccl import buffer_bytes, connect_mode
 from .memory.split import Split, comm_bytes_per_step, make_split
 from .point import Point
 from .scaled import Evaluator
 from .speed.attention import as_gpu_runs
+from .speed.comm import link_for_gpu
 from .speed.cost import TrainingCost
 from .speed.fsdp_kernels import FSDP_KERNELS, with_fsdp_kernels
 from .speed.model import predict
@@ -348,8 +350,10 @@ def _option(ev: Evaluator, v: Variant, spec: GpuSpec, micro: int, accum: int, li
             raise Untraced(_ask(v, micro, accum) + ((True,) if whole else ()) if traced is False else None)
     point = ev.evaluate(*_ask(v, micro, accum), whole=whole)
     point.micro_batch = micro  # type: ignore[attr-defined]
+    nccl = buffer_bytes(v.split, link_for_gpu(spec.id), connect_mode())  # a rank's NCCL buffers, as estimate's
+    point.device_used_bytes += nccl
     if point.device_used_bytes > limit >= point.peak_allocated_bytes:  # it may run by freeing the cache
-        capped = ev.under_limit(point, int(limit))
+        capped = ev.under_limit(point, int(limit), nccl)
         if capped is not None:
             point.device_used_bytes = capped.device_used_bytes
             point.notes.append(retries_note(capped))

@@ -294,19 +294,21 @@ def spliced(first, later):
     return dataclasses.replace(later, events=head + rest, steady_start=len(head) + later.steady_start - end_b)
 
 
-def first_micro_step_memory(trace, arch: str, loading: str | None = None, limit_bytes: int | None = None):
+def first_micro_step_memory(trace, arch: str, loading: str | None = None, limit_bytes: int | None = None,
+                            nccl_bytes: int = 0):
     """(peak allocated, peak reserved, the most reserved, outside-allocator bytes, what is live at the peak:
     a memory/events.py Peak in allocator-rounded sizes, the cudaMalloc retries, the replay with room where the
     card's `limit_bytes` made the allocator retry (else None)) of the first micro-step on a CUDA device:
     `first_micro_step(trace)` with the library workspaces, replayed once through the caching-allocator model
     (memory/cuda.py without its repeated steady steps: iteration 0 happens once), under the limit as
-    `cuda_memory` replays a step. None when the trace has no first micro-step."""
+    `cuda_memory` replays a step (`nccl_bytes` outside the allocator as there). None when the trace has no first
+    micro-step."""
 
     first = first_micro_step(trace)
     if first is None:
         return None
 
-    with_ws, overheads = add_workspaces(built_on_the_host(first), arch, loading=loading)
+    with_ws, overheads = add_workspaces(built_on_the_host(first), arch, loading=loading, nccl_bytes=nccl_bytes)
     r, free = replay_within(with_ws, overheads, limit_bytes, 1)
     return (r.peak_allocated_bytes, r.peak_reserved_bytes, r.max_reserved_bytes, overheads.outside_allocator_bytes,
             live_peak(with_ws, round_to=512), r.retries, free)
@@ -368,6 +370,7 @@ def apply_run_peak(est, lengths: RunLengths, first_trace, arch: str, loading: st
                          f"{lengths.later_q10}-{lengths.later_q90}), with a later step's gradients and state")
         return
     trace = est.trace if lengths.later in (None, lengths.first) else first_trace()
+    nccl = est.overheads.nccl_bytes if est.overheads is not None else 0  # a rank's NCCL buffers, as `est`'s
     if est.target == "cpu":
         first = first_micro_step(trace)
         if first is None:
@@ -375,7 +378,7 @@ def apply_run_peak(est, lengths: RunLengths, first_trace, arch: str, loading: st
         at_peak = live_peak(first)
         f_alloc = f_res = f_used = at_peak.allocated_bytes
     else:
-        got = first_micro_step_memory(trace, arch, loading, limit_bytes)
+        got = first_micro_step_memory(trace, arch, loading, limit_bytes, nccl)
         if got is None:
             raise GpuwiseError("--seq-len-dist: the traced step has no forward and backward to take as the first")
         f_alloc, f_res, most, outside, at_peak, retries, f_free = got
@@ -390,7 +393,7 @@ def apply_run_peak(est, lengths: RunLengths, first_trace, arch: str, loading: st
     if est.target != "cpu" and lengths.later not in (None, lengths.first):
         joined = spliced(trace, est.trace)
         if joined is not None:  # the later steps replayed in the allocator state the first one left
-            run = cuda_memory(joined, arch, loading, limit_bytes)
+            run = cuda_memory(joined, arch, loading, limit_bytes, nccl_bytes=nccl)
             later = (run.result.peak_allocated_bytes, run.result.peak_reserved_bytes, run.device_used_bytes)
             if run.free is not None:
                 est.notes.append("run lengths, the first micro-step and the later ones replayed together: "

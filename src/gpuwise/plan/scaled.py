@@ -291,19 +291,20 @@ class Evaluator(ForkedTraces):
         point.replayed_from = key
         return point
 
-    def under_limit(self, point: Point, limit_bytes: int) -> CudaMemory | None:
+    def under_limit(self, point: Point, limit_bytes: int, nccl_bytes: int = 0) -> CudaMemory | None:
         """`point`'s step on a card offering `limit_bytes` where its replay with room reserves more: the
-        replay under that cap (plan/memory/cuda.py), when the step runs so (by freeing the allocator's cache);
-        None when it does not, or `point` is not one replay's (an extrapolation, a pipeline stage)."""
+        replay under that cap (plan/memory/cuda.py; `nccl_bytes`, a rank's NCCL buffers, outside the allocator
+        with the context), when the step runs so (by freeing the allocator's cache); None when it does not, or
+        `point` is not one replay's (an extrapolation, a pipeline stage)."""
         if point.replayed_from is None or point.replayed_from not in self._points:
             return None
-        key = (point.replayed_from, limit_bytes, self.arch)
+        key = (point.replayed_from, limit_bytes, self.arch, nccl_bytes)
         if key not in self._capped:
             trace, done, _ = self._points[point.replayed_from]
             modes, split, block, params = point.replayed_from[1:5]
             # its replay with room is this GPU's too: the same workspaces (`_point`: only the context differs)
             got = cuda_memory(self._ranked(trace, modes, split, block, params), self.arch, limit_bytes=limit_bytes,
-                              roomy=done.free_replay)
+                              roomy=done.free_replay, nccl_bytes=nccl_bytes)
             self._capped[key] = got if got.free is not None else None
         return self._capped[key]
 

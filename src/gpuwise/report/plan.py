@@ -27,7 +27,8 @@ def summary_table(est) -> Table:
         o = est.overheads
         t.add_row("device used", fmt_bytes(est.device_used_bytes),
                   f"nvidia-smi: + context {fmt_bytes(o.context_bytes)}"
-                  + (f" + cuDNN {fmt_bytes(o.cudnn_bytes)}" if o.cudnn_bytes else "") + f" ({o.arch})")
+                  + (f" + cuDNN {fmt_bytes(o.cudnn_bytes)}" if o.cudnn_bytes else "")
+                  + (f" + NCCL {fmt_bytes(o.nccl_bytes)}" if o.nccl_bytes else "") + f" ({o.arch})")
         if o.workspaces:
             t.add_row("  of which workspaces", fmt_bytes(o.workspace_bytes), ", ".join(n for n, _ in o.workspaces))
     else:

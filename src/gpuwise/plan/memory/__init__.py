@@ -3,5 +3,6 @@
 `allocator.py` replays them through a model of the CUDA caching allocator; `overheads.py` adds library
 workspaces and the CUDA context; `warmup.py` the warm-up step; `synth.py` events at an untraced batch size;
 `split.py` the data-parallel strategies (`Split`); `fsdp_units.py` FSDP's units and what it holds unsharded;
-`sharding.py` per-rank events across N GPUs; `ddp.py` the data-parallel formula.
+`sharding.py` per-rank events across N GPUs; `ddp.py` the data-parallel formula; `nccl.py` the NCCL
+communicator buffers a rank of N holds outside the allocator.
 """

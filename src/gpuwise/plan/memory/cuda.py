@@ -37,11 +37,13 @@ class CudaMemory:
 
 
 def cuda_memory(trace: MemoryTrace, arch: str, loading: str | None = None,
-                limit_bytes: int | None = None, roomy: AllocatorResult | None = None) -> CudaMemory:
+                limit_bytes: int | None = None, roomy: AllocatorResult | None = None,
+                nccl_bytes: int = 0) -> CudaMemory:
     """`loading`: how the CUDA context loads modules (overheads.py `add_workspaces`); `limit_bytes`: the
     device bytes the step may use (the card's memory less any margin), None for a replay with room; `roomy`:
-    the replay with room of the same trace, arch and loading where it ran already (not run again)."""
-    with_ws, overheads = add_workspaces(built_on_the_host(trace), arch, loading=loading)
+    the replay with room of the same trace, arch and loading where it ran already (not run again);
+    `nccl_bytes`: a data-parallel rank's NCCL buffers (nccl.py), outside the allocator as the context."""
+    with_ws, overheads = add_workspaces(built_on_the_host(trace), arch, loading=loading, nccl_bytes=nccl_bytes)
     result, free = replay_within(with_ws, overheads, limit_bytes, STEADY_REPEATS, roomy)
     return CudaMemory(with_ws, overheads, result, free=free)
 

@@ -131,10 +131,11 @@ class Overheads:
     workspaces: tuple[tuple[str, int], ...]
     arch: str
     module_loading: str = "lazy"  # CUDA module loading the context size assumes (lazy / eager)
+    nccl_bytes: int = 0          # NCCL's communicator buffers of a data-parallel rank (nccl.py; outside the allocator)
 
     @property
     def outside_allocator_bytes(self) -> int:
-        return self.context_bytes + self.cudnn_bytes
+        return self.context_bytes + self.cudnn_bytes + self.nccl_bytes
 
 
 # A workspace rule: (name, bytes(arch, env), phases whose thread holds its own handle). The forward
@@ -155,10 +156,11 @@ def replay_inputs(arch: str, env: dict | None = None) -> tuple[int, ...]:
 
 
 def add_workspaces(trace: MemoryTrace, arch: str = DEFAULT_ARCH, env: dict | None = None,
-                   loading: str | None = None) -> tuple[MemoryTrace, Overheads]:
+                   loading: str | None = None, nccl_bytes: int = 0) -> tuple[MemoryTrace, Overheads]:
     """A copy of `trace` with the persistent library workspaces allocated where the first matmul of each
     thread runs (never freed: torch caches them until the process ends), and the overheads for nvidia-smi.
-    `loading`: CUDA module loading, "lazy" / "eager" (default: CUDA_MODULE_LOADING, else lazy)."""
+    `loading`: CUDA module loading, "lazy" / "eager" (default: CUDA_MODULE_LOADING, else lazy); `nccl_bytes`:
+    the rank's NCCL buffers (nccl.py `buffer_bytes`; 0 on one GPU)."""
     events = list(trace.events)
     next_block = max(map(attrgetter("block"), events), default=0) + 1
     inserts: list[tuple[int, MemEvent]] = []
@@ -186,7 +188,7 @@ def add_workspaces(trace: MemoryTrace, arch: str = DEFAULT_ARCH, env: dict | Non
         context_bytes=context_bytes(arch, module_loading(loading, env)),
         cudnn_bytes=CUDNN_CONTEXT_BYTES if has_conv else 0,
         workspace_bytes=sum(n for _, n in added), workspaces=tuple(added), arch=arch,
-        module_loading=module_loading(loading, env),
+        module_loading=module_loading(loading, env), nccl_bytes=nccl_bytes,
     )
     new = MemoryTrace(events, steady, trace.device_type, trace.method, list(trace.notes))
     for attr in ("flops_per_step",):

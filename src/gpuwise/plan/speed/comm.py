@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from ...errors import GpuwiseError
 from ..catalog import DEFAULT_SPEED, SPEED
+from ..memory.nccl import channels as nccl_channels
 
 GB = 1e9
 US = 1e-6
@@ -147,23 +148,10 @@ def nccl_ring_s(op: str, nbytes: float, nranks: int, nodes: int, busbw: float, h
     return best
 
 
-# NVLink links per GPU (datasheets: V100 SXM2 6, A100 SXM4 12 third-generation, H100 SXM5 18 fourth-generation,
-# B200 18 fifth-generation NVLinks)
-NVLINKS_PER_GPU = {"nvlink2": 6, "nvlink3": 12, "nvlink4": 18, "nvlink5": 18}
-NCCL_MAX_CHANNELS = 32
-
-
 def nccl_sms(link: str, multi_node: bool) -> int:
-    """SMs a large NCCL collective occupies while it runs: one CTA per channel, and "NCCL CTAs won't share an
-    SM with compute kernels" (NCCL maintainer, NVIDIA/nccl issue 689). Within an NVLink node NCCL launches
-    "2 CTAs per NVLink in order to saturate the BW for large messages" (NVIDIA/nccl issue 1703), at most
-    NCCL_MAX_CHANNELS (32); across nodes "on DGX with 8 NICs ... it would use 16 SMs", and "a PCI system
-    with a single NIC ... 2 SMs" (issue 689)."""
-    if multi_node:
-        return 16
-    if link in NVLINKS_PER_GPU:
-        return min(NCCL_MAX_CHANNELS, 2 * NVLINKS_PER_GPU[link])
-    return 2
+    """SMs a large NCCL collective occupies while it runs: one CTA per channel (plan/memory/nccl.py `channels`),
+    and "NCCL CTAs won't share an SM with compute kernels" (NCCL maintainer, NVIDIA/nccl issue 689)."""
+    return nccl_channels(link, multi_node)
 
 
 def node_network(gbps_per_node: float) -> Link:

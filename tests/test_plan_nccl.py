@@ -1,0 +1,74 @@
+"""NCCL's communicator buffers in a data-parallel rank's device used (plan/memory/nccl.py): NCCL's own sizes,
+which algorithms get connected, and the published per-process-group sizes."""
+
+import pytest
+
+from gpuwise.errors import GpuwiseError
+from gpuwise.plan import estimate
+from gpuwise.plan.memory import nccl
+from gpuwise.plan.memory.split import Split, make_split
+
+MIB = 2**20
+WL, BATCH = "examples:mlp", 16
+
+
+def test_a_connection_is_its_send_and_receive_sides_rounded_to_cuda_ipc_min_whether_p2p_writes_or_reads():
+    """p2p.cc: write keeps the three protocols' buffers on the receive side, read (Ampere+ NVLink) moves Simple to
+    the send side; each side a 4 KiB header and rounded up to 2 MiB: 12 MiB a peer either way."""
+    ll, ll128, simple = nccl.LL_BUFFER, nccl.LL128_BUFFER, nccl.SIMPLE_BUFFER
+    assert (ll, ll128, simple) == (MIB // 2, 4.6875 * MIB, 4 * MIB)
+    read = nccl._aligned(nccl.HEADER + simple) + nccl._aligned(nccl.HEADER + ll + ll128)
+    assert nccl.CONNECTION_BYTES == read == 12 * MIB
+
+
+def test_lazy_connection_connects_rings_for_sharded_strategies_and_trees_too_for_all_reduce():
+    a100 = "nvlink3"  # 24 channels within a node
+    fsdp = nccl.buffer_bytes(Split("fsdp", 8), a100, "lazy")
+    ddp = nccl.buffer_bytes(Split("ddp", 8), a100, "lazy")
+    assert fsdp == 24 * 12 * MIB  # one ring connection a channel
+    assert ddp == int(24 * (1 + 2 * 7 / 8) * 12 * MIB)  # + the tree's 2(n-1)/n edges a rank
+    assert nccl.buffer_bytes(Split("fsdp", 8), a100, "eager") == ddp  # eager: rings and trees at once
+    assert nccl.buffer_bytes(Split("zero2", 8), a100, "lazy") == fsdp
+    # across nodes NCCL runs 16 channels; HSDP: a shard group within the node and a replica group across
+    assert nccl.buffer_bytes(Split("fsdp", 16), "nvlink4", "lazy") == 16 * 12 * MIB
+    hsdp = nccl.buffer_bytes(Split("hsdp", 16), "nvlink4", "lazy")
+    assert hsdp == 32 * 12 * MIB + int(16 * (1 + 2 * 1 / 2) * 12 * MIB)
+    assert nccl.buffer_bytes(Split("ddp", 2), "pcie4", "lazy") == 2 * 2 * 12 * MIB
+
+
+def test_one_gpu_and_a_pipeline_hold_no_collective_buffers():
+    assert nccl.buffer_bytes(Split(), "nvlink4") == 0
+    assert nccl.buffer_bytes(make_split(4, "pipeline"), "nvlink4") == 0
+
+
+def test_eager_connection_is_within_12_percent_of_the_published_process_group_sizes():
+    """NVIDIA/nccl issue 964: 544 MB (2 GPUs) and 688 MB (4 GPUs) a process group on A100s, NCCL of 2022 (eager)."""
+    for ranks, published in ((2, 544e6), (4, 688e6)):
+        got = nccl.buffer_bytes(Split("ddp", ranks), "nvlink3", "eager")
+        assert abs(got / published - 1) < 0.12, (ranks, got)
+
+
+def test_the_connection_mode_comes_from_the_argument_then_nccl_runtime_connect():
+    assert nccl.connect_mode(None, {}) == "lazy"
+    assert nccl.connect_mode(None, {"NCCL_RUNTIME_CONNECT": "0"}) == "eager"
+    assert nccl.connect_mode(None, {"NCCL_RUNTIME_CONNECT": "1"}) == "lazy"
+    assert nccl.connect_mode("eager", {"NCCL_RUNTIME_CONNECT": "1"}) == "eager"
+    with pytest.raises(GpuwiseError, match="lazy, eager"):
+        nccl.connect_mode("sometimes")
+
+
+def test_a_gpu_rank_counts_its_nccl_buffers_in_device_used_and_says_what_is_left_out():
+    rank = estimate(WL, BATCH, gpu="H100", nproc=2, strategy="ddp", search_max_batch=False, nccl_connect="lazy")
+    assert rank.overheads.nccl_bytes == 32 * 2 * 12 * MIB  # 32 channels on NVLink 4, a ring and a tree peer each
+    assert rank.device_used_bytes == (rank.allocator.max_reserved_bytes + rank.overheads.context_bytes
+                                      + rank.overheads.nccl_bytes)
+    assert rank.to_dict()["overheads"]["nccl_bytes"] == rank.overheads.nccl_bytes
+    note = next(n for n in rank.notes if "NCCL communicator buffers" in n)
+    assert "768 MiB" in note and "NVLS" in note
+    eager = estimate(WL, BATCH, gpu="H100", nproc=2, strategy="fsdp", search_max_batch=False, nccl_connect="eager")
+    lazy = estimate(WL, BATCH, gpu="H100", nproc=2, strategy="fsdp", search_max_batch=False, nccl_connect="lazy")
+    assert eager.device_used_bytes - lazy.device_used_bytes == 32 * 12 * MIB  # the tree
+    one = estimate(WL, BATCH, gpu="H100", search_max_batch=False)
+    assert one.overheads.nccl_bytes == 0 and not any("NCCL" in n for n in one.notes)
+    cpu = estimate(WL, BATCH, target="cpu", nproc=2, strategy="ddp")
+    assert not any("NCCL communicator" in n for n in cpu.notes)
