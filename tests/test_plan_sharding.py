@@ -272,3 +272,24 @@ def test_fsdp1_accumulating_with_a_reduce_scatter_every_micro_batch_matches_real
     for measured in truth:
         assert abs(every["peak_allocated_bytes"] - measured) <= 0.03 * measured, (every["peak_allocated_bytes"], truth)
     assert last["peak_allocated_bytes"] > 1.1 * max(truth)
+
+
+def test_fsdp_holds_each_gathered_unit_and_gradient_as_an_allocation_of_its_own():
+    """FSDP allocates each unit's gathered parameters, unsharded gradients and reduce-scatter buffers on their
+    own, so the caching allocator places each in a segment of its own (a 2.9 GiB merged block needed a
+    contiguous 2.9 GiB under the card's cap where FSDP asks 600 MiB at a time): in forward the root and the
+    two blocks in flight are three blocks, together the bytes `fsdp_gathered_bytes` says."""
+    from gpuwise.hf import hf_workload
+    from gpuwise.plan import estimate
+    from gpuwise.plan.memory.fsdp_units import fsdp_gathered_bytes, fsdp_gathered_pieces, fsdp_units_of
+
+    wl = hf_workload("tests/data/configs/tiny-llama.json", seq_len=16)
+    est = estimate(wl, 2, gpu="H100", nproc=2, strategy="fsdp", search_max_batch=False)
+    gathers = [e for e in est.trace.events[est.trace.steady_start:] if e.op == "FSDP all-gather"]
+    units = fsdp_units_of(wl)
+    params = sum(e.nbytes for e in est.trace.events if e.action == "alloc" and e.category == "parameters") * 2
+    pieces = fsdp_gathered_pieces(params, units, 2, "cuda")
+    assert len(pieces["forward"]) == 3 and pieces["forward"][1] == pieces["forward"][2]
+    assert {k: sum(v) for k, v in pieces.items()} == fsdp_gathered_bytes(params, units, 2, "cuda")
+    first_forward = [e.nbytes for e in gathers if e.phase == "forward"][:3]
+    assert sorted(first_forward) == sorted(pieces["forward"])

@@ -2,9 +2,9 @@
 
 `fsdp_units` / `fsdp_units_of` find a model's units (the root group outside the repeated blocks, the largest
 block, the blocks' ModuleList) on the meta device; `block_param_bytes` guesses a block's bytes from a trace
-when the model's units are unknown; `fsdp_gathered_bytes` the bytes FSDP2 holds beyond the shards in each
-phase of the step; `flat_root_gradient_bytes` FSDP1's root flat gradient under accumulation; `unit_of` and
-`backward_units` which block unit a traced event is in. plan/memory/sharding.py places these sizes in a
+when the model's units are unknown; `fsdp_gathered_pieces` the tensors FSDP2 holds beyond the shards in
+each phase of the step (`fsdp_gathered_bytes` their sums); `flat_root_gradient_bytes` FSDP1's root flat
+gradient under accumulation; `unit_of` and `backward_units` which block unit a traced event is in. plan/memory/sharding.py places these sizes in a
 rank's events.
 """
 
@@ -87,7 +87,17 @@ def fsdp_units_of(workload) -> FsdpUnits | None:
 def fsdp_gathered_bytes(param_bytes: int, units: FsdpUnits, n: int,
                         device_type: str, root_grads: bool = True, block_grads: bool = True,
                         reduce_factor: int = 1, accumulate_shards: bool = False) -> dict[str, int]:
-    """Bytes FSDP2 holds beyond the shards, by phase (torch 2.x `_fully_shard/_fsdp_param_group.py`
+    """Bytes FSDP2 holds beyond the shards, by phase: the sums of `fsdp_gathered_pieces`."""
+    return {phase: sum(pieces) for phase, pieces in fsdp_gathered_pieces(
+        param_bytes, units, n, device_type, root_grads, block_grads, reduce_factor, accumulate_shards).items()}
+
+
+def fsdp_gathered_pieces(param_bytes: int, units: FsdpUnits, n: int,
+                         device_type: str, root_grads: bool = True, block_grads: bool = True,
+                         reduce_factor: int = 1, accumulate_shards: bool = False) -> dict[str, tuple[int, ...]]:
+    """The tensors FSDP2 holds beyond the shards, by phase, each its own allocation (a unit's gathered
+    parameters, its unsharded gradients, its reduce-scatter input and output: FSDP allocates each on its own,
+    so the caching allocator places each on its own) (torch 2.x `_fully_shard/_fsdp_param_group.py`
     `pre_forward` / `pre_backward` / `post_backward`, `_fsdp_collectives.py` `foreach_reduce`):
       forward: the root's gathered parameters (all-gathered in the root's pre-forward) + the block in use
         and the one prefetched;
@@ -126,14 +136,16 @@ def fsdp_gathered_bytes(param_bytes: int, units: FsdpUnits, n: int,
     end = _root_reduce_bytes(root, n, device_type, reduce_factor) if root_grads else 0
     if root_grads and accumulate_shards:
         end += -(-root * reduce_factor // n)
-    return {"forward": root + FSDP_BLOCKS_IN_FLIGHT * block,
-            "backward_head": root + after + block,
-            "backward_first": root + after + FSDP_BLOCKS_IN_FLIGHT * block + grad,
-            "backward": root + after + FSDP_BLOCKS_IN_FLIGHT * block + grad + rs + out,
-            "backward_last": root + after + block + grad + rs + out,
-            "backward_only": root + after + block + grad,
-            "backward_tail": root + after + rs + out,
-            "end": end}
+    blocks = (block,) * FSDP_BLOCKS_IN_FLIGHT
+    pieces = {"forward": (root, *blocks),
+              "backward_head": (root, after, block),
+              "backward_first": (root, after, *blocks, grad),
+              "backward": (root, after, *blocks, grad, rs, out),
+              "backward_last": (root, after, block, grad, rs, out),
+              "backward_only": (root, after, block, grad),
+              "backward_tail": (root, after, rs, out),
+              "end": (end,)}
+    return {phase: tuple(p for p in held if p) for phase, held in pieces.items()}
 
 
 def _root_reduce_bytes(root: int, n: int, device_type: str, reduce_factor: int) -> int:

@@ -40,6 +40,7 @@ Sharding follows Rajbhandari et al. 2020 (ZeRO, sec. 5 and Figure 1) and the FSD
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 
 from .events import MemEvent, MemoryTrace
@@ -48,7 +49,7 @@ from .fsdp_units import (
     FsdpUnits,
     backward_units,
     flat_root_gradient_bytes,
-    fsdp_gathered_bytes,
+    fsdp_gathered_pieces,
     unit_at,
     unit_of,
 )
@@ -83,35 +84,38 @@ def rank_trace(trace: MemoryTrace, split: Split, block_param_bytes: int = 0,
     return shard_trace(trace, split, block_param_bytes, trainable_bytes(trace), units, param_bytes, accumulating)
 
 
-def _hold_by_phase(events: list[MemEvent], steady: int, sizes: dict[str, int],
-                   blocks_paths: tuple[str, ...] = (), first_sizes: dict[str, int] | None = None,
+def _hold_by_phase(events: list[MemEvent], steady: int, pieces: dict[str, tuple[int, ...]],
+                   blocks_paths: tuple[str, ...] = (), first_pieces: dict[str, tuple[int, ...]] | None = None,
                    ) -> tuple[list[MemEvent], int]:
-    """Insert a block of `sizes[phase]` alive through each forward and backward phase (in backward, by
-    position: `backward_head` until the first event inside `blocks_paths`, `backward_first` inside the
-    first block, `backward_last` inside the last (`backward_only` when they are one), `backward_tail`
-    after it, `backward` between; events
-    outside the blocks in between keep the level they are at), and a spike of `sizes["end"]` where each
-    backward ends (every step: warm-up and steady). `first_sizes`: the sizes in each step's first backward
-    (FSDP1 accumulating under no_sync: no gradient accumulated yet to add a block's new one into)."""
+    """Insert blocks of `pieces[phase]` (one block a tensor FSDP holds: `fsdp_gathered_pieces`) alive through
+    each forward and backward phase (in backward, by position: `backward_head` until the first event inside
+    `blocks_paths`, `backward_first` inside the first block, `backward_last` inside the last (`backward_only`
+    when they are one), `backward_tail` after it, `backward` between; events outside the blocks in between keep
+    the level they are at), and a spike of `pieces["end"]` where each backward ends (every step: warm-up and
+    steady). `first_pieces`: those in each step's first backward (FSDP1 accumulating under no_sync: no gradient
+    accumulated yet to add a block's new one into)."""
     out: list[MemEvent] = []
     first_backward = [False, False]  # (this step has had its first backward, it is running now)
-    block = _new_block(events)
-    held: tuple[str, int, int] | None = None  # (phase, block, nbytes)
+    ids = itertools.count(_new_block(events))
+    held: tuple[str, list[tuple[int, int]]] | None = None  # (phase, [(block, nbytes)])
     new_steady = steady
     runs = backward_units(events, blocks_paths) if blocks_paths else {}
 
+    def free_held(phase: str) -> None:
+        nonlocal held
+        for b, nbytes in held[1]:
+            out.append(MemEvent("free", b, nbytes, "temporary", phase, "", "FSDP reshard"))
+        held = None
+
     def release(phase: str) -> None:
-        nonlocal held, block
         if held is None:
             return
-        was, b, nbytes = held
-        out.append(MemEvent("free", b, nbytes, "temporary", phase, "", "FSDP reshard"))
-        held = None
-        if was.startswith("backward") and sizes.get("end"):
-            block += 1
-            out.append(MemEvent("alloc", block, sizes["end"], "temporary", "backward", "", "FSDP root reduce-scatter"))
-            out.append(MemEvent("free", block, sizes["end"], "temporary", "backward", "", "FSDP root reduce-scatter"))
-        block += 1
+        was = held[0]
+        free_held(phase)
+        if was.startswith("backward") and sum(pieces.get("end", ())):
+            b, nbytes = next(ids), sum(pieces["end"])
+            out.append(MemEvent("alloc", b, nbytes, "temporary", "backward", "", "FSDP root reduce-scatter"))
+            out.append(MemEvent("free", b, nbytes, "temporary", "backward", "", "FSDP root reduce-scatter"))
 
     run = ("", "")  # this backward's (first, last) block units
     seen_last = [False]
@@ -148,19 +152,18 @@ def _hold_by_phase(events: list[MemEvent], steady: int, sizes: dict[str, int],
             first_backward[:] = [True, True]
         elif e.phase == "forward":
             first_backward[1] = False
-        sz = first_sizes if first_sizes is not None and first_backward[1] else sizes
+        now = first_pieces if first_pieces is not None and first_backward[1] else pieces
         phase = key(i, e)
         if e.phase in ("forward", "backward"):
             if held is None or held[0] != phase:
                 if held is not None and held[0].startswith("backward") and phase == "forward":
                     release(e.phase)  # a new micro-batch's forward after a backward (accumulation)
                 elif held is not None:
-                    out.append(MemEvent("free", held[1], held[2], "temporary", e.phase, "", "FSDP reshard"))
-                    held = None
-                    block += 1
-                if sz.get(phase):
-                    out.append(MemEvent("alloc", block, sz[phase], "temporary", e.phase, "", "FSDP all-gather"))
-                    held = (phase, block, sz[phase])
+                    free_held(e.phase)
+                if now.get(phase):
+                    held = (phase, [(next(ids), nbytes) for nbytes in now[phase]])
+                    out.extend(MemEvent("alloc", b, nbytes, "temporary", e.phase, "", "FSDP all-gather")
+                               for b, nbytes in held[1])
         elif held is not None:
             release(e.phase)
         out.append(e)
@@ -218,24 +221,26 @@ def shard_trace(trace: MemoryTrace, split: Split, block_param_bytes: int = 0,
             param_total = param_bytes or sum(e.nbytes for e in trace.events
                                              if e.action == "alloc" and e.category == "parameters")
             frozen = trainable_bytes(trace) < param_total // max(n, 1)  # LoRA, freezing: most of it frozen
-            sizes = fsdp_gathered_bytes(param_total, units, n, trace.device_type, root_grads=not frozen,
-                                        block_grads=split.flat_params or not frozen,
-                                        reduce_factor=split.reduce_factor,
-                                        accumulate_shards=accumulating and split.sync_every_micro_step)
+            pieces = fsdp_gathered_pieces(param_total, units, n, trace.device_type, root_grads=not frozen,
+                                          block_grads=split.flat_params or not frozen,
+                                          reduce_factor=split.reduce_factor,
+                                          accumulate_shards=accumulating and split.sync_every_micro_step)
             if param_bytes:  # a 1- or 2-layer trace standing for the whole model: each of its blocks at the
                 for edge in ("backward_last", "backward_only"):  # level of a middle one
-                    sizes[edge] = sizes["backward"]
+                    pieces[edge] = pieces["backward"]
             first = None
             if split.flat_params and no_sync:  # a step's first backward: a block's flat gradient (the cat of its
                 # parameters' gradients) becomes the accumulated one, nothing to add it into: no second copy
-                first = fsdp_gathered_bytes(param_total, units, n, trace.device_type, root_grads=not frozen,
-                                            block_grads=True, reduce_factor=0)
+                first = fsdp_gathered_pieces(param_total, units, n, trace.device_type, root_grads=not frozen,
+                                             block_grads=True, reduce_factor=0)
                 if param_bytes:
                     for edge in ("backward_last", "backward_only"):
                         first[edge] = first["backward"]
             if split.flat_params and no_sync and not frozen:
-                sizes["backward_tail"] += flat_root_gradient_bytes(param_total, units, notes)
-            events, steady = _hold_by_phase(events, steady, sizes, units.blocks_paths, first)
+                root_flat = flat_root_gradient_bytes(param_total, units, notes)
+                pieces["backward_tail"] += (root_flat,) if root_flat else ()
+            events, steady = _hold_by_phase(events, steady, pieces, units.blocks_paths, first)
+            sizes = {phase: sum(held) for phase, held in pieces.items()}
             if split.flat_params:
                 events, steady = _flat_gradients(events, steady, trace, param_total, units, n, no_sync, notes)
             notes.append(f"{s}: parameters, gradients and optimizer state / {n}; FSDP2 holds unsharded (root "
