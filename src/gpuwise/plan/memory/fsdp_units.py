@@ -4,8 +4,8 @@
 block, the blocks' ModuleList) on the meta device; `block_param_bytes` guesses a block's bytes from a trace
 when the model's units are unknown; `fsdp_gathered_pieces` the tensors FSDP2 holds beyond the shards in
 each phase of the step (`fsdp_gathered_bytes` their sums); `flat_root_gradient_bytes` FSDP1's root flat
-gradient under accumulation; `unit_of` and `backward_units` which block unit a traced event is in. plan/memory/sharding.py places these sizes in a
-rank's events.
+gradient under accumulation; `unit_of` and `backward_units` which block unit a traced event is in.
+plan/memory/sharding.py places these in a rank's events.
 """
 
 from __future__ import annotations
