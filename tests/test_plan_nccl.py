@@ -21,7 +21,7 @@ def test_a_connection_is_its_send_and_receive_sides_rounded_to_cuda_ipc_min_whet
     assert nccl.CONNECTION_BYTES == read == 12 * MIB
 
 
-def test_lazy_connection_connects_rings_for_sharded_strategies_and_trees_too_for_all_reduce():
+def test_lazy_connection_connects_rings_for_sharded_strategies_and_trees_too_for_all_reduce_or_across_nodes():
     a100 = "nvlink3"  # 24 channels within a node
     fsdp = nccl.buffer_bytes(Split("fsdp", 8), a100, "lazy")
     ddp = nccl.buffer_bytes(Split("ddp", 8), a100, "lazy")
@@ -29,8 +29,9 @@ def test_lazy_connection_connects_rings_for_sharded_strategies_and_trees_too_for
     assert ddp == int(24 * (1 + 2 * 7 / 8) * 12 * MIB)  # + the tree's 2(n-1)/n edges a rank
     assert nccl.buffer_bytes(Split("fsdp", 8), a100, "eager") == ddp  # eager: rings and trees at once
     assert nccl.buffer_bytes(Split("zero2", 8), a100, "lazy") == fsdp
-    # across nodes NCCL runs 16 channels; HSDP: a shard group within the node and a replica group across
-    assert nccl.buffer_bytes(Split("fsdp", 16), "nvlink4", "lazy") == 16 * 12 * MIB
+    # across nodes NCCL runs 16 channels, and a loop's small all-reduces (loss, gradient norm) connect the trees
+    assert nccl.buffer_bytes(Split("fsdp", 16), "nvlink4", "lazy") == int(16 * (1 + 2 * 15 / 16) * 12 * MIB)
+    # HSDP: a shard group within the node (rings) and a replica group across (rings and trees)
     hsdp = nccl.buffer_bytes(Split("hsdp", 16), "nvlink4", "lazy")
     assert hsdp == 32 * 12 * MIB + int(16 * (1 + 2 * 1 / 2) * 12 * MIB)
     assert nccl.buffer_bytes(Split("ddp", 2), "pcie4", "lazy") == 2 * 2 * 12 * MIB

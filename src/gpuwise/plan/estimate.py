@@ -134,7 +134,7 @@ class Estimate:
 def nccl_note(nbytes: int, connect: str) -> str:
     """What a data-parallel rank's device used counts of NCCL (plan/memory/nccl.py) and what it leaves out."""
     how = ("lazy: NCCL >= 2.22 connects an algorithm at its first collective, rings for all-gather / reduce-scatter, "
-           "rings and trees for all-reduce" if connect == "lazy" else
+           "rings and trees for all-reduce and across nodes" if connect == "lazy" else
            "eager: NCCL < 2.22 connects rings and trees when the communicator is created")
     return (f"device used counts {fmt_bytes(nbytes)} of NCCL communicator buffers, outside PyTorch's allocator "
             f"(12 MiB a channel and peer; {how}; --nccl-connect). Not counted: NVLS / CollNet buffers (NVLink "

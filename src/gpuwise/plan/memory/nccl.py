@@ -17,8 +17,10 @@ across). Net (InfiniBand) connections at a node's edge are counted the same.
 Which algorithms get connected: NCCL >= 2.22 (PyTorch >= 2.7) connects an algorithm at its first collective
 ("Add lazy connection establishment for collective operations ... reduce memory usage", 2.22.3 release notes;
 NCCL_RUNTIME_CONNECT=1, the default): all-gather and reduce-scatter run rings, all-reduce rings and trees
-(NCCL picks the tree for small messages, and across nodes). Earlier NCCL (or NCCL_RUNTIME_CONNECT=0)
-connects rings and trees when the communicator is created (`eager`).
+(NCCL picks the tree for small messages, and across nodes). So a sharded job within a node connects rings only,
+and across nodes trees too: a training loop's small all-reduces (the loss it logs, the gradient norm it clips
+by) run as trees there, where the tree's log2(nodes) latency beats the ring's (src/graph/tuning.cc). Earlier
+NCCL (or NCCL_RUNTIME_CONNECT=0) connects rings and trees when the communicator is created (`eager`).
 
 Not counted: NVLS (NVLink SHARP on H100 / B200 NVSwitch systems) and CollNet buffers, send/recv (pipeline,
 all-to-all) buffers, and any second communicator PyTorch creates beyond the ones the strategy needs.
@@ -90,6 +92,6 @@ def buffer_bytes(split: Split, link: str, connect: str = "lazy") -> int:
         groups = [(split.nproc, split.nproc > split.node_size, split.strategy in ALL_REDUCING)]
     total = 0.0
     for ranks, multi_node, all_reduce in groups:
-        tree = 2 * (ranks - 1) / ranks if connect == "eager" or all_reduce else 0.0
+        tree = 2 * (ranks - 1) / ranks if connect == "eager" or all_reduce or multi_node else 0.0
         total += channels(link, multi_node) * (1 + tree) * CONNECTION_BYTES
     return int(total)
