@@ -278,10 +278,11 @@ def test_fsdp_holds_each_gathered_unit_and_gradient_as_an_allocation_of_its_own(
     """FSDP allocates each unit's gathered parameters, unsharded gradients and reduce-scatter buffers on their
     own, so the caching allocator places each in a segment of its own (a 2.9 GiB merged block needed a
     contiguous 2.9 GiB under the card's cap where FSDP asks 600 MiB at a time): in forward the root and the
-    two blocks in flight are three blocks, together the bytes `fsdp_gathered_bytes` says."""
+    two blocks in flight are three blocks, together the bytes one merged block had (root + 2 blocks in forward;
+    in backward also the head's gradients, a block's gradients and the previous block's reduce-scatter input)."""
     from gpuwise.hf import hf_workload
     from gpuwise.plan import estimate
-    from gpuwise.plan.memory.fsdp_units import fsdp_gathered_bytes, fsdp_gathered_pieces, fsdp_units_of
+    from gpuwise.plan.memory.fsdp_units import fsdp_gathered_pieces, fsdp_units_of
 
     wl = hf_workload("tests/data/configs/tiny-llama.json", seq_len=16)
     est = estimate(wl, 2, gpu="H100", nproc=2, strategy="fsdp", search_max_batch=False)
@@ -290,6 +291,8 @@ def test_fsdp_holds_each_gathered_unit_and_gradient_as_an_allocation_of_its_own(
     params = sum(e.nbytes for e in est.trace.events if e.action == "alloc" and e.category == "parameters") * 2
     pieces = fsdp_gathered_pieces(params, units, 2, "cuda")
     assert len(pieces["forward"]) == 3 and pieces["forward"][1] == pieces["forward"][2]
-    assert {k: sum(v) for k, v in pieces.items()} == fsdp_gathered_bytes(params, units, 2, "cuda")
+    root, after, block = (int(params * u) for u in units[:3])
+    assert sum(pieces["forward"]) == root + 2 * block
+    assert sum(pieces["backward"]) == root + after + 2 * block + block + block  # + gradients, + previous RS input
     first_forward = [e.nbytes for e in gathers if e.phase == "forward"][:3]
     assert sorted(first_forward) == sorted(pieces["forward"])

@@ -3,7 +3,7 @@
 `fsdp_units` / `fsdp_units_of` find a model's units (the root group outside the repeated blocks, the largest
 block, the blocks' ModuleList) on the meta device; `block_param_bytes` guesses a block's bytes from a trace
 when the model's units are unknown; `fsdp_gathered_pieces` the tensors FSDP2 holds beyond the shards in
-each phase of the step (`fsdp_gathered_bytes` their sums); `flat_root_gradient_bytes` FSDP1's root flat
+each phase of the step; `flat_root_gradient_bytes` FSDP1's root flat
 gradient under accumulation; `unit_of` and `backward_units` which block unit a traced event is in.
 plan/memory/sharding.py places these in a rank's events.
 """
@@ -82,14 +82,6 @@ def fsdp_units_of(workload) -> FsdpUnits | None:
         return fsdp_units(model)
     except Exception:  # a model that cannot be built on meta: every block is the average (rank_trace)
         return None
-
-
-def fsdp_gathered_bytes(param_bytes: int, units: FsdpUnits, n: int,
-                        device_type: str, root_grads: bool = True, block_grads: bool = True,
-                        reduce_factor: int = 1, accumulate_shards: bool = False) -> dict[str, int]:
-    """Bytes FSDP2 holds beyond the shards, by phase: the sums of `fsdp_gathered_pieces`."""
-    return {phase: sum(pieces) for phase, pieces in fsdp_gathered_pieces(
-        param_bytes, units, n, device_type, root_grads, block_grads, reduce_factor, accumulate_shards).items()}
 
 
 def fsdp_gathered_pieces(param_bytes: int, units: FsdpUnits, n: int,

@@ -16,7 +16,7 @@ its events are the same with the sharded categories shrunk, plus what the librar
     (zero3)    prefetched) holds unsharded, by phase: the root group (embeddings, final norm, head) and two
                blocks in forward; in backward also the head's gradients, one block's gradients and the
                previous block's reduce-scatter input; at the end the root's gradients and their
-               reduce-scatter input (`fsdp_gathered_bytes`; without the model's units: 3 averaged blocks);
+               reduce-scatter input (`fsdp_gathered_pieces`; without the model's units: 3 averaged blocks);
                what building the model allocated and freed / N (meta-device init, each rank materializes
                its shards: torchtitan train.py's fully_shard + to_empty + init_weights)
     fsdp1      FSDP1 `FullyShardedDataParallel(FULL_SHARD, use_orig_params=True)` as Lightning Fabric and HF
@@ -100,6 +100,7 @@ def _hold_by_phase(events: list[MemEvent], steady: int, pieces: dict[str, tuple[
     held: tuple[str, list[tuple[int, int]]] | None = None  # (phase, [(block, nbytes)])
     new_steady = steady
     runs = backward_units(events, blocks_paths) if blocks_paths else {}
+    end = sum(pieces.get("end", ()))  # the root's reduce-scatter spike
 
     def free_held(phase: str) -> None:
         nonlocal held
@@ -112,10 +113,10 @@ def _hold_by_phase(events: list[MemEvent], steady: int, pieces: dict[str, tuple[
             return
         was = held[0]
         free_held(phase)
-        if was.startswith("backward") and sum(pieces.get("end", ())):
-            b, nbytes = next(ids), sum(pieces["end"])
-            out.append(MemEvent("alloc", b, nbytes, "temporary", "backward", "", "FSDP root reduce-scatter"))
-            out.append(MemEvent("free", b, nbytes, "temporary", "backward", "", "FSDP root reduce-scatter"))
+        if was.startswith("backward") and end:
+            b = next(ids)
+            out.append(MemEvent("alloc", b, end, "temporary", "backward", "", "FSDP root reduce-scatter"))
+            out.append(MemEvent("free", b, end, "temporary", "backward", "", "FSDP root reduce-scatter"))
 
     run = ("", "")  # this backward's (first, last) block units
     seen_last = [False]
