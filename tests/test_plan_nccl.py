@@ -33,8 +33,20 @@ def test_lazy_connection_connects_rings_for_sharded_strategies_and_trees_too_for
     assert nccl.buffer_bytes(Split("fsdp", 16), "nvlink4", "lazy") == int(16 * (1 + 2 * 15 / 16) * 12 * MIB)
     # HSDP: a shard group within the node (rings) and a replica group across (rings and trees)
     hsdp = nccl.buffer_bytes(Split("hsdp", 16), "nvlink4", "lazy")
-    assert hsdp == 32 * 12 * MIB + int(16 * (1 + 2 * 1 / 2) * 12 * MIB)
+    assert hsdp == 24 * 12 * MIB + int(16 * (1 + 2 * 1 / 2) * 12 * MIB)
     assert nccl.buffer_bytes(Split("ddp", 2), "pcie4", "lazy") == 2 * 2 * 12 * MIB
+
+
+def test_channels_within_a_node_are_nccls_topology_search_and_match_the_published_logs():
+    """NCCL's ring search at its first speed, doubled by ncclTopoDupChannels and again by ncclTopoPostset: the
+    counts NCCL logs. NVIDIA/nccl issue 1781: "24 coll channels" on two NVSwitch H100s; issue 1703: "2 CTAs per
+    NVLink" on two A100s joined by 12 NVLinks; issue 713: the graph of four V100s joined by 2 NVLinks a pair
+    (6 a GPU) has nchannels="6", which the post-set doubles. Across nodes 16, PCIe 2 (issue 689)."""
+    assert nccl.channels("nvlink4", False) == 24  # floor(18 x 20.6 / 60) = 6 -> 12 -> 24; not 2 per NVLink's 36
+    assert nccl.channels("nvlink3", False) == 2 * nccl.NVLINKS_PER_GPU["nvlink3"] == 24
+    assert nccl.channels("nvlink2", False) == 2 * 6 == 12
+    assert nccl.channels("nvlink5", False) == nccl.NCCL_MAX_CHANNELS  # 8 -> 16 -> 32
+    assert nccl.channels("nvlink4", True) == 16 and nccl.channels("pcie4", False) == 2
 
 
 def test_one_gpu_and_a_pipeline_hold_no_collective_buffers():
@@ -60,15 +72,15 @@ def test_the_connection_mode_comes_from_the_argument_then_nccl_runtime_connect()
 
 def test_a_gpu_rank_counts_its_nccl_buffers_in_device_used_and_says_what_is_left_out():
     rank = estimate(WL, BATCH, gpu="H100", nproc=2, strategy="ddp", search_max_batch=False, nccl_connect="lazy")
-    assert rank.overheads.nccl_bytes == 32 * 2 * 12 * MIB  # 32 channels on NVLink 4, a ring and a tree peer each
+    assert rank.overheads.nccl_bytes == 24 * 2 * 12 * MIB  # 24 channels on NVLink 4, a ring and a tree peer each
     assert rank.device_used_bytes == (rank.allocator.max_reserved_bytes + rank.overheads.context_bytes
                                       + rank.overheads.nccl_bytes)
     assert rank.to_dict()["overheads"]["nccl_bytes"] == rank.overheads.nccl_bytes
     note = next(n for n in rank.notes if "NCCL communicator buffers" in n)
-    assert "768 MiB" in note and "NVLS" in note
+    assert "576 MiB" in note and "NVLS" in note
     eager = estimate(WL, BATCH, gpu="H100", nproc=2, strategy="fsdp", search_max_batch=False, nccl_connect="eager")
     lazy = estimate(WL, BATCH, gpu="H100", nproc=2, strategy="fsdp", search_max_batch=False, nccl_connect="lazy")
-    assert eager.device_used_bytes - lazy.device_used_bytes == 32 * 12 * MIB  # the tree
+    assert eager.device_used_bytes - lazy.device_used_bytes == 24 * 12 * MIB  # the tree
     one = estimate(WL, BATCH, gpu="H100", search_max_batch=False)
     assert one.overheads.nccl_bytes == 0 and not any("NCCL" in n for n in one.notes)
     cpu = estimate(WL, BATCH, target="cpu", nproc=2, strategy="ddp")

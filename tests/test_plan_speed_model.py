@@ -200,13 +200,13 @@ def test_hsdp_reduces_across_nodes_behind_backward_over_the_stated_network():
 
 def test_overlapped_collectives_slow_compute_by_the_sms_nccl_holds():
     from gpuwise.plan.speed.comm import nccl_sms
-    assert (nccl_sms("nvlink3", False), nccl_sms("nvlink4", False), nccl_sms("pcie4", False)) == (24, 32, 2)
+    assert (nccl_sms("nvlink3", False), nccl_sms("nvlink4", False), nccl_sms("pcie4", False)) == (24, 24, 2)
     assert nccl_sms("nvlink4", True) == 16
     free = comm_time("fsdp", 8, "nvlink4", 4e9, 2e9, 10.0, 20.0, blocks=32)
     held = comm_time("fsdp", 8, "nvlink4", 4e9, 2e9, 10.0, 20.0, blocks=32, sm_count=132)
     assert free.contention_s == 0 and held.exposed_s == free.exposed_s
-    # every collective overlaps (compute is long): 32 of 132 SMs busy for the collectives' whole time
-    assert held.contention_s == pytest.approx(32 / 132 * held.total_s)
+    # every collective overlaps (compute is long): 24 of 132 SMs busy for the collectives' whole time
+    assert held.contention_s == pytest.approx(24 / 132 * held.total_s)
 
 
 def test_fsdp_gathers_every_micro_batch_and_reduces_once_per_step():

@@ -52,20 +52,30 @@ CONNECTION_BYTES = _aligned(HEADER) + _aligned(HEADER + LL_BUFFER + LL128_BUFFER
 # NVLink links per GPU (datasheets: V100 SXM2 6, A100 SXM4 12 third-generation, H100 SXM5 18 fourth-generation,
 # B200 18 fifth-generation NVLinks)
 NVLINKS_PER_GPU = {"nvlink2": 6, "nvlink3": 12, "nvlink4": 18, "nvlink5": 18}
+# NCCL's bandwidth of one NVLink, GB/s (src/graph/topo.h SM70_NVLINK_BW 20.0, SM80 20.0, SM90 20.6, SM100 40.1)
+NCCL_NVLINK_BW = {"nvlink2": 20.0, "nvlink3": 20.0, "nvlink4": 20.6, "nvlink5": 40.1}
+# the ring search's first speed, GB/s a channel (src/graph/search.cc speedArrayIntra[0] 40, sm90SpeedArrayIntra[0]
+# 60, sm100SpeedArrayIntra[0] 90)
+NCCL_TOP_SPEED = {"nvlink2": 40.0, "nvlink3": 40.0, "nvlink4": 60.0, "nvlink5": 90.0}
 NCCL_MAX_CHANNELS = 32
 CONNECTS = ("lazy", "eager")
 ALL_REDUCING = ("ddp", "zero1")  # strategies that all-reduce the gradients (hsdp: across nodes, below)
 
 
 def channels(link: str, multi_node: bool) -> int:
-    """NCCL's channels for a large collective (one CTA each). Within an NVLink node NCCL launches "2 CTAs per
-    NVLink in order to saturate the BW for large messages" (NVIDIA/nccl issue 1703), at most NCCL_MAX_CHANNELS
-    (32); across nodes "on DGX with 8 NICs ... it would use 16 SMs", and "a PCI system with a single NIC ...
-    2 SMs" (NVIDIA/nccl issue 689)."""
+    """NCCL's channels for a large collective (one CTA each). Within an NVLink node, as NCCL's topology search
+    gets them: the ring search fills the GPU's NVLink bandwidth (links x NCCL's per-link bandwidth) with channels
+    at its first speed, `ncclTopoDupChannels` doubles them (it does for every speed these start at: >= 25 GB/s,
+    and >= 50 on Hopper and later), and `ncclTopoPostset` doubles them again ("Duplication should be complete
+    now", src/graph/connect.cc), at most NCCL_MAX_CHANNELS. A100: 240 / 40 = 6 -> 24, which is NVIDIA/nccl
+    issue 1703's "2 CTAs per NVLink" on its 12 NVLinks; H100: floor(370.8 / 60) = 6 -> 24 ("24 coll channels"
+    on H100s, NVIDIA/nccl issue 1781's log), not 2 per NVLink's 36; V100: 3 -> 12. Across nodes "on DGX with 8
+    NICs ... it would use 16 SMs", and "a PCI system with a single NIC ... 2 SMs" (NVIDIA/nccl issue 689)."""
     if multi_node:
         return 16
     if link in NVLINKS_PER_GPU:
-        return min(NCCL_MAX_CHANNELS, 2 * NVLINKS_PER_GPU[link])
+        searched = int(NVLINKS_PER_GPU[link] * NCCL_NVLINK_BW[link] // NCCL_TOP_SPEED[link])
+        return min(NCCL_MAX_CHANNELS, 4 * max(searched, 1))
     return 2
 
 
