@@ -428,10 +428,10 @@ def test_the_searches_later_trials_are_traced_side_by_side_with_the_same_answers
     def used(modes, micro):
         return int(limit * (0.5 + 0.5 * micro / (fits_up_to[modes.lora_rank] + 0.5)))
 
-    answers, runs = [], []
+    answers, runs, told = [], [], []
     for cpus in (1, 2):
         ev = _Traces(used, cpus)
-        _side_by_side(ev, searched, spec, 8, limit)
+        _side_by_side(ev, searched, spec, 8, limit, told.append)
         answers.append([best_micro_batch(ev, v, spec, 8, limit, whole).to_dict() for v, whole in searched])
         runs.append(ev)
     (one, two), (here, side) = answers, runs
@@ -440,6 +440,9 @@ def test_the_searches_later_trials_are_traced_side_by_side_with_the_same_answers
     assert sorted(here.one_by_one) == sorted(t for r in side.rounds for t in r)  # the same trials, no more
     assert side.one_by_one == [] and here.rounds == []
     assert side.rounds == [[(4, 1), (8, 1), (16, 8)], [(4, 8), (8, 8), (16, 2)], [(4, 4), (16, 4)]]
+    # the progress line says each round as it starts (one CPU: one round asked, nothing ran side by side)
+    assert told == ["round 1 (0 traces so far)",
+                    "round 1 (0 traces so far)", "round 2 (3 traces so far)", "round 3 (6 traces so far)"]
     # a round that would leave a CPU idle: the whole-first bisection's likely next step beside its first
     # (as traced one by one it was asked next: micro-batch 2 fits, 4 is asked)
     alone = _Traces(used, 2)

@@ -208,9 +208,10 @@ def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, 
     options = []
     limit, candidates, floors, whole = candidates_on(ev, spec, nproc, precision, optimizer, checkpointing, margin_pct,
                                                    accum_sync, cross_entropy, train_metrics)
+    told = None if progress is None else lambda r: progress(f"{spec.name}: the options' traces, side by side, {r}")
     if progress is not None:
         progress(f"{spec.name}: the options' traces, side by side")
-    _side_by_side(ev, searched_variants(candidates, floors, whole), spec, batch_size, limit)
+    _side_by_side(ev, searched_variants(candidates, floors, whole), spec, batch_size, limit, told)
     for i, v in enumerate(candidates, 1):
         lacking = missing(untraceable_without(v))
         if lacking:  # listed, not sized: the trace needs the library itself
@@ -330,7 +331,7 @@ def _unsized(v: Variant, batch: int, lacking: list[str], blocks: str) -> FitOpti
 
 
 def _side_by_side(ev: Evaluator, searches: list[tuple[Variant, bool]], spec: GpuSpec, batch: int,
-                  limit: float) -> None:
+                  limit: float, progress: Callable[[str], None] | None = None) -> None:
     """Run the variants' searches (`best_micro_batch`, with `whole_first` each) in rounds: each search runs
     over the traces kept until it asks one not kept yet; that trial of every search is traced side by side
     (`prefetch`, one per idle CPU), and again, until no search asks a trace that `prefetch` runs. The searches
@@ -338,7 +339,8 @@ def _side_by_side(ev: Evaluator, searches: list[tuple[Variant, bool]], spec: Gpu
     earlier ones), so the answers are too; only when the traces run differs: a search's second and later trials
     no longer run one at a time here while the other CPUs idle. With one idle CPU `prefetch` runs nothing and
     this stops: the searches trace as they ask."""
-    in_rounds(ev, [(spec, limit, v, whole) for v, whole in searches], batch, best_micro_batch, every_gpu=False)
+    in_rounds(ev, [(spec, limit, v, whole) for v, whole in searches], batch, best_micro_batch, every_gpu=False,
+              progress=progress)
 
 
 def _option(ev: Evaluator, v: Variant, spec: GpuSpec, micro: int, accum: int, limit: float,

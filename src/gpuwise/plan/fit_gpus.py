@@ -33,8 +33,9 @@ def fit_all_gpus(workload: Any, nproc: int = 1, batch_size: int = 8, progress: C
     def told(i: int, spec: GpuSpec) -> Callable[[str], None] | None:  # one stage per GPU, not per option
         return None if progress is None else lambda _stage: progress(f"GPU {i}/{len(specs)}, {spec.name}")
 
+    every = None if progress is None else lambda r: progress(f"{len(specs)} GPUs' options: the traces, side by side, {r}")
     if specs and progress is not None:
-        told(1, specs[0])("every GPU's options, side by side")
+        progress(f"{len(specs)} GPUs' options: the traces, side by side")
     searches = []
     for spec in specs:
         limit, candidates, floors, whole = candidates_on(
@@ -42,12 +43,13 @@ def fit_all_gpus(workload: Any, nproc: int = 1, batch_size: int = 8, progress: C
             kw.get("margin_pct", DEFAULT_MARGIN_PCT), kw.get("accum_sync"), kw.get("cross_entropy", "model"),
             kw.get("train_metrics", 0))
         searches += [(spec, limit, v, w) for v, w in searched_variants(candidates, floors, whole)]
-    _side_by_side_gpus(ev, searches, batch_size)
+    _side_by_side_gpus(ev, searches, batch_size, every)
     return [fit(wl, spec, nproc, batch_size, evaluator=ev, source=source, progress=told(i, spec), **kw)
             for i, spec in enumerate(specs, 1)]
 
 
-def _side_by_side_gpus(ev: Evaluator, searches: list[tuple[GpuSpec, float, Variant, bool]], batch: int) -> None:
+def _side_by_side_gpus(ev: Evaluator, searches: list[tuple[GpuSpec, float, Variant, bool]], batch: int,
+                       progress: Callable[[str], None] | None = None) -> None:
     """`--gpu all`: every GPU's searches (its spec, usable bytes, variant, whole_first) in the same rounds, each
     evaluated on its own GPU (`Evaluator.on_gpu`) and its traces asked under that GPU's attention kernels: one
     `prefetch` holds the trials of all GPUs, where one GPU's rounds alone leave CPUs idle (a last round of one
@@ -55,7 +57,7 @@ def _side_by_side_gpus(ev: Evaluator, searches: list[tuple[GpuSpec, float, Varia
     as in plan/fit.py's side-by-side searches, so the answers are too; a step asked in one round by GPUs of two attention classes
     is asked for the first only, and by the others again next round, where `same_kernels` may share its trace
     (as when the GPUs were fitted one after another): no trace runs that did not before."""
-    in_rounds(ev, searches, batch, best_micro_batch, every_gpu=True)
+    in_rounds(ev, searches, batch, best_micro_batch, every_gpu=True, progress=progress)
 
 
 def attach_costs(results: list[FitResult], tokens: float | None = None, samples: float | None = None,

@@ -28,13 +28,15 @@ class Untraced(Exception):
 
 
 def in_rounds(ev: Evaluator, searches: list[tuple[GpuSpec, float, Any, bool]], batch: int, search: Callable,
-              every_gpu: bool) -> None:
+              every_gpu: bool, progress: Callable[[str], None] | None = None) -> None:
     """Run `searches` (each: the GPU's spec, its usable bytes, the variant, whole_first) in rounds of
     `ev.prefetch`: `search(ev, variant, spec, batch, limit, whole_first, ready=True)` goes over the traces kept
     and raises `Untraced` at the first trial that needs another; every search's such trial is traced side by
     side, then again, until no search asks a trace that `prefetch` runs (plan/fit.py `_side_by_side`, and
-    plan/fit_gpus.py `_side_by_side_gpus` with `every_gpu`: each search on its own GPU)."""
+    plan/fit_gpus.py `_side_by_side_gpus` with `every_gpu`: each search on its own GPU). `progress` is told
+    each round as it starts: its number and the traces run so far."""
     asked: set[tuple] = set()
+    rounds = 0
     gpus = {spec.id: (spec.arch, gpu_capability(spec)) for spec, *_ in searches} if every_gpu else {}
     while True:
         asks, then, steps = [], [], {}  # steps: a step asked this round -> the attention class asking it
@@ -58,6 +60,9 @@ def in_rounds(ev: Evaluator, searches: list[tuple[GpuSpec, float, Any, bool]], b
             return
         asks += then[:max(idle_cpus() - len(asks), 0)]  # a likely next trial, on a CPU that would idle
         before = ev.traces_run
+        rounds += 1
+        if progress is not None:
+            progress(f"round {rounds} ({before} traces so far)")
         ev.prefetch(asks)
         if ev.traces_run == before:
             return  # nothing ran side by side
