@@ -39,7 +39,9 @@ def test_lazy_connection_connects_rings_for_sharded_strategies_and_trees_too_for
 
 def test_channels_within_a_node_are_nccls_topology_search_and_match_the_published_logs():
     """NCCL's ring search at its first speed, doubled by ncclTopoDupChannels and again by ncclTopoPostset: the
-    counts NCCL logs. NVIDIA/nccl issue 1781: "24 coll channels" on two NVSwitch H100s; issue 1703: "2 CTAs per
+    counts NCCL logs. NVIDIA/nccl issue 1781: "24 coll channels" on two NVSwitch H100s (and vllm-project/vllm issue
+    9699's 8 x H200 NVLS line, "buffSize 4194304 memSize 2097152 nvlsPerRankSize 301989888": NCCL 2.20's
+    channels x 2 x (4 + 2) MiB, 24 channels); issue 1703: "2 CTAs per
     NVLink" on two A100s joined by 12 NVLinks; issue 713: the graph of four V100s joined by 2 NVLinks a pair
     (6 a GPU) has nchannels="6", which the post-set doubles. Across nodes 16, PCIe 2 (issue 689)."""
     assert nccl.channels("nvlink4", False) == 24  # floor(18 x 20.6 / 60) = 6 -> 12 -> 24; not 2 per NVLink's 36

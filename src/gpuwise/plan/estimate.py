@@ -137,9 +137,13 @@ def nccl_note(nbytes: int, connect: str) -> str:
            "rings and trees for all-reduce and across nodes" if connect == "lazy" else
            "eager: NCCL < 2.22 connects rings and trees when the communicator is created")
     return (f"device used counts {fmt_bytes(nbytes)} of NCCL communicator buffers, outside PyTorch's allocator "
-            f"(12 MiB a channel and peer; {how}; --nccl-connect). Not counted: NVLS / CollNet buffers (NVLink "
-            "SHARP on H100 / B200 NVSwitch systems), send/recv buffers, other communicators. Published: 544-688 MB "
-            "per process group on 2-4 x A100, eager (NVIDIA/nccl issue 964)")
+            f"(12 MiB a channel and peer; {how}; --nccl-connect). Not counted, as gpuwise cannot tell whether the "
+            "node enables them: NVLS buffers (NVLink SHARP on H100 / B200 NVSwitch nodes with multicast; "
+            "NCCL_NVLS_ENABLE=0 turns them off), a rank's channels x 2 x (buffer + 2 MiB) x the node's ranks: "
+            "2.25 GiB on 8 H100s under NCCL 2.18-2.20 (4 MiB buffers), 1.1 GiB under 2.21 (1 MiB), from 2.22 "
+            "16 x 2 x 1 MiB x the node's ranks (256 MiB, rounded up to the multicast granularity) at their first use. Nor CollNet or send/recv buffers, or "
+            "other communicators. "
+            "Published: 544-688 MB per process group on 2-4 x A100, eager (NVIDIA/nccl issue 964)")
 
 
 def _curve_point(batch_size: int, c: CudaMemory) -> CurvePoint:

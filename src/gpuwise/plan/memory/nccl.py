@@ -23,7 +23,11 @@ by) run as trees there, where the tree's log2(nodes) latency beats the ring's (s
 NCCL (or NCCL_RUNTIME_CONNECT=0) connects rings and trees when the communicator is created (`eager`).
 
 Not counted: NVLS (NVLink SHARP on H100 / B200 NVSwitch systems) and CollNet buffers, send/recv (pipeline,
-all-to-all) buffers, and any second communicator PyTorch creates beyond the ones the strategy needs.
+all-to-all) buffers, and any second communicator PyTorch creates beyond the ones the strategy needs. NVLS's
+are there only where the node enables multicast (fabric manager, driver), which gpuwise cannot tell; estimate's
+note gives their size by NCCL version (src/transport/nvls.cc: `comm->nChannels * 2 * (buffSize + memSize) *
+nHeads` through 2.21, 4 MiB then 1 MiB buffers; from 2.22 `ncclNvlsBufferSetup`, 16 NVLS channels x 2 x 1 MiB x
+nHeads at NVLS's first use).
 """
 
 from __future__ import annotations
