@@ -96,8 +96,12 @@ def test_cli_all_gpus_json_and_plot(tmp_path, capsys, monkeypatch):
     d = json.loads(capsys.readouterr().out)
     validate("fit", d)
     assert len(d["gpus"]) >= 10 and all(set(g) == {"workload", "gpu", "nproc", "options"} for g in d["gpus"])
-    n = len(d["gpus"])  # one stage per GPU, in order, whatever the options
-    assert list(dict.fromkeys(stages)) == [f"GPU {i}/{n}, {g['gpu']}" for i, g in enumerate(d["gpus"], 1)]
+    n = len(d["gpus"])  # the side-by-side rounds (every GPU's traces), then one stage per GPU, in order
+    side = f"{n} GPUs' options: the traces, side by side"
+    rounds = [s for s in stages if s.startswith(side)]
+    assert stages[:len(rounds)] == rounds and rounds[0] == side
+    assert all(s.startswith(f"{side}, round ") and s.endswith(" traces so far)") for s in rounds[1:])
+    assert list(dict.fromkeys(stages[len(rounds):])) == [f"GPU {i}/{n}, {g['gpu']}" for i, g in enumerate(d["gpus"], 1)]
     assert png.stat().st_size > 10_000
     t4 = next(g for g in d["gpus"] if g["gpu"] == "Tesla T4")
     assert all("bf16" not in o["name"] for o in t4["options"])  # no bf16 tensor cores on a T4: fp16 offered
