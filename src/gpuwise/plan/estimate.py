@@ -21,7 +21,6 @@ from ..hf import num_layers_of
 from ..optional_libs import sized_without_notes
 from ..step import OPTIMIZERS, StepConfig, checkpointing_mode
 from ..truth import record_workload
-from ..units import fmt_bytes
 from ..workload import Workload, load_workload
 from .capacity import Capacity, find_capacity
 from .catalog import GpuSpec, lookup, tensor_core_capability
@@ -33,7 +32,7 @@ from .memory.allocator import AllocatorResult
 from .memory.cuda import CudaMemory, cuda_memory, retries_note
 from .memory.events import CATEGORIES, MemoryTrace, check_target, live_peak
 from .memory.fsdp_units import block_param_bytes, fsdp_units_of
-from .memory.nccl import buffer_bytes, connect_mode
+from .memory.nccl import buffer_bytes, connect_mode, nccl_note
 from .memory.overheads import DEFAULT_ARCH, Overheads
 from .memory.sharding import rank_trace, trainable_bytes, trainable_tensors
 from .memory.split import make_split
@@ -129,21 +128,6 @@ class Estimate:
         if self.lengths is not None:
             d["lengths"] = self.lengths
         return d
-
-
-def nccl_note(nbytes: int, connect: str) -> str:
-    """What a data-parallel rank's device used counts of NCCL (plan/memory/nccl.py) and what it leaves out."""
-    how = ("lazy: NCCL >= 2.22 connects an algorithm at its first collective, rings for all-gather / reduce-scatter, "
-           "rings and trees for all-reduce and across nodes" if connect == "lazy" else
-           "eager: NCCL < 2.22 connects rings and trees when the communicator is created")
-    return (f"device used counts {fmt_bytes(nbytes)} of NCCL communicator buffers, outside PyTorch's allocator "
-            f"(12 MiB a channel and peer; {how}; --nccl-connect). Not counted, as gpuwise cannot tell whether the "
-            "node enables them: NVLS buffers (NVLink SHARP on H100 / B200 NVSwitch nodes with multicast; "
-            "NCCL_NVLS_ENABLE=0 turns them off), a rank's channels x 2 x (buffer + 2 MiB) x the node's ranks: "
-            "2.25 GiB on 8 H100s under NCCL 2.18-2.20 (4 MiB buffers), 1.1 GiB under 2.21 (1 MiB), from 2.22 "
-            "16 x 2 x 1 MiB x the node's ranks (256 MiB, rounded up to the multicast granularity) at their first use. Nor CollNet or send/recv buffers, or "
-            "other communicators. "
-            "Published: 544-688 MB per process group on 2-4 x A100, eager (NVIDIA/nccl issue 964)")
 
 
 def _curve_point(batch_size: int, c: CudaMemory) -> CurvePoint:

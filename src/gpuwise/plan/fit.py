@@ -208,9 +208,10 @@ def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, 
     options = []
     limit, candidates, floors, whole = candidates_on(ev, spec, nproc, precision, optimizer, checkpointing, margin_pct,
                                                    accum_sync, cross_entropy, train_metrics)
-    told = None if progress is None else lambda r: progress(f"{spec.name}: the options' traces, side by side, {r}")
+    side = f"{spec.name}: the options' traces, side by side"
+    told = None if progress is None else lambda r: progress(f"{side}, {r}")
     if progress is not None:
-        progress(f"{spec.name}: the options' traces, side by side")
+        progress(side)
     _side_by_side(ev, searched_variants(candidates, floors, whole), spec, batch_size, limit, told)
     for i, v in enumerate(candidates, 1):
         lacking = missing(untraceable_without(v))

@@ -33,9 +33,10 @@ def fit_all_gpus(workload: Any, nproc: int = 1, batch_size: int = 8, progress: C
     def told(i: int, spec: GpuSpec) -> Callable[[str], None] | None:  # one stage per GPU, not per option
         return None if progress is None else lambda _stage: progress(f"GPU {i}/{len(specs)}, {spec.name}")
 
-    every = None if progress is None else lambda r: progress(f"{len(specs)} GPUs' options: the traces, side by side, {r}")
+    side = f"{len(specs)} GPUs' options: the traces, side by side"
+    every = None if progress is None else lambda r: progress(f"{side}, {r}")
     if specs and progress is not None:
-        progress(f"{len(specs)} GPUs' options: the traces, side by side")
+        progress(side)
     searches = []
     for spec in specs:
         limit, candidates, floors, whole = candidates_on(

@@ -35,6 +35,7 @@ from __future__ import annotations
 import os
 
 from ...errors import GpuwiseError
+from ...units import fmt_bytes
 from .split import Split
 
 MIB = 2**20
@@ -109,3 +110,19 @@ def buffer_bytes(split: Split, link: str, connect: str = "lazy") -> int:
         tree = 2 * (ranks - 1) / ranks if connect == "eager" or all_reduce or multi_node else 0.0
         total += channels(link, multi_node) * (1 + tree) * CONNECTION_BYTES
     return int(total)
+
+
+def nccl_note(nbytes: int, connect: str) -> str:
+    """What a data-parallel rank's device used counts of NCCL (`buffer_bytes`) and what it leaves out, with the
+    NVLS buffers' size by NCCL version (the module's docstring)."""
+    how = ("lazy: NCCL >= 2.22 connects an algorithm at its first collective, rings for all-gather / "
+           "reduce-scatter, rings and trees for all-reduce and across nodes" if connect == "lazy" else
+           "eager: NCCL < 2.22 connects rings and trees when the communicator is created")
+    return (f"device used counts {fmt_bytes(nbytes)} of NCCL communicator buffers, outside PyTorch's allocator "
+            f"(12 MiB a channel and peer; {how}; --nccl-connect). Not counted, as gpuwise cannot tell whether the "
+            "node enables them: NVLS buffers (NVLink SHARP on H100 / B200 NVSwitch nodes with multicast; "
+            "NCCL_NVLS_ENABLE=0 turns them off), a rank's channels x 2 x (buffer + 2 MiB) x the node's ranks: "
+            "2.25 GiB on 8 H100s under NCCL 2.18-2.20 (4 MiB buffers), 1.1 GiB under 2.21 (1 MiB), from 2.22 "
+            "16 x 2 x 1 MiB x the node's ranks (256 MiB, rounded up to the multicast granularity) at their first "
+            "use. Nor CollNet or send/recv buffers, or other communicators. Published: 544-688 MB per process "
+            "group on 2-4 x A100, eager (NVIDIA/nccl issue 964)")
