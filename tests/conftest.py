@@ -10,6 +10,12 @@ from pathlib import Path
 
 import pytest
 
+# pytest-xdist's workers (the README's `-n 2`) set COLUMNS=80 and LINES=24, which a terminal would; the suite's
+# commands write to pipes, whose tables are 150 columns wide unless COLUMNS says otherwise (report/console.py).
+# Dropped before gpuwise is imported, so that a test sees the same output in a worker as in one process.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
+
 DATA = Path(__file__).parent / "data"
 FOUR_GPUS = DATA / "four_gpus.json"
 
