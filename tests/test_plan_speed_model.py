@@ -277,7 +277,7 @@ def test_host_and_gpu_take_turns_phase_by_phase():
 
 
 def test_predict_sums_phases_and_reports_mfu():
-    # one forward GEMM 1 wave on H100 (132 SMs, MAMF 0.801 of 989.5 TF) + 10 GB memory-bound at 0.9 x 3.35 TB/s
+    # one forward GEMM 1 wave on H100 (132 SMs, sustained 0.716 of 989.5 TF) + 10 GB memory-bound at 0.9 x 3.35 TB/s
     # (3.3 ms: longer than the host's fixed part, launch.py HOST_STEP_S)
     gpu = lookup("h100")
     sp = speed_spec(gpu)
@@ -285,7 +285,7 @@ def test_predict_sums_phases_and_reports_mfu():
     c.gemms[("forward", 1, 128 * 12, 128 * 11, 8192, 2)] = 1
     c.memory_bytes["backward"] = 1e10
     s = predict(c, gpu, "bf16", samples_per_rank=4, flops_per_step=2 * 128 * 12 * 128 * 11 * 8192, tokens_per_sample=10)
-    matmul = 2 * 128 * 128 * 8192 * 132 / (989.5e12 * sp.matmul_efficiency)
+    matmul = 2 * 128 * 128 * 8192 * 132 / (989.5e12 * sp.gemm_efficiency(2))
     memory = 1e10 / (3350e9 * 0.9)
     assert s.breakdown["matmul"] == pytest.approx(matmul)
     assert s.breakdown["memory_bound"] == pytest.approx(memory)
@@ -293,6 +293,24 @@ def test_predict_sums_phases_and_reports_mfu():
     assert s.bound_by == "memory_bound"
     assert s.tokens_per_s_per_gpu == pytest.approx(40 / s.step_time_s)
     assert s.mfu == pytest.approx(2 * 128 * 12 * 128 * 11 * 8192 / (s.step_time_s * 989.5e12))
+
+
+def test_16_bit_gemms_run_at_the_sustained_fraction_where_one_is_published():
+    # MSMF (power-saturated, settled clock) for bf16/fp16 GEMMs on the GPUs it is published for (the H200, the
+    # B200) and their same-die parts; 4-byte GEMMs and GPUs without one keep the best-shape MAMF
+    from gpuwise.plan.catalog import MAMF, MSMF
+
+    assert speed_spec(lookup("h200")).gemm_efficiency(2) == MSMF["h200"] == 0.716
+    assert speed_spec(lookup("h100")).gemm_efficiency(2) == MSMF["h200"]
+    assert speed_spec(lookup("h100")).gemm_efficiency(4) == MAMF["h100-sxm"]
+    assert speed_spec(lookup("b200")).gemm_efficiency(2) == MSMF["b200"] < MAMF["b200"]
+    assert speed_spec(lookup("a100-80gb")).gemm_efficiency(2) == MAMF["a100-sxm"]
+    c = OpCosts()  # one full wave of 128 x 128 tiles on the H100's 132 SMs each
+    c.gemms[("forward", 1, 128 * 12, 128 * 11, 8192, 2)] = 1
+    c.gemms[("forward", 1, 128 * 12, 128 * 11, 8192, 4)] = 1
+    s = predict(c, lookup("h100"), "tf32", samples_per_rank=1, flops_per_step=1)  # TF32 for the 4-byte one
+    flops = 2 * 128 * 12 * 128 * 11 * 8192
+    assert s.breakdown["matmul"] == pytest.approx(flops / (989.5e12 * MSMF["h200"]) + flops / (494.5e12 * MAMF["h100-sxm"]))
 
 
 def test_op_costs_record_and_extrapolate():

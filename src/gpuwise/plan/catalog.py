@@ -261,21 +261,45 @@ def tensor_core_capability(name: str) -> tuple[int, int] | None:
 @dataclass(frozen=True)
 class SpeedSpec:
     """What the step-time model (plan/speed/) needs beyond the datasheet peaks: SM count, the fraction of
-    peak matmul FLOP/s a GEMM reaches at its best shape (MAMF), the fraction of datasheet memory
-    bandwidth a streaming kernel reaches, and the GPU-to-GPU link of a node (plan/speed/comm.py LINKS)."""
+    peak matmul FLOP/s a GEMM reaches at its best shape (MAMF) and, where published, the fraction a 16-bit
+    one sustains (MSMF), the fraction of datasheet memory bandwidth a streaming kernel reaches, and the
+    GPU-to-GPU link of a node (plan/speed/comm.py LINKS)."""
 
     sm_count: int
     matmul_efficiency: float
     memory_efficiency: float
     link: str
     matmul_source: str
+    # the fraction of the 16-bit peak a bf16/fp16 GEMM sustains once the GPU is power-saturated (MSMF), where it is
+    # published; None: such GEMMs take matmul_efficiency too
+    sustained_efficiency: float | None = None
+
+    def gemm_efficiency(self, itemsize: int) -> float:
+        """The fraction of peak the speed model prices a GEMM of `itemsize`-byte operands at: the sustained one
+        (MSMF) for 16-bit tensor-core GEMMs where published, else the best-shape one (MAMF)."""
+        if itemsize <= 2 and self.sustained_efficiency is not None:
+            return self.sustained_efficiency
+        return self.matmul_efficiency
 
 
 # Maximum Achievable Matmul FLOPS (BF16 matmul, best shape found), S. Bekman, ml-engineering,
 # compute/accelerator/README.md "Maximum Achievable Matmul FLOPS comparison table": A100 SXM 267.9 of 312
-# (85.9 %), A100 PCIe 82.2 %, GH200 821 of 989 (83.0 %), H100 SXM 792.1 of 989 (80.1 %), MI300X 60.1 %.
+# (85.9 %), A100 PCIe 82.2 %, GH200 821 of 989 (83.0 %), H100 SXM 792.1 of 989 (80.1 %), MI300X 60.1 %; the
+# table's later MAMF & MSMF version (below): B200 SXM 1770.9 of 2250 (78.7 %), GB200 SXM 1822.0 of 2500 (72.9 %).
 # GPUs without a published MAMF take H100 SXM's 80.1 % (marked "assumed" in matmul_source).
-MAMF = {"a100-sxm": 0.859, "a100-pcie": 0.822, "gh200": 0.830, "h100-sxm": 0.801, "mi300x": 0.601}
+MAMF = {"a100-sxm": 0.859, "a100-pcie": 0.822, "gh200": 0.830, "h100-sxm": 0.801, "mi300x": 0.601, "b200": 0.787,
+        "gb200": 0.729}
+# Maximum Sustainable Matmul FLOPS: the best a BF16 matmul holds once the GPU is saturated at its TDP and the clock
+# has settled, after a thermal soak (S. Bekman, ml-engineering, compute/accelerator/README.md, "MAMF & MSMF" table,
+# branch fast-mamf, commit 082816f of 2026-08-10, torch 2.13.0+cu130): H200 SXM 708.5 of 989 (71.6 %, "~693 W @
+# 1465 MHz"; MAMF 841.9, 85.1 %, "~176 W @ 1980 MHz"), B200 SXM 1456.3 of 2250 (64.7 %, "~994 W @ 1339 MHz"; MAMF
+# 1770.9, 78.7 %). "MSMF ... is the number that matches sustained training throughput -- a dense training step keeps
+# the SMs busy, draws full power, and lives at the settled clock, not the boost clock"; MAMF is "a short unsaturated
+# burst". The same table gives GB200 SXM's MAMF, 1822.0 of 2500 (72.9 %). Only bf16 was measured, so only 16-bit
+# tensor-core GEMMs take MSMF (`SpeedSpec.gemm_efficiency`); GH100 parts without a published MSMF (H100 SXM, its
+# 500 W Grand Teton configuration, H100 PCIe) take the H200's (the same die and tensor cores; an assumption), and
+# GB200 the B200's (the same Blackwell die; an assumption). Other GPUs have none published: they keep MAMF.
+MSMF = {"h200": 0.716, "b200": 0.647}
 # Streaming kernels reach ~90 % of datasheet bandwidth: 3.568 TB/s of 3.938 (90.6 %) for a 4 GiB copy
 # on an H100 NVL, 91.4 % read-read-write (a published probe); BabelStream results on A100/H100 are in
 # the same 85-92 % band (Deakin et al., BabelStream, github.com/UoB-HPC/BabelStream). 0.90 for all.
@@ -286,11 +310,12 @@ _ASSUMED = "H100 SXM MAMF assumed (none published)"
 # GA102 A10 72 / A40 84 / RTX A6000 84 / RTX 3090 82, AD104 L4 58, AD102 L40/L40S/RTX 6000 Ada 142 /
 # RTX 4090 128, GH100 SXM 132 / PCIe 114, H20 78, GB202 RTX 5090 170, B200 148); MI300X 304 CUs.
 SPEED: dict[str, SpeedSpec] = {
-    "h100-sxm": SpeedSpec(132, MAMF["h100-sxm"], MEMORY_EFFICIENCY, "nvlink4", "MAMF H100 SXM"),
-    "h100-pcie": SpeedSpec(114, MAMF["h100-sxm"], MEMORY_EFFICIENCY, "pcie5", _ASSUMED),
+    "h100-sxm": SpeedSpec(132, MAMF["h100-sxm"], MEMORY_EFFICIENCY, "nvlink4", "MAMF H100 SXM", MSMF["h200"]),
+    "h100-pcie": SpeedSpec(114, MAMF["h100-sxm"], MEMORY_EFFICIENCY, "pcie5", _ASSUMED, MSMF["h200"]),
     # same die and SMs as the H100 SXM: its MAMF fraction, of the peak at 500 W
-    "h100-sxm-500w": SpeedSpec(132, MAMF["h100-sxm"], MEMORY_EFFICIENCY, "nvlink4", "MAMF H100 SXM (same die)"),
-    "h200": SpeedSpec(132, MAMF["gh200"], MEMORY_EFFICIENCY, "nvlink4", "MAMF GH200 (same GH100 die)"),
+    "h100-sxm-500w": SpeedSpec(132, MAMF["h100-sxm"], MEMORY_EFFICIENCY, "nvlink4", "MAMF H100 SXM (same die)",
+                               MSMF["h200"]),
+    "h200": SpeedSpec(132, MAMF["gh200"], MEMORY_EFFICIENCY, "nvlink4", "MAMF GH200 (same GH100 die)", MSMF["h200"]),
     "a100-40gb": SpeedSpec(108, MAMF["a100-sxm"], MEMORY_EFFICIENCY, "nvlink3", "MAMF A100 SXM"),
     "a100-80gb": SpeedSpec(108, MAMF["a100-sxm"], MEMORY_EFFICIENCY, "nvlink3", "MAMF A100 SXM"),
     "l4": SpeedSpec(58, MAMF["h100-sxm"], MEMORY_EFFICIENCY, "pcie4", _ASSUMED),
@@ -307,8 +332,8 @@ SPEED: dict[str, SpeedSpec] = {
     "a40": SpeedSpec(84, MAMF["h100-sxm"], MEMORY_EFFICIENCY, "pcie4", _ASSUMED),
     "l40": SpeedSpec(142, MAMF["h100-sxm"], MEMORY_EFFICIENCY, "pcie4", _ASSUMED),
     "h20": SpeedSpec(78, MAMF["h100-sxm"], MEMORY_EFFICIENCY, "nvlink4", _ASSUMED),
-    "b200": SpeedSpec(148, MAMF["h100-sxm"], MEMORY_EFFICIENCY, "nvlink5", _ASSUMED),
-    "gb200": SpeedSpec(148, MAMF["h100-sxm"], MEMORY_EFFICIENCY, "nvlink5", _ASSUMED),
+    "b200": SpeedSpec(148, MAMF["b200"], MEMORY_EFFICIENCY, "nvlink5", "MAMF B200 SXM", MSMF["b200"]),
+    "gb200": SpeedSpec(148, MAMF["gb200"], MEMORY_EFFICIENCY, "nvlink5", "MAMF GB200 SXM", MSMF["b200"]),
     "mi300x": SpeedSpec(304, MAMF["mi300x"], MEMORY_EFFICIENCY, "pcie5", "MAMF MI300X (ROCm 6.2)"),
 }
 DEFAULT_SPEED = SpeedSpec(108, MAMF["h100-sxm"], MEMORY_EFFICIENCY, "pcie4", _ASSUMED)

@@ -1,4 +1,6 @@
-"""GEMM time on a GPU: tile and wave quantisation on its SMs, at the best-shape matmul efficiency.
+"""GEMM time on a GPU: tile and wave quantisation on its SMs, at the GPU's matmul efficiency (plan/catalog.py
+`SpeedSpec.gemm_efficiency`: the sustained, power-saturated fraction (MSMF) for 16-bit GEMMs where it is published,
+else the best-shape burst fraction (MAMF)).
 
 NVIDIA, "Matrix Multiplication Background User's Guide" (docs.nvidia.com/deeplearning/performance/
 dl-performance-matrix-multiplication): cuBLAS splits C (M x N) into thread-block tiles; a partial tile

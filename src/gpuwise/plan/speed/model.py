@@ -104,7 +104,7 @@ def predict(costs: OpCosts, gpu: GpuSpec, precision: str, *, samples_per_rank: i
 
     for (phase, batch, m, n, k, itemsize, *aligned), calls in costs.gemms.items():
         add(phase, "matmul", calls * gemm_s(batch, m, n, k, itemsize, peak_for(gpu, itemsize, precision),
-                                            sp.sm_count, sp.matmul_efficiency, bw * sp.memory_efficiency,
+                                            sp.sm_count, sp.gemm_efficiency(itemsize), bw * sp.memory_efficiency,
                                             aligned=aligned[0] if aligned else True))
     shaped: dict[tuple, float] = {}  # attention FLOPs priced by their problem shape (attention.py shape_factor)
     for (phase, kernel, itemsize, seq_q, seq_k, head_dim, causal), flops in costs.attention_shapes.items():
