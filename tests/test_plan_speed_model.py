@@ -311,6 +311,10 @@ def test_16_bit_gemms_run_at_the_sustained_fraction_where_one_is_published():
     s = predict(c, lookup("h100"), "tf32", samples_per_rank=1, flops_per_step=1)  # TF32 for the 4-byte one
     flops = 2 * 128 * 12 * 128 * 11 * 8192
     assert s.breakdown["matmul"] == pytest.approx(flops / (989.5e12 * MSMF["h200"]) + flops / (494.5e12 * MAMF["h100-sxm"]))
+    assert any(n.startswith("16-bit GEMMs at the sustained matmul rate, 71.6% of peak") for n in s.notes)
+    c.gemms.pop(("forward", 1, 128 * 12, 128 * 11, 8192, 2))  # fp32 GEMMs alone, or an A100: no such note
+    for gpu in ("h100", "a100-80gb"):
+        assert not any("sustained" in n for n in predict(c, lookup(gpu), "tf32", samples_per_rank=1, flops_per_step=1).notes)
 
 
 def test_op_costs_record_and_extrapolate():

@@ -172,6 +172,10 @@ def predict(costs: OpCosts, gpu: GpuSpec, precision: str, *, samples_per_rank: i
     breakdown["communication"] = plan.exposed_s + plan.contention_s  # waits + compute slowed by NCCL's SMs
     breakdown["launch_overhead"] += host_excess_s  # the GPU waiting for the host
     notes = []
+    if sp.sustained_efficiency is not None and any(k[5] <= 2 for k in costs.gemms):
+        notes.append(f"16-bit GEMMs at the sustained matmul rate, {sp.sustained_efficiency:.1%} of peak (MSMF: a "
+                     f"training run's power-saturated clock; a short burst on a cool GPU runs them up to "
+                     f"{sp.matmul_efficiency / sp.sustained_efficiency - 1:.0%} faster)")
     if roofline_step_s is not None and step_s < roofline_step_s:
         notes.append("the op model came under the roofline bound: the bound is taken")
         step_s = roofline_step_s
