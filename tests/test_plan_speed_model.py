@@ -536,13 +536,15 @@ def test_fp32_convolutions_on_hopper_run_at_the_fraction_cudnns_ffma_kernels_rea
 
 def test_bf16_convolutions_on_hopper_run_at_the_fraction_cudnns_sm90_kernels_reached():
     # ResNet-50's bf16 convs reached 0.281 of the H200's bf16 peak (its layout transposes apart); an A100
-    # keeps the matmul efficiency
+    # keeps the matmul efficiency, and a B200 the sustained one its bf16 GEMMs take (MSMF, below its MAMF)
+    from gpuwise.plan.catalog import MAMF, MSMF
+
     x, w = torch.randn(64, 256, 28, 28, dtype=torch.bfloat16), torch.randn(256, 256, 3, 3, dtype=torch.bfloat16)
     c = _conv_costs(x.to(memory_format=torch.channels_last), w)
     [(_, flops, nbytes, _, _)] = c.convs
-    for name, eff in (("h200", HALF_CONV_EFFICIENCY["hopper"]), ("a100-80gb", None)):
+    for name, eff in (("h200", HALF_CONV_EFFICIENCY["hopper"]), ("a100-80gb", MAMF["a100-sxm"]),
+                      ("b200", MSMF["b200"])):
         gpu = lookup(name)
-        eff = eff or speed_spec(gpu).matmul_efficiency
         bw = gpu.bandwidth_bytes_per_s * speed_spec(gpu).memory_efficiency
         bf16 = predict(c, gpu, "bf16", samples_per_rank=64, flops_per_step=flops).breakdown["matmul"]
         assert bf16 == pytest.approx(max(flops / (gpu.flops["bf16"] * eff), nbytes / bw))

@@ -24,7 +24,10 @@ the implicit-GEMM mapping, and arithmetic intensity deciding math- or memory-lim
                 same profile, resnet50 b64 adamw bf16: the conv + GEMM kernel classes less cuDNN's layout
                 transposes (nchwToNhwcKernel 2.361 ms, nhwcToNchwKernel 0.963 ms, priced apart below) =
                 6.50 + 2.41 - 3.32 = 5.59 ms per step for the same 1.554 TFLOP -> 278 TFLOP/s, 0.281 of the
-                989.5 dense bf16 peak. Hopper only, measured there; other architectures keep the matmul efficiency.
+                989.5 dense bf16 peak. Hopper only, measured there; other architectures keep the matmul efficiency
+                their GEMMs of the same operands take (catalog.py SpeedSpec.gemm_efficiency: on a B200 or GB200
+                the sustained MSMF for 2-byte operands, as its GEMMs; a conv-heavy step saturates the card's power
+                as a GEMM-heavy one does).
     layout      tensor cores take NHWC; with torch's default NCHW tensors "the NCHW tensor must be
                 transposed to NHWC before the convolution and transposed back to NCHW after" (MosaicML
                 Composer, "Channels Last" method card, from NVIDIA's diagram; "every time a convolution

@@ -120,8 +120,8 @@ def predict(costs: OpCosts, gpu: GpuSpec, precision: str, *, samples_per_rank: i
             add(phase, "attention", attention_s(rest, kernel, phase, gpu.arch, peak))
     for (phase, flops, nbytes, nchw_bytes, itemsize), calls in costs.convs.items():
         add(phase, "matmul", calls * conv_s(flops, nbytes, nchw_bytes, itemsize, half_peak, tf32_peak,
-                                            gpu.peak_flops("fp32"), sp.matmul_efficiency, bw, sp.memory_efficiency,
-                                            gpu.arch))
+                                            gpu.peak_flops("fp32"), sp.gemm_efficiency(itemsize), bw,
+                                            sp.memory_efficiency, gpu.arch))
     for (phase, pass_, flops, nbytes, itemsize), calls in costs.depthwise.items():
         add(phase, "matmul", calls * depthwise_s(flops, nbytes, pass_, itemsize, gpu.peak_flops("fp32"), bw,
                                                  sp.memory_efficiency))
