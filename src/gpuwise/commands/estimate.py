@@ -144,6 +144,9 @@ def add_split_arguments(p) -> None:
     p.add_argument("--network-gbps", type=_positive_gbps, default=None, metavar="GBPS",
                    help="node-to-node bandwidth of one node, all its NICs together, in Gb/s (speed only; default: "
                    "one InfiniBand NIC per GPU of the GPU's DGX generation)")
+    p.add_argument("--compile", action="store_true",
+                   help="the model runs under torch.compile: its forward's and backward's pointwise ops and "
+                   "reductions priced as fused kernels (speed only; the memory estimate stays eager's)")
 
 
 def add_mode_arguments(p) -> None:
@@ -217,6 +220,8 @@ def run(args) -> int:
             raise GpuwiseError("--seq-len-dist / --micro-steps are for training runs (the run's peak over its steps)")
         if args.nproc > 1 or args.strategy not in (None, "single"):
             raise GpuwiseError("--inference: -n/--strategy are for training (one rank's memory)")
+        if args.compile:
+            raise GpuwiseError("--compile prices a training step's speed: not with --inference")
         return _run_inference(args)
     with console.err.status("tracing the step with fake tensors…"), StageProgress("estimate") as progress:
         est = estimate(args.workload, args.batch_size, optimizer=args.optimizer, precision=args.precision,
@@ -227,7 +232,7 @@ def run(args) -> int:
                        fsdp_param_dtype=args.fsdp_param_dtype, fsdp_reduce_dtype=args.fsdp_reduce_dtype,
                        seq_len_dist=args.seq_len_dist, micro_steps=args.micro_steps,
                        first_batch=args.first_batch, sampling=args.sampling, accum_sync=args.accum_sync,
-                       on_progress=progress, **mode_kwargs(args), **version_kwargs(args))
+                       compile=args.compile, on_progress=progress, **mode_kwargs(args), **version_kwargs(args))
     if args.plot:
         try:
             plot_estimate(est, args.plot)

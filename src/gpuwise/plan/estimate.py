@@ -42,6 +42,7 @@ from .speed.comm import link_for_gpu
 from .speed.fsdp_kernels import FSDP_KERNELS, with_fsdp_kernels
 from .speed.model import Speed, predict
 from .tracer import Progress, collector_paused, trace_workload
+from .tracing.compiled import COMPILED_NOTE
 from .tracing.modes import apply_modes, make_modes
 
 TOP_MODULES = 8
@@ -188,7 +189,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
              network_gbps: float | None = None, fsdp_param_dtype: str | None = None,
              fsdp_reduce_dtype: str | None = None, seq_len_dist: Any = None,
              micro_steps: int | None = None, accum_sync: str | None = None,
-             first_batch: str = "longest", sampling: str = "replacement") -> Estimate:
+             first_batch: str = "longest", sampling: str = "replacement", compile: bool = False) -> Estimate:
     """Predict the memory and compute of one steady-state training step of `workload` at `batch_size`.
 
     `workload`: a workload file / module / `examples:NAME`, `hf:ORG/NAME` or a config.json (built with
@@ -230,7 +231,9 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     With `gpu`, `speed` is the predicted step (plan/speed/model.py); `nproc` and `strategy` set its
     communication (plan/speed/overlap.py). `layer_checkpointing` N (torchtitan's layer-level selective
     checkpointing: every N-th block checkpointed) adds that recomputation to the predicted speed only;
-    the memory is modelled as without it (an upper bound).
+    the memory is modelled as without it (an upper bound). `compile`: the model runs under torch.compile: its
+    forward's and backward's memory-bound ops priced as a fusing compiler runs them (plan/speed/fusion.py), in
+    the predicted speed only; the memory is eager's.
     `seq_len_dist` (a `plan/lengths.py` LengthDist or a length file) and `micro_steps` (forward + backward
     iterations per rank): a dataset of varying lengths, each micro-batch padded to its longest sample; the
     peaks are the run's, the larger of the first micro-step at the longest sample and the later ones at the
@@ -372,7 +375,7 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
             est.speed = _speed(whole, est, spec, wl, modes, config.precision, split.nproc, split.strategy,
                                str(layer_checkpointing) if layer_checkpointing else None, attention.attn,
                                network_gbps, split.reduce_factor, split.sync_every_micro_step,
-                               split if split.strategy in FSDP_KERNELS and split.nproc > 1 else None)
+                               split if split.strategy in FSDP_KERNELS and split.nproc > 1 else None, compile)
         else:
             notes.append(f"{spec.name}: memory only (no FLOP/s or bandwidth given): no roofline")
         if search_max_batch:
@@ -413,13 +416,15 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
 def _speed(trace: MemoryTrace, est: Estimate, spec: GpuSpec, wl: Workload, modes, precision: str, nproc: int,
            strategy: str, selective: str | None = None, attn: str | None = None,
            network_gbps: float | None = None, reduce_factor: int = 1, sync_every: bool = False,
-           fsdp: Any = None) -> Speed | None:
+           fsdp: Any = None, compile: bool = False) -> Speed | None:
     """The step-time model over the traced ops (plan/speed/); None when the trace recorded none. `attn`
     "triton": the flash calls are priced as the Triton FlashAttention kernel. `reduce_factor`: the reduced
     gradients' bytes over the traced ones (2: MixedPrecisionPolicy reduces bf16 gradients in fp32).
     `sync_every`: the gradients are reduced on every micro-batch (--accum-sync every). `fsdp`: the Split of
     an FSDP job, whose copies, casts and divisions around the collectives are added (plan/speed/fsdp1.py for
-    FSDP1's flat parameters, fsdp2.py for fully_shard)."""
+    FSDP1's flat parameters, fsdp2.py for fully_shard). `compile`: the forward and backward as torch.compile
+    fuses them (OpCosts.compiled), as for a workload whose model is compiled already; FSDP's own kernels stay
+    eager."""
     costs = trace.op_costs
     if costs is None:
         est.notes.append("no per-op record (the trace fell back): no speed prediction")
@@ -432,6 +437,10 @@ def _speed(trace: MemoryTrace, est: Estimate, spec: GpuSpec, wl: Workload, modes
         est.notes.append(f"attention speed: {why}")
     if modes.grad_accum > modes.traced_micro_steps:
         costs = costs.scaled(modes.grad_accum / modes.traced_micro_steps)
+    if compile or any(n.startswith(COMPILED_NOTE) for n in trace.notes):  # asked, or the workload's model is
+        costs = costs.compiled()
+        est.notes.append("torch.compile: the forward's and backward's memory-bound ops priced as fused kernels "
+                         "(speed only; the memory is eager's)")
     grad_bytes = reduce_factor * trainable_bytes(trace)
     cfg = getattr(wl, "hf_config", None)
     blocks = int(getattr(cfg, "num_hidden_layers", 0) or getattr(cfg, "n_layer", 0) or 1)

@@ -5,6 +5,7 @@
                       GEMMs where published, else best-shape (MAMF); plan/catalog.py SpeedSpec
     attention.py      fused SDPA kernels at their published fraction of peak
     memory_bound.py   bytes at the achievable bandwidth
+    fusion.py         --compile: what a fusing compiler (Inductor) leaves of the memory-bound ops, per region
     launch.py         per-kernel gap and host dispatch per aten op
     comm.py           NCCL all-reduce / reduce-scatter / all-gather time by bytes, ranks and link
     overlap.py        what DDP buckets / FSDP prefetch hide behind backward and forward

@@ -15,6 +15,8 @@ from typing import Any
 
 from .batchnorm import batch_norm_traffic
 from .composite_ops import cudnn_rnn_gemms, cudnn_rnn_pointwise, grouped_mm_gemm, grouped_mm_operands
+from .fusion import FUSED_PHASES, Fusion, block_of
+from .fusion import touched_bytes as _bytes
 from .gemm import ALIGN_BYTES
 
 GEMM_OPS = {"aten.mm", "aten.addmm", "aten.bmm", "aten.baddbmm", "aten._scaled_mm"}
@@ -76,18 +78,35 @@ class OpCosts:
     # (phase, implementation) -> bytes its passes over the activations move (plan/speed/batchnorm.py)
     batch_norms: Counter = field(default_factory=Counter)
     input_bytes: Counter = field(default_factory=Counter)  # phase -> bytes of the batch copied host -> device
+    # what a fusing compiler leaves of the forward's and backward's memory-bound ops (plan/speed/fusion.py,
+    # priced under --compile by `compiled`): phase -> bytes its kernels move, its kernels, the eager kernels they
+    # replace
+    fused_bytes: Counter = field(default_factory=Counter)
+    fused_kernels: Counter = field(default_factory=Counter)
+    memory_kernels: Counter = field(default_factory=Counter)
+    _fusion: Fusion | None = field(default=None, repr=False, compare=False)
 
     PARTS = ("gemms", "attention", "attention_shapes", "convs", "depthwise", "memory_bytes", "kernels", "host_ops",
-             "batch_norms", "input_bytes")
+             "batch_norms", "input_bytes", "fused_bytes", "fused_kernels", "memory_kernels")
 
-    def record(self, name: str, phase: str, args: tuple, kwargs: dict, out: Any, flops: int, func: Any = None) -> None:
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_fusion": None}  # the dataflow state is the trace's, not the result's
+
+    def record(self, name: str, phase: str, args: tuple, kwargs: dict, out: Any, flops: int, func: Any = None,
+               module: str = "") -> None:
         """One aten op of the steady step (`name` as 'aten.mm'; `flops` from torch's flop formulas; `func`
-        the OpOverload, whose schema says where `is_causal` is)."""
+        the OpOverload, whose schema says where `is_causal` is; `module` the module running it, whose block
+        bounds a fusing compiler's regions: plan/speed/fusion.py)."""
         self.host_ops[phase] += 1
+        if self._fusion is None:
+            self._fusion = Fusion(self.fused_bytes, self.fused_kernels, self.memory_kernels)
+        self._fusion.at(phase)
         if name in NO_KERNEL_OPS or name.startswith("prim.") or _is_view(name, out, args):
             return
         if not _tensors(out) and not name.endswith("_"):  # metadata queries (is_same_size, ...): no kernel
             return
+        fused = phase in FUSED_PHASES
+        memory_before = sum(self.memory_bytes.values()) if fused else 0
         if name in GEMM_OPS:
             self.gemms[(phase, *_gemm_shape(name, args, out))] += 1
             self.kernels[phase] += 1
@@ -138,9 +157,31 @@ class OpCosts:
         else:
             tensors = _tensors((args, kwargs)) + _tensors(out)
             path = _kernel_path(name, func, tensors, out)
-            nbytes = sum(_bytes(t) for t in tensors) - _unread_bytes(name, args, out)
+            unread = _unread_bytes(name, args, out)
+            nbytes = sum(_bytes(t) for t in tensors) - unread
             self.memory_bytes[phase if path == "vectorized" else (phase, path)] += nbytes
-            self.kernels[phase] += _foreach_launches(name, args)
+            launches = _foreach_launches(name, args)
+            self.kernels[phase] += launches
+            if fused and path != "foreach":  # the model's pointwise ops and reductions: fused
+                self._fusion.fusible(phase, block_of(module), _tensors((args, kwargs)), _tensors(out), launches,
+                                     unread)
+                return
+        # a kernel the compiler does not generate (GEMM, attention, convolution, a multi-tensor op) or any op of an
+        # uncompiled phase ends the region; the memory-bound work of such ops (a convolution's bias, cuDNN's RNN
+        # pointwise kernels, a foreach op) stays eager
+        self._fusion.close()
+        if fused:
+            self.fused_bytes[phase] += sum(self.memory_bytes.values()) - memory_before
+
+    def elsewhere(self, name: str, phase: str, args: tuple, out: Any) -> None:
+        """An op these costs do not record (the middle block's costs, plan/tracing/repeat.py, are told of every op
+        outside the block): it ends the fused region where it does in the step's costs (another phase, a kernel)."""
+        if self._fusion is None:
+            return
+        self._fusion.at(phase)
+        if not (name in NO_KERNEL_OPS or name.startswith("prim.") or _is_view(name, out, args)
+                or (not _tensors(out) and not name.endswith("_"))):
+            self._fusion.close()
 
     def combine(self, other: OpCosts, weight: float) -> OpCosts:
         """self + weight x (other - self): linear extrapolation between two traces (values kept >= 0)."""
@@ -149,6 +190,25 @@ class OpCosts:
             a, b = getattr(self, part), getattr(other, part)
             getattr(out, part).update({k: max(a.get(k, 0) + weight * (b.get(k, 0) - a.get(k, 0)), 0)
                                        for k in _keys(a, b)})
+        return out
+
+    def compiled(self) -> OpCosts:
+        """A copy as a fusing compiler runs the forward and backward (`--compile`, plan/speed/fusion.py): their
+        memory-bound bytes are the fused kernels' (at the vectorised loop's bandwidth), their kernels the fused
+        ones in place of the eager memory-bound ones, and the host launches those kernels instead of dispatching
+        every aten op (Inductor's generated wrapper calls the kernels; no per-op dispatch)."""
+        out = OpCosts()
+        for part in self.PARTS:
+            getattr(out, part).update(getattr(self, part))
+        for phase in FUSED_PHASES:
+            for key in [k for k in out.memory_bytes if _phase(k) == phase]:
+                del out.memory_bytes[key]
+            if self.fused_bytes.get(phase):
+                out.memory_bytes[phase] = self.fused_bytes[phase]
+            if phase in self.kernels:
+                out.kernels[phase] = max(self.kernels[phase] - self.memory_kernels.get(phase, 0)
+                                         + self.fused_kernels.get(phase, 0), 0)
+                out.host_ops[phase] = out.kernels[phase]
         return out
 
     def relabel_attention(self, kernel: str, as_kernel: str, max_head_dim: int | None = None) -> OpCosts:
@@ -246,16 +306,6 @@ def _tensors(obj) -> list:
     if isinstance(obj, dict):
         return [t for o in obj.values() for t in _tensors(o)]
     return []
-
-
-def _bytes(t) -> int:
-    """Bytes a kernel touches in `t`: its elements, but no more than its storage (a broadcast view
-    reads its small storage again and again from cache)."""
-    nbytes = t.numel() * t.element_size()
-    try:
-        return min(nbytes, t.untyped_storage().nbytes())
-    except Exception:  # noqa: BLE001 - tensors without storage (sparse, nested)
-        return nbytes
 
 
 def _unread_bytes(name: str, args, out) -> int:

@@ -3,10 +3,13 @@
 The tracer sees aten ops one by one; inductor (torch/_inductor) fuses them into generated kernels that
 keep fewer intermediates alive (a conv + BatchNorm + ReLU net peaks 37 % lower compiled than eager on
 the CPU; an MLP the same), and which it keeps is decided by its scheduler, not modelled here. So a
-compiled model is traced as it would run uncompiled, and the estimate says it is an upper bound.
+compiled model is traced as it would run uncompiled, and the estimate says it is an upper bound. Its speed is
+priced as the fusing compiler runs it, as `--compile` asks (plan/speed/fusion.py).
 """
 
 from __future__ import annotations
+
+COMPILED_NOTE = "compiled: upper bound"  # the note's start: the speed model prices such a step fused (plan/estimate.py)
 
 
 def compiled_modules(model) -> list[str]:
@@ -23,5 +26,5 @@ def compiled_notes(model) -> list[str]:
     if not names:
         return []
     shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-    return [f"compiled: upper bound ({shown} run through torch.compile, traced as eager PyTorch runs them; "
+    return [f"{COMPILED_NOTE} ({shown} run through torch.compile, traced as eager PyTorch runs them; "
             "inductor's fused kernels keep fewer intermediates, e.g. 37% less on a conv+BatchNorm net)"]

@@ -203,6 +203,8 @@ class TraceMode(_dispatch_mode_base()):
                 self.costs.record("prim.device", self.phase, args, kwargs, out, 0, func)
                 if self.middle is not None and self.layers.layer_of(self.module(remember=False)) == MIDDLE:
                     self.middle.record("prim.device", self.phase, args, kwargs, out, 0, func)
+                elif self.middle is not None:
+                    self.middle.elsewhere("prim.device", self.phase, args, out)
             return out
         if func is torch.ops.aten._local_scalar_dense.default and self.item_default is not None:
             try:  # constants (e.g. an optimizer's step count) still have values under fake tensors
@@ -234,10 +236,13 @@ class TraceMode(_dispatch_mode_base()):
             elif formula is None and name == GROUPED_MM_NAME:
                 op_flops = grouped_mm_flops(args, kwargs)
             self.flops += op_flops
-            self.costs.record(name, self.phase, args, kwargs, out, op_flops, func)
-            if self.middle is not None and self.layers.op_layer(self.module(remember=False)) == MIDDLE:
+            module = self.module(remember=False)
+            self.costs.record(name, self.phase, args, kwargs, out, op_flops, func, module)
+            if self.middle is not None and self.layers.op_layer(module) == MIDDLE:
                 self.middle_flops += op_flops
-                self.middle.record(name, self.phase, args, kwargs, out, op_flops, func)
+                self.middle.record(name, self.phase, args, kwargs, out, op_flops, func, module)
+            elif self.middle is not None:
+                self.middle.elsewhere(name, self.phase, args, out)
         if isinstance(out, torch.Tensor):
             if self.phase == "backward" and name in INPLACE_WITHOUT_MODE:
                 self._as_in_place(args[INPLACE_WITHOUT_MODE[name]], out, name)
