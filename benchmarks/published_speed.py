@@ -71,6 +71,7 @@ def parse_args(argv: list[str]) -> dict:
     p.add_argument("--accum-sync")
     p.add_argument("--cross-entropy")
     p.add_argument("--train-metrics", type=int, default=0)
+    p.add_argument("--compile", action="store_true")
     a = p.parse_args(argv)
     return {"batch_size": a.batch_size, "seq_len": a.seq_len, "precision": a.precision, "gpu": a.gpu,
             "nproc": a.nproc, "strategy": a.strategy, "checkpointing": a.checkpointing, "lora": a.lora,
@@ -80,7 +81,7 @@ def parse_args(argv: list[str]) -> dict:
             "softmax_saves_input": a.softmax_saves_input, "nccl_connect": a.nccl_connect, "network_gbps": a.network_gbps,
             "fsdp_param_dtype": a.fsdp_param_dtype,
             "fsdp_reduce_dtype": a.fsdp_reduce_dtype, "accum_sync": a.accum_sync, "cross_entropy": a.cross_entropy,
-            "train_metrics": a.train_metrics}
+            "train_metrics": a.train_metrics, "compile": a.compile}
 
 
 def predict_row(row: dict) -> dict:
