@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
 import torch
 
 from gpuwise.cli import main
@@ -120,3 +121,29 @@ def test_a_workload_whose_model_is_compiled_is_priced_fused_without_the_flag():
     assert any(n.startswith("torch.compile:") for n in compiled.notes)
     assert compiled.speed.breakdown["memory_bound"] == flagged.speed.breakdown["memory_bound"] \
         < plain.speed.breakdown["memory_bound"]
+
+
+def test_fit_compile_ranks_by_the_fused_speed_and_its_estimate_cmd_says_so(tmp_path, capsys):
+    """fit --compile: every option's speed as estimate --compile prices it (the same memory), and each option's
+    estimate_cmd carries --compile."""
+    import json
+    import shlex
+
+    from gpuwise.plan.fit import fit
+
+    source = tmp_path / "tiny6.json"
+    source.write_text(json.dumps({**json.load(open("tests/data/configs/tiny-llama.json")), "num_hidden_layers": 6}))
+    eager = fit(str(source), "rtx4090", 1, 2, seq_len=64, precision="bf16")
+    fused = fit(str(source), "rtx4090", 1, 2, seq_len=64, precision="bf16", compile=True)
+    by_name = {o.name: o for o in eager.options}
+    sized = [o for o in fused.options if o.fits]
+    assert sized
+    for o in sized:
+        assert o.device_used_bytes == by_name[o.name].device_used_bytes
+        assert o.samples_per_s > by_name[o.name].samples_per_s
+        assert "--compile" in shlex.split(o.estimate_cmd) and "--compile" not in by_name[o.name].estimate_cmd
+    top = sized[0]
+    capsys.readouterr()
+    assert main([*shlex.split(top.estimate_cmd)[1:], "--json"]) == 0
+    speed = json.loads(capsys.readouterr().out)["speed"]
+    assert speed["samples_per_s"] == pytest.approx(top.samples_per_s, rel=1e-6)

@@ -126,6 +126,13 @@ def add_accum_sync_argument(p) -> None:
     p.add_argument("--accum-sync", choices=list(ACCUM_SYNCS), default=None, help=ACCUM_SYNC_HELP)
 
 
+def add_compile_argument(p) -> None:
+    """--compile (estimate and fit): the speed of a model run under torch.compile, plan/speed/fusion.py."""
+    p.add_argument("--compile", action="store_true",
+                   help="the model runs under torch.compile: its forward's and backward's pointwise ops and "
+                   "reductions priced as fused kernels (speed only; the memory estimate stays eager's)")
+
+
 def add_train_metrics_argument(p) -> None:
     """--train-metrics (estimate and fit): Composer's training metrics, plan/tracing/losses.py."""
     p.add_argument("--train-metrics", type=int, default=0, metavar="N", help="a causal LM trained by Composer "

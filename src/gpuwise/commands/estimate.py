@@ -17,6 +17,7 @@ from ..report.progress import StageProgress
 from ..units import fmt_bytes
 from .common import (
     add_accum_sync_argument,
+    add_compile_argument,
     add_cross_entropy_argument,
     add_gpu_argument,
     add_train_metrics_argument,
@@ -144,9 +145,7 @@ def add_split_arguments(p) -> None:
     p.add_argument("--network-gbps", type=_positive_gbps, default=None, metavar="GBPS",
                    help="node-to-node bandwidth of one node, all its NICs together, in Gb/s (speed only; default: "
                    "one InfiniBand NIC per GPU of the GPU's DGX generation)")
-    p.add_argument("--compile", action="store_true",
-                   help="the model runs under torch.compile: its forward's and backward's pointwise ops and "
-                   "reductions priced as fused kernels (speed only; the memory estimate stays eager's)")
+    add_compile_argument(p)
 
 
 def add_mode_arguments(p) -> None:

@@ -12,6 +12,7 @@ from ..report.fit import gpus_table, plot_fit, render_fit
 from ..report.progress import StageProgress
 from .common import (
     add_accum_sync_argument,
+    add_compile_argument,
     add_cross_entropy_argument,
     add_gpu_argument,
     add_train_metrics_argument,
@@ -41,6 +42,7 @@ def add_arguments(p) -> None:
     add_accum_sync_argument(p)
     add_cross_entropy_argument(p)
     add_train_metrics_argument(p)
+    add_compile_argument(p)
     p.add_argument("--margin", type=float, default=None, metavar="PCT", help="percent of GPU memory kept free (default 5)")
     p.add_argument("--plot", metavar="FILE", help="chart of the options (memory vs the GPU, samples/s) to FILE")
     length = p.add_mutually_exclusive_group()
@@ -66,7 +68,7 @@ def run(args) -> int:
     kw = dict(precision=args.precision, optimizer=args.optimizer, checkpointing=args.checkpointing == "full",
               seq_len=args.seq_len, task=args.task, target_len=args.target_len, margin_pct=margin,
               accum_sync=args.accum_sync, cross_entropy=args.cross_entropy or "model",
-              train_metrics=args.train_metrics)
+              train_metrics=args.train_metrics, compile=args.compile)
     with console.err.status("tracing the options with fake tensors…"), StageProgress("fit") as progress:
         if args.gpu.strip().lower() == "all":
             results = fit_all_gpus(args.workload, args.nproc, args.batch_size, progress=progress, **kw)

@@ -59,6 +59,7 @@ from .speed.cost import TrainingCost
 from .speed.fsdp_kernels import FSDP_KERNELS, with_fsdp_kernels
 from .speed.model import predict
 from .tracer import collector_paused
+from .tracing.compiled import COMPILED_NOTE
 from .tracing.modes import TrainingModes
 
 GB = 1e9
@@ -133,15 +134,19 @@ class FitResult:
         return [o for o in self.options if o.fits]
 
 
-def _step_time_s(point: Point, v: Variant, spec: GpuSpec, samples: int, nproc: int, blocks: int = 1) -> float:
+def _step_time_s(point: Point, v: Variant, spec: GpuSpec, samples: int, nproc: int, blocks: int = 1,
+                 compile: bool = False) -> float:
     """One rank's step: the speed model over the traced ops (plan/speed/model.py) where the trace recorded
     them, else the roofline bound plus the split's communication; pipeline bubble and offload added. 0.0 on a GPU
-    known by its memory alone (`--gpu 24GiB`: no FLOP/s or bandwidth): the speed cannot be told."""
+    known by its memory alone (`--gpu 24GiB`: no FLOP/s or bandwidth): the speed cannot be told. `compile`, or a
+    workload whose model is compiled: the forward and backward as torch.compile fuses them (as estimate prices)."""
     if spec.bandwidth_bytes_per_s <= 0:
         return 0.0
     rl = roofline(point.flops_per_step, traffic_bytes(point.by_category), samples, spec, v.config.precision)
     if point.op_costs is not None:
         costs, _ = as_gpu_runs(point.op_costs, gpu_capability(spec))  # flash calls the GPU runs as cuDNN
+        if compile or any(n.startswith(COMPILED_NOTE) for n in point.notes):
+            costs = costs.compiled()
         if v.split.strategy in FSDP_KERNELS and v.split.nproc > 1:  # as estimate prices them (its estimate_cmd)
             costs = with_fsdp_kernels(costs, v.split, point.trainable_bytes, v.config.precision, v.modes.grad_accum,
                                       blocks, point.trainable_tensors)
@@ -184,14 +189,16 @@ def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, 
         task: str | None = None, target_len: int | None = None, margin_pct: float = DEFAULT_MARGIN_PCT,
         evaluator: Evaluator | None = None,
         source: str | None = None, progress: Callable[[str], None] | None = None,
-        accum_sync: str | None = None, cross_entropy: str = "model", train_metrics: int = 0) -> FitResult:
+        accum_sync: str | None = None, cross_entropy: str = "model", train_metrics: int = 0,
+        compile: bool = False) -> FitResult:
     """Rank the ways to run `workload` at `batch_size` samples per optimizer step (per rank) on `nproc`
     x `gpu`: options that fit first, fastest first. Each option carries `estimate_cmd`, the `gpuwise
     estimate` command of its step (`source`: the workload as the command line names it, when `workload`
     is already loaded). `progress` is told each option as its sizing starts. `accum_sync` ("last" / "every",
     plan/memory/split.py ACCUM_SYNCS): how the multi-GPU options reduce gradients under accumulation.
     `cross_entropy` (plan/tracing/losses.py): a causal LM's loss in every option; `train_metrics`: Composer's
-    training metrics over its logits in every option."""
+    training metrics over its logits in every option. `compile`: every option's speed as torch.compile runs the
+    model (estimate's --compile, carried into each `estimate_cmd`)."""
     started = time.perf_counter()
     if progress is not None:
         progress("loading the workload and its libraries")
@@ -203,6 +210,7 @@ def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, 
     wl, batch_size = resolve_inputs(workload, batch_size, seq_len=seq_len, task=task, target_len=target_len)
     ev = evaluator or Evaluator(wl, spec.arch)
     ev.arch, ev.capability = spec.arch, gpu_capability(spec)  # estimate's replay and attention kernels
+    ev.compile = compile
     named = source_args(source if source is not None else workload, ev.wl)
     gpu_arg = gpu if isinstance(gpu, str) else spec.id
     options = []
@@ -221,7 +229,7 @@ def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, 
         if v.name in floors:  # cannot fit at any micro-batch: no trace
             option = _floored(v, batch_size, floors[v.name], limit, _blocks(ev, v))
             option.needs = missing(needed(v))
-            options.append(_with_commands(option, v, named, gpu_arg, margin_pct))
+            options.append(_with_commands(option, v, named, gpu_arg, margin_pct, compile))
             continue
         needs = missing(needed(v))
         if progress is not None:
@@ -240,7 +248,7 @@ def fit(workload: Any, gpu: str | GpuSpec, nproc: int = 1, batch_size: int = 8, 
             options.append(failed)
             continue
         option.needs = needs
-        options.append(_with_commands(option, v, named, gpu_arg, margin_pct))
+        options.append(_with_commands(option, v, named, gpu_arg, margin_pct, compile))
     options.sort(key=lambda o: (not o.fits, not o.sized, -o.samples_per_s if o.fits else o.device_used_bytes))
     name = ev.wl.spec if hasattr(ev.wl, "spec") else str(workload)
     return FitResult(name, spec.name, nproc, spec.memory_bytes, batch_size, options,
@@ -270,9 +278,11 @@ def searched_variants(candidates: list[Variant], floors: dict[str, int], whole: 
 
 
 def _with_commands(option: FitOption, v: Variant, named: list[str] | None, gpu_arg: str,
-                   margin_pct: float) -> FitOption:
+                   margin_pct: float, compile: bool = False) -> FitOption:
     """`option` with its `estimate_cmd` and `train_cmd` (none for a workload the command line cannot name)."""
     args = estimate_args("SOURCE", gpu_arg, v, option.micro_batch_size, option.grad_accum, margin_pct)
+    if args is not None and compile:
+        args = args + ["--compile"]
     if args is not None and named is not None:
         i = args.index("SOURCE")
         option.estimate_cmd = shlex.join(args[:i] + named + args[i + 1:])
@@ -361,7 +371,7 @@ def _option(ev: Evaluator, v: Variant, spec: GpuSpec, micro: int, accum: int, li
             point.device_used_bytes = capped.device_used_bytes
             point.notes.append(retries_note(capped))
     samples = micro * accum
-    t = _step_time_s(point, v, spec, samples, v.split.nproc, ev.layers or 1)
+    t = _step_time_s(point, v, spec, samples, v.split.nproc, ev.layers or 1, getattr(ev, "compile", False))
     sps = samples * v.split.data_parallel / t if t > 0 else 0.0
     name = v.name if accum == 1 else f"{v.name} + accumulation {accum}x{micro}"
     notes = notes_of(v, micro, accum, point)

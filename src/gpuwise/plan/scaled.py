@@ -81,6 +81,7 @@ class Evaluator(ForkedTraces):
         # (blocks, step, modes) -> that optimizer's steps traced alone (`_with_optimizer`), whatever the micro-batch
         self._optimizer_steps: dict[tuple, Any] = {}
         self._no_swap: set[tuple] = set()  # steps (`_steps_key`) whose swap's check failed: traced themselves
+        self.compile = False  # fit --compile: the options' speed as torch.compile runs them (the traces are the same)
 
     @contextlib.contextmanager
     def on_gpu(self, arch: str, capability: tuple[int, int] | None):
