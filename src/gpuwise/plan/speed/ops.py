@@ -101,9 +101,7 @@ class OpCosts:
         if self._fusion is None:
             self._fusion = Fusion(self.fused_bytes, self.fused_kernels, self.memory_kernels)
         self._fusion.at(phase)
-        if name in NO_KERNEL_OPS or name.startswith("prim.") or _is_view(name, out, args):
-            return
-        if not _tensors(out) and not name.endswith("_"):  # metadata queries (is_same_size, ...): no kernel
+        if not _launches(name, args, out):
             return
         fused = phase in FUSED_PHASES
         memory_before = sum(self.memory_bytes.values()) if fused else 0
@@ -179,8 +177,7 @@ class OpCosts:
         if self._fusion is None:
             return
         self._fusion.at(phase)
-        if not (name in NO_KERNEL_OPS or name.startswith("prim.") or _is_view(name, out, args)
-                or (not _tensors(out) and not name.endswith("_"))):
+        if _launches(name, args, out):
             self._fusion.close()
 
     def combine(self, other: OpCosts, weight: float) -> OpCosts:
@@ -306,6 +303,14 @@ def _tensors(obj) -> list:
     if isinstance(obj, dict):
         return [t for o in obj.values() for t in _tensors(o)]
     return []
+
+
+def _launches(name: str, args, out) -> bool:
+    """The op runs a kernel: not an allocation or host read, a view (`_is_view`), nor a metadata query
+    (is_same_size, ...: no tensor out, not in place)."""
+    if name in NO_KERNEL_OPS or name.startswith("prim.") or _is_view(name, out, args):
+        return False
+    return bool(_tensors(out)) or name.endswith("_")
 
 
 def _unread_bytes(name: str, args, out) -> int:

@@ -54,11 +54,9 @@ from .alike import block_units
 from .repeat_tags import CHECKED, MIN_LAYERS, ONE, TRACED, Units, block_at
 
 BATCH_FREE_PHASES = {"optimizer", "zero_grad"}  # phases whose ops no micro-batch changes
-COUNTS = ("kernels", "host_ops")  # OpCosts parts that count launches and dispatches: the code's, not the batch's
-# OpCosts parts a residual may hold in the forward or backward and still be reused: what a fusing compiler leaves
-# (plan/speed/fusion.py) differs between a block traced among its neighbours and alone where a fused region spans
-# the blocks' boundary; reused at another micro-batch, that boundary's bytes are the checked one's (--compile only)
-FUSED = ("fused_bytes", "fused_kernels", "memory_kernels")
+# OpCosts parts that count launches and dispatches (a fusing compiler's kernels and the eager ones they replace,
+# plan/speed/fusion.py, too): the code's, not the batch's
+COUNTS = ("kernels", "host_ops", "fused_kernels", "memory_kernels")
 
 
 @dataclass(frozen=True)
@@ -80,7 +78,7 @@ def block_residual(three: MemoryTrace, four: MemoryTrace, micro_batch: int) -> B
     if middle is None or three.op_costs is None or four.op_costs is None:
         return None
     costs = four.op_costs.added(three.op_costs, -1).added(middle, -1)
-    if costs.phases(tuple(p for p in OpCosts.PARTS if p not in COUNTS + FUSED)) - BATCH_FREE_PHASES:
+    if costs.phases(tuple(p for p in OpCosts.PARTS if p not in COUNTS)) - BATCH_FREE_PHASES:
         return None
     return BlockResidual(costs, four.flops_per_step - three.flops_per_step - three.middle_flops, micro_batch)
 
