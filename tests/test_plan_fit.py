@@ -1,6 +1,8 @@
 """`gpuwise fit`: ranked options with memory and speed; layer extrapolation vs full-depth traces; sharding."""
 
+import contextlib
 import json
+import re
 import subprocess
 import sys
 
@@ -96,12 +98,12 @@ def test_cli_all_gpus_json_and_plot(tmp_path, capsys, monkeypatch):
     d = json.loads(capsys.readouterr().out)
     validate("fit", d)
     assert len(d["gpus"]) >= 10 and all(set(g) == {"workload", "gpu", "nproc", "options"} for g in d["gpus"])
-    n = len(d["gpus"])  # the side-by-side rounds (every GPU's traces), then one stage per GPU, in order
+    n = len(d["gpus"])  # the side-by-side traces (every GPU's), then one stage per GPU, in order
     side = f"{n} GPUs' options: the traces, side by side"
-    rounds = [s for s in stages if s.startswith(side)]
-    assert stages[:len(rounds)] == rounds and rounds[0] == side
-    assert all(s.startswith(f"{side}, round ") and s.endswith(" traces so far)") for s in rounds[1:])
-    assert list(dict.fromkeys(stages[len(rounds):])) == [f"GPU {i}/{n}, {g['gpu']}" for i, g in enumerate(d["gpus"], 1)]
+    told = [s for s in stages if s.startswith(side)]
+    assert stages[:len(told)] == told and told[0] == side
+    assert all(re.fullmatch(re.escape(side) + r", \d+ traces so far", s) for s in told[1:])
+    assert list(dict.fromkeys(stages[len(told):])) == [f"GPU {i}/{n}, {g['gpu']}" for i, g in enumerate(d["gpus"], 1)]
     assert png.stat().st_size > 10_000
     t4 = next(g for g in d["gpus"] if g["gpu"] == "Tesla T4")
     assert all("bf16" not in o["name"] for o in t4["options"])  # no bf16 tensor cores on a T4: fp16 offered
@@ -360,24 +362,48 @@ def test_the_load_of_fits_own_forks_does_not_stop_it_forking(monkeypatch):
     assert forks.idle_cpus() == 1
 
 
-def test_a_step_that_would_leave_a_cpu_idle_is_traced_as_two_tasks():
-    """prefetch's fork tasks: a step is one task; where the steps would leave a CPU idle at the end, the last
-    rebuilt ones become their 4- and 3-block traces (the side-by-side test above runs both kinds: 3 steps, 2 CPUs)."""
+def test_a_step_that_would_leave_a_worker_idle_is_traced_as_two_tasks():
+    """Forks' tasks: a step is one task; where the steps are fewer than the idle workers, the last rebuilt ones
+    become their 4- and 3-block traces (the side-by-side test above runs both kinds)."""
     from gpuwise.plan.forks import fork_tasks
 
     assert fork_tasks(["a", "b"], {"a", "b"}, 2) == [("a", None), ("b", None)]
-    assert fork_tasks(["a", "b", "c"], {"a", "b", "c"}, 2) == [("a", None), ("b", None), ("c", 4), ("c", 3)]
-    assert fork_tasks(["a"], {"a"}, 2) == [("a", 4), ("a", 3)]          # one step: both CPUs busy
-    assert fork_tasks(["a", "b", "c"], {"a"}, 2) == [("b", None), ("c", None), ("a", 4), ("a", 3)]
-    assert fork_tasks(["a", "b", "c"], set(), 2) == [("a", None), ("b", None), ("c", None)]  # nothing to split
-    assert fork_tasks(["a", "b", "c"], {"a", "b", "c"}, 1) == [("a", None), ("b", None), ("c", None)]
-    assert fork_tasks(["a", "b", "c", "d", "e"], {"a", "b", "c", "d", "e"}, 4) == \
-        [("a", None), ("b", None), ("c", None), ("d", None), ("e", 4), ("e", 3)]
+    assert fork_tasks(["a", "b", "c"], {"a", "b", "c"}, 2) == [("a", None), ("b", None), ("c", None)]
+    assert fork_tasks(["a"], {"a"}, 2) == [("a", 4), ("a", 3)]          # one step: both workers busy
+    assert fork_tasks(["a"], {"a"}, 0) == [("a", None)]                 # none idle: the next to free up takes it
+    assert fork_tasks(["a", "b"], {"a"}, 4) == [("b", None), ("a", 4), ("a", 3)]
+    assert fork_tasks(["a", "b"], set(), 4) == [("a", None), ("b", None)]  # nothing to split
+    assert fork_tasks(["a", "b", "c"], {"a", "b", "c"}, 5) == [("a", None), ("c", 4), ("c", 3), ("b", 4), ("b", 3)]
+
+
+class _Workers:
+    """A stand-in `Forks`: what is handed out comes back at the next wait (a round); a spare ask is handed out
+    only to a worker that would idle."""
+
+    def __init__(self, ev, workers):
+        self.ev, self.workers, self.flown = ev, workers, []
+
+    @property
+    def needed(self):
+        return len(self.flown)
+
+    def flying(self, ask):
+        return False
+
+    def submit(self, asks, spare=False):
+        self.flown += asks[:max(self.workers - len(self.flown), 0)] if spare else asks
+
+    def wait(self):
+        self.ev.rounds.append(sorted((a[2].lora_rank, a[0]) for a in self.flown))
+        for a in self.flown:
+            self.ev.kept.add(self.ev.key(*a))
+            self.ev.traces_run += 1
+        self.flown = []
 
 
 class _Traces:
     """A stand-in Evaluator: a step's bytes are `used(variant's modes, micro-batch)`; it records which trials
-    were traced one at a time (`evaluate`) and which side by side (`prefetch`, only with `cpus` > 1)."""
+    were traced one at a time (`evaluate`) and which side by side (`forks`, only with `cpus` > 1)."""
 
     layers = None
 
@@ -391,12 +417,9 @@ class _Traces:
     def traced(self, *ask, whole=False):
         return self.key(*ask) in self.kept
 
-    def prefetch(self, asks, workers=None):
-        if self.cpus > 1:
-            self.rounds.append(sorted((a[2].lora_rank, a[0]) for a in asks))
-            for a in asks:
-                self.kept.add(self.key(*a))
-                self.traces_run += 1
+    @contextlib.contextmanager
+    def forks(self, workers, modes, configs):
+        yield _Workers(self, workers) if self.cpus > 1 else None
 
     def evaluate(self, micro, config, modes, split, whole=False):
         from gpuwise.plan.point import Point
@@ -410,16 +433,17 @@ class _Traces:
 
 
 def test_the_searches_later_trials_are_traced_side_by_side_with_the_same_answers(monkeypatch):
-    """fit's searches run in rounds (_side_by_side): every search's next trial is traced side by side with the
-    others' (prefetch), not one at a time when the search asks it; the same trials are traced (a likely
-    next one beside them only on a CPU that would idle) and the answers are those of the searches run one by one (prefetch doing nothing: one CPU)."""
+    """fit's searches run side by side (_side_by_side): every search's next trial is handed to the workers with
+    the others' (Forks.submit), not traced one at a time when the search asks it; the same trials are traced (a
+    likely next one beside them only on a worker that would idle) and the answers are those of the searches run
+    one by one (no workers: one CPU). The stand-in's workers give back everything handed out at each wait."""
     from dataclasses import replace
 
-    from gpuwise.plan import fit_rounds
+    from gpuwise.plan import side_by_side as fit_searches
     from gpuwise.plan.catalog import lookup
     from gpuwise.plan.fit import _side_by_side, best_micro_batch, variants
 
-    monkeypatch.setattr(fit_rounds, "idle_cpus", lambda: 2)
+    monkeypatch.setattr(fit_searches, "idle_cpus", lambda: 2)
     spec = lookup("rtx4090")
     # three searches: LoRA r16 whole batch first (fits up to 2), rank 4 micro-batch 1 first (fits up to 4),
     # and a rank-8 one micro-batch 1 first that fits at 8 (two trials)
@@ -444,9 +468,8 @@ def test_the_searches_later_trials_are_traced_side_by_side_with_the_same_answers
     assert sorted(here.one_by_one) == sorted(t for r in side.rounds for t in r)  # the same trials, no more
     assert side.one_by_one == [] and here.rounds == []
     assert side.rounds == [[(4, 1), (8, 1), (16, 8)], [(4, 8), (8, 8), (16, 2)], [(4, 4), (16, 4)]]
-    # the progress line says each round as it starts (one CPU: one round asked, nothing ran side by side)
-    assert told == ["round 1 (0 traces so far)",
-                    "round 1 (0 traces so far)", "round 2 (3 traces so far)", "round 3 (6 traces so far)"]
+    # the progress line says the traces run each time some come back (one CPU: nothing ran side by side)
+    assert told == ["3 traces so far", "6 traces so far", "8 traces so far"]
     # a round that would leave a CPU idle: the whole-first bisection's likely next step beside its first
     # (as traced one by one it was asked next: micro-batch 2 fits, 4 is asked)
     alone = _Traces(used, 2)

@@ -85,19 +85,20 @@ def test_a_forks_replays_come_back_with_its_trace_and_are_the_parents(tmp_path, 
 
 
 def test_every_gpus_searches_side_by_side_give_each_gpu_its_own_fit(tmp_path, monkeypatch):
-    """`--gpu all` runs every GPU's searches in the same rounds (fit_gpus._side_by_side_gpus), each asking its traces
+    """`--gpu all` runs every GPU's searches side by side (fit_gpus._side_by_side_gpus), each asking its traces
     under its own attention kernels: each GPU's options are those of a fit of that GPU alone; GPUs whose
     attention kernels differ (a V100, sm70: no flash; an A100, sm80) do not share a trace of the same step, and
-    no round asks one step for two attention classes (the second asks next round, where it may share); the
-    steps asked whole (a rebuild that failed) are traced in forks too, and no trace runs more than once."""
+    no step is handed to the workers for two attention classes at once (the second asks once the first is back,
+    where it may share); the steps asked whole (a rebuild that failed) are traced in forks too, and no trace runs
+    more than once."""
     from gpuwise.plan import fit as fitting
-    from gpuwise.plan import fit_gpus, fit_rounds, forks
+    from gpuwise.plan import fit_gpus, forks
+    from gpuwise.plan import side_by_side as fit_searches
     from gpuwise.plan.catalog import CATALOG
     from gpuwise.plan.scaled import Evaluator
     from gpuwise.plan.tracing.sdpa import kernel_class
 
-    monkeypatch.setattr(forks, "idle_cpus", lambda: 2)  # Evaluator.prefetch's
-    monkeypatch.setattr(fit_rounds, "idle_cpus", lambda: 2)
+    monkeypatch.setattr(fit_searches, "idle_cpus", lambda: 2)
     # Adafactor's step is the one here whose rebuild fails, asked whole: not swapped into AdamW's step
     # (tests/test_plan_optimizer_swap.py), as where the swap's check fails
     monkeypatch.setattr(Evaluator, "_base", lambda self, *a: None)
@@ -106,18 +107,21 @@ def test_every_gpus_searches_side_by_side_give_each_gpu_its_own_fit(tmp_path, mo
     source = _deep_tiny(tmp_path)
     rounds: list[list[tuple]] = []
     kept: list[Evaluator] = []
-    prefetch = Evaluator.prefetch
+    submit = forks.Forks.submit
 
-    def recorded(self, asks, workers=None):
-        kept.append(self)
-        rounds.append([((a[0], tuple(sorted(vars(a[1]).items())), a[2], a[3], a[4]), kernel_class(a[5])) for a in asks])
-        return prefetch(self, asks, workers)
+    def recorded(self, asks, spare=False):
+        kept.append(self.ev)
+        assert not any(self.flying(a) for a in asks)  # not in flight, under this or another attention class
+        if not spare:
+            rounds.append([((a[0], tuple(sorted(vars(a[1]).items())), a[2], a[3], a[4]), kernel_class(a[5]))
+                           for a in asks])
+        return submit(self, asks, spare)
 
-    monkeypatch.setattr(Evaluator, "prefetch", recorded)
+    monkeypatch.setattr(forks.Forks, "submit", recorded)
     together = fit_gpus.fit_all_gpus(source, 1, 4, seq_len=16, precision="bf16")
-    monkeypatch.setattr(Evaluator, "prefetch", prefetch)
-    assert len(rounds) >= 2
-    for r in rounds:  # one attention class per step in a round
+    monkeypatch.setattr(forks.Forks, "submit", submit)
+    assert len([r for r in rounds if r]) >= 2
+    for r in rounds:  # one attention class per step in a submission
         classes: dict[tuple, set] = {}
         for step, c in r:
             classes.setdefault(step, set()).add(c)

@@ -45,7 +45,6 @@ from .fit_options import (
     untraceable_without,
     variants,
 )
-from .fit_rounds import Untraced, in_rounds
 from .flops import roofline, traffic_bytes
 from .inputs import resolve_inputs
 from .memory.cuda import retries_note
@@ -53,6 +52,7 @@ from .memory.nccl import buffer_bytes, connect_mode
 from .memory.split import Split, comm_bytes_per_step, make_split
 from .point import Point
 from .scaled import Evaluator
+from .side_by_side import Untraced, side_by_side
 from .speed.attention import as_gpu_runs
 from .speed.comm import link_for_gpu
 from .speed.cost import TrainingCost
@@ -343,14 +343,13 @@ def _unsized(v: Variant, batch: int, lacking: list[str], blocks: str) -> FitOpti
 
 def _side_by_side(ev: Evaluator, searches: list[tuple[Variant, bool]], spec: GpuSpec, batch: int,
                   limit: float, progress: Callable[[str], None] | None = None) -> None:
-    """Run the variants' searches (`best_micro_batch`, with `whole_first` each) in rounds: each search runs
-    over the traces kept until it asks one not kept yet; that trial of every search is traced side by side
-    (`prefetch`, one per idle CPU), and again, until no search asks a trace that `prefetch` runs. The searches
-    are the same and ask the same trials as one by one (each search's next trial depends only on its own
-    earlier ones), so the answers are too; only when the traces run differs: a search's second and later trials
-    no longer run one at a time here while the other CPUs idle. With one idle CPU `prefetch` runs nothing and
-    this stops: the searches trace as they ask."""
-    in_rounds(ev, [(spec, limit, v, whole) for v, whole in searches], batch, best_micro_batch, every_gpu=False,
+    """Run the variants' searches (`best_micro_batch`, with `whole_first` each) side by side: each search runs
+    over the traces kept until it asks one not kept yet; that trial of every search is handed to forked workers
+    (one per idle CPU), and each time one comes back the searches run again, until no search asks a trace the
+    workers run. The searches are the same and ask the same trials as one by one (each search's next trial
+    depends only on its own earlier ones), so the answers are too; only when the traces run differs. With one
+    idle CPU no worker runs: the searches trace as they ask."""
+    side_by_side(ev, [(spec, limit, v, whole) for v, whole in searches], batch, best_micro_batch, every_gpu=False,
               progress=progress)
 
 
@@ -423,7 +422,7 @@ def best_micro_batch(ev: Evaluator, v: Variant, spec: GpuSpec, batch: int, limit
 
 
 def _ask(v: Variant, micro: int, accum: int) -> tuple[int, StepConfig, TrainingModes, Split]:
-    """What `evaluate` (and `prefetch`) gets for `v` at `micro` x `accum`: micro-batch, step, modes, split."""
+    """What `evaluate` (and `Forks.submit`) gets for `v` at `micro` x `accum`: micro-batch, step, modes, split."""
     return micro, v.config, replace(v.modes, grad_accum=accum), v.split
 
 

@@ -12,9 +12,9 @@ from .catalog import CATALOG, GpuSpec, lookup
 from .curve import DEFAULT_MARGIN_PCT
 from .fit import FitResult, best_micro_batch, candidates_on, fit, searched_variants
 from .fit_options import Variant
-from .fit_rounds import in_rounds
 from .inputs import resolve_inputs
 from .scaled import Evaluator
+from .side_by_side import side_by_side
 from .speed.cost import training_cost
 from .tracer import collector_paused
 
@@ -51,14 +51,14 @@ def fit_all_gpus(workload: Any, nproc: int = 1, batch_size: int = 8, progress: C
 
 def _side_by_side_gpus(ev: Evaluator, searches: list[tuple[GpuSpec, float, Variant, bool]], batch: int,
                        progress: Callable[[str], None] | None = None) -> None:
-    """`--gpu all`: every GPU's searches (its spec, usable bytes, variant, whole_first) in the same rounds, each
-    evaluated on its own GPU (`Evaluator.on_gpu`) and its traces asked under that GPU's attention kernels: one
-    `prefetch` holds the trials of all GPUs, where one GPU's rounds alone leave CPUs idle (a last round of one
-    trace that cannot be split: a step traced whole ran alone in the parent). The trials are each search's own,
-    as in plan/fit.py's side-by-side searches, so the answers are too; a step asked in one round by GPUs of two attention classes
-    is asked for the first only, and by the others again next round, where `same_kernels` may share its trace
-    (as when the GPUs were fitted one after another): no trace runs that did not before."""
-    in_rounds(ev, searches, batch, best_micro_batch, every_gpu=True, progress=progress)
+    """`--gpu all`: every GPU's searches (its spec, usable bytes, variant, whole_first) side by side, each
+    evaluated on its own GPU (`Evaluator.on_gpu`) and its traces asked under that GPU's attention kernels: the
+    workers trace the trials of all GPUs, where one GPU's searches alone leave CPUs idle. The trials are each
+    search's own, as in plan/fit.py's side-by-side searches, so the answers are too; a step asked by GPUs of two
+    attention classes is handed out for the first only, and asked by the others again once it is back, where
+    `same_kernels` may share its trace (as when the GPUs were fitted one after another): no trace runs that did
+    not before."""
+    side_by_side(ev, searches, batch, best_micro_batch, every_gpu=True, progress=progress)
 
 
 def attach_costs(results: list[FitResult], tokens: float | None = None, samples: float | None = None,

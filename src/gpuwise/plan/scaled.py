@@ -9,7 +9,7 @@ costs L blocks: its numbers are extrapolated linearly in the blocks from the two
 x(L) = x(a) + (x(b) - x(a)) * (L - a) / (b - a), and the option says so (a labelled fallback; estimate
 traces it whole, and so does fit for the answer of a variant that fits: `evaluate(..., whole=True)`). A workload that is not a model config, or a config under 6 blocks, is traced whole.
 
-Its traces may run side by side in forks of the process (`prefetch`, plan/forks.py's `ForkedTraces`, a mixin of
+Its traces may run side by side in forks of the process (`forks`, plan/forks.py's `ForkedTraces`, a mixin of
 the same cache). `Evaluator` caches traces by (blocks, micro-batch, step config, traced modes, the GPU's attention kernel
 class: GPUs whose capabilities pick the same SDPA kernels share traces): sharding
 and offload are transforms of a trace (plan/memory/sharding.py, plan/tracing/modes.py) and cost no new
@@ -125,7 +125,7 @@ class Evaluator(ForkedTraces):
 
     def _run(self, key: tuple, config: StepConfig, forked: tuple[dict, dict] | None = None) -> MemoryTrace:
         """`key`'s step traced (`forked`: its two small traces, by block count, and their attention calls,
-        already run in forks by `prefetch`; the rebuild uses them)."""
+        already run in forks (plan/forks.py); the rebuild uses them)."""
         from .tracing.sdpa import AttentionTarget, using_target  # deferred: imports torch
 
         layers, micro_batch, _, traced, repeat, _ = key
@@ -147,7 +147,7 @@ class Evaluator(ForkedTraces):
 
     def _blocks(self, key: tuple, blocks: int, config: StepConfig) -> tuple[MemoryTrace, tuple]:
         """One of the two small traces `key`'s rebuild needs (`blocks` blocks), as `_run` would trace it, and
-        the attention calls it made (run in a fork: `prefetch`)."""
+        the attention calls it made (run in a fork: plan/forks.py)."""
         from .tracing.sdpa import AttentionTarget, using_target  # deferred: imports torch
 
         _, micro_batch, _, traced, _, _ = key
@@ -184,7 +184,7 @@ class Evaluator(ForkedTraces):
                 modes: TrainingModes, forked: tuple[dict, dict] | None = None) -> MemoryTrace | NotRebuilt:
         """The step as `estimate` traces it (a deep model config rebuilt from 3- and 4-block traces; a
         model config of `layers` blocks: a pipeline stage), or `NotRebuilt` with the small traces.
-        `forked`: the small traces already run in forks, and their attention calls (`prefetch`)."""
+        `forked`: the small traces already run in forks, and their attention calls (plan/forks.py)."""
         key = self._key(layers, micro_batch, config, modes, True)
         self._shared(key)
         if key not in self._traces and forked is None:
@@ -239,9 +239,9 @@ class Evaluator(ForkedTraces):
     def traced(self, micro_batch: int, config: StepConfig, modes: TrainingModes, split: Split,
                whole: bool = False) -> bool | None:
         """Whether `evaluate` (same arguments) would trace nothing: True (every trace it needs is kept), False
-        (it would first trace what `prefetch` runs, given the same arguments and `whole`: the step as estimate
+        (it would first trace what the forked workers run (plan/forks.py), given the same arguments and `whole`: the step as estimate
         traces it, or with `whole` the step traced whole where its rebuild failed), None (it would trace
-        something `prefetch` does not run: the small traces of an extrapolation). Traces nothing."""
+        something they do not run: the small traces of an extrapolation). Traces nothing."""
         layers = self._layers(split)
         stage = layers if layers != self.layers else None
         key = self._key(stage, micro_batch, config, modes, True)
@@ -251,7 +251,7 @@ class Evaluator(ForkedTraces):
         if got is None and base is not None:  # AdamW's step, swapped (`_with_optimizer`), where that is rebuilt
             kept = self._traces.get(self._key(stage, micro_batch, base, modes, True))
             if kept is None:
-                return False  # `prefetch` traces AdamW's step
+                return False  # the workers trace AdamW's step
             if isinstance(kept, MemoryTrace):
                 return True
         if got is None:
