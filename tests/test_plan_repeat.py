@@ -519,3 +519,23 @@ def test_a_vision_language_model_is_rebuilt_from_its_text_stack(tmp_path):
     assert canonical(rebuilt) == canonical(full) and live_peak(rebuilt) == live_peak(full)
     set_num_layers(wl.hf_config, 4)
     assert wl.hf_config.text_config.num_hidden_layers == 4 and wl.hf_config.vision_config.num_hidden_layers == 27
+
+
+def test_the_largest_batch_search_checks_the_blocks_once(tmp_path, monkeypatch):
+    """estimate's largest-batch search rebuilds a deep model's step at its other batches from their 3-block traces,
+    the blocks checked once, at -b (its 4-block trace; as fit's searches do): the same capacity, every point's
+    bytes included, as checking at every batch, with one 4-block trace instead of one per batch."""
+    traced = []
+    small = repeat.small_trace
+    monkeypatch.setattr(repeat, "small_trace", lambda wl, n, *a, **k: traced.append(n) or small(wl, n, *a, **k))
+    source = _config(tmp_path, 6)
+    kw = {"seq_len": 256, "precision": "bf16", "gpu": "2GiB"}
+    once = estimate(source, 4, **kw)
+    checked_once = Counter(traced)
+    traced.clear()
+    monkeypatch.setattr(repeat, "block_residual", lambda *a: None)  # no residual to reuse: every batch checked
+    every = estimate(source, 4, **kw)
+    assert every.capacity.to_dict() == once.capacity.to_dict() and once.capacity.settled
+    points = len(once.capacity.to_dict()["points"])  # -b's and the search's, each traced
+    assert points >= 3
+    assert checked_once == {3: points, 4: 1} and Counter(traced) == {3: points, 4: points}

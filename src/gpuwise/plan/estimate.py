@@ -293,9 +293,10 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
     cfg = getattr(base, "hf_config", None)
     layers = num_layers_of(cfg) if cfg is not None else None
 
-    def one_gpu(b: int) -> MemoryTrace:
+    def one_gpu(b: int, residual=None) -> MemoryTrace:
         with using_target(attention):
-            return trace_workload(base, b, config, target, repeat=True, progress=on_progress, modes=modes)
+            return trace_workload(base, b, config, target, repeat=True, progress=on_progress, modes=modes,
+                                  residual=residual)
 
     units = fsdp_units_of(base) if split.strategy in ("fsdp", "hsdp") and split.nproc > 1 else None
 
@@ -303,10 +304,14 @@ def estimate(workload: str | Workload | None = None, batch_size: int | None = No
         return (rank_trace(t, split, block_param_bytes(t, layers), units, accumulating=modes.grad_accum > 1)
                 if split.nproc > 1 else t)
 
-    def traced(b: int) -> MemoryTrace:
-        return per_rank(one_gpu(b))
-
     whole = one_gpu(batch_size)  # the job on one GPU: the speed model's communicated bytes are its
+
+    def traced(b: int) -> MemoryTrace:
+        """The step at another batch for the largest-batch search (its memory only): a deep model's blocks
+        checked at -b (its `block_residual`) are not checked again (a 4-block trace less at each batch, as fit's
+        searches do; plan/tracing/repeat.py `repeated_trace`)."""
+        return per_rank(one_gpu(b, getattr(whole, "block_residual", None)))
+
     trace = per_rank(whole)
     notes = list(trace.notes) + sized_without_notes(config.optimizer, modes.adapters)
     arch = spec.arch if spec is not None else DEFAULT_ARCH
