@@ -350,7 +350,7 @@ def _side_by_side(ev: Evaluator, searches: list[tuple[Variant, bool]], spec: Gpu
     depends only on its own earlier ones), so the answers are too; only when the traces run differs. With one
     idle CPU no worker runs: the searches trace as they ask."""
     side_by_side(ev, [(spec, limit, v, whole) for v, whole in searches], batch, best_micro_batch, every_gpu=False,
-              progress=progress)
+                 progress=progress)
 
 
 def _option(ev: Evaluator, v: Variant, spec: GpuSpec, micro: int, accum: int, limit: float,

@@ -40,12 +40,14 @@ def side_by_side(ev: Evaluator, searches: list[tuple[GpuSpec, float, Any, bool]]
     each time some come back. With one idle CPU nothing runs here: the searches trace as they ask."""
     gpus = {spec.id: (spec.arch, gpu_capability(spec)) for spec, *_ in searches} if every_gpu else {}
     variants = [v for _, _, v, _ in searches]
+    asked: set[tuple] = set()
+    asks, then = _asks(ev, searches, batch, search, gpus, asked)
+    if not asks:
+        return  # every trace asked is kept (`--gpu all`'s fit of each GPU after its side-by-side searches): no fork
     with ev.forks(idle_cpus(), [v.modes for v in variants], [v.config for v in variants]) as workers:
         if workers is None:
             return
-        asked: set[tuple] = set()
         while True:
-            asks, then = _asks(ev, searches, batch, search, gpus, asked, workers)
             workers.submit(asks)
             workers.submit(then, spare=True)  # a likely next trial, on a worker that would idle
             asked.update(_ask_key(a) for a in asks)  # asked once: a trace that raised in its worker runs here
@@ -54,13 +56,16 @@ def side_by_side(ev: Evaluator, searches: list[tuple[GpuSpec, float, Any, bool]]
             workers.wait()
             if progress is not None:
                 progress(f"{ev.traces_run} traces so far")
+            asks, then = _asks(ev, searches, batch, search, gpus, asked, workers)
 
 
 def _asks(ev: Evaluator, searches: list[tuple[GpuSpec, float, Any, bool]], batch: int, search: Callable,
-          gpus: dict, asked: set[tuple], workers: Any) -> tuple[list[tuple], list[tuple]]:
+          gpus: dict, asked: set[tuple], workers: Any = None) -> tuple[list[tuple], list[tuple]]:
     """Every search's next trial not asked yet (a step asked under two attention classes: the first only; the
-    other is asked again once that is back, where `same_kernels` may share it), and the trials likely asked next."""
+    other is asked again once that is back, where `same_kernels` may share it), and the trials likely asked next.
+    `workers`: the `Forks` tracing the trials asked before (None: none yet)."""
     asks, then, steps = [], [], {}  # steps: a step asked now -> the attention class asking it
+    flying = workers.flying if workers is not None else lambda _ask: False
     for spec, limit, v, whole_first in searches:
         gpu = gpus.get(spec.id)
         try:
@@ -70,11 +75,11 @@ def _asks(ev: Evaluator, searches: list[tuple[GpuSpec, float, Any, bool]], batch
             ask = _from(untraced.ask, gpu)
             if ask is None or _ask_key(ask) in asked:
                 continue
-            if steps.setdefault(_ask_key(ask, step=True), _ask_key(ask)) != _ask_key(ask) or workers.flying(ask):
+            if steps.setdefault(_ask_key(ask, step=True), _ask_key(ask)) != _ask_key(ask) or flying(ask):
                 continue  # another attention class asks this step: asked again once that is back
             asks.append(ask)
             then += [a for a in (_from(t, gpu) for t in untraced.then)
-                     if _ask_key(a) not in asked and _ask_key(a, step=True) not in steps and not workers.flying(a)]
+                     if _ask_key(a) not in asked and _ask_key(a, step=True) not in steps and not flying(a)]
         except GpuwiseError:
             pass  # raised again where the search runs for its answer
     return asks, then
