@@ -42,7 +42,7 @@ from .speed.comm import link_for_gpu
 from .speed.fsdp_kernels import FSDP_KERNELS, with_fsdp_kernels
 from .speed.model import Speed, predict
 from .tracer import Progress, collector_paused, trace_workload
-from .tracing.compiled import COMPILED_NOTE
+from .tracing.compiled import compiled_step
 from .tracing.modes import apply_modes, make_modes
 
 TOP_MODULES = 8
@@ -442,7 +442,7 @@ def _speed(trace: MemoryTrace, est: Estimate, spec: GpuSpec, wl: Workload, modes
         est.notes.append(f"attention speed: {why}")
     if modes.grad_accum > modes.traced_micro_steps:
         costs = costs.scaled(modes.grad_accum / modes.traced_micro_steps)
-    if compile or any(n.startswith(COMPILED_NOTE) for n in trace.notes):  # asked, or the workload's model is
+    if compile or compiled_step(trace.notes):  # asked, or the workload's model is
         costs = costs.compiled()
         est.notes.append("torch.compile: the forward's and backward's memory-bound ops priced as fused kernels "
                          "(speed only; the memory is eager's)")

@@ -59,7 +59,7 @@ from .speed.cost import TrainingCost
 from .speed.fsdp_kernels import FSDP_KERNELS, with_fsdp_kernels
 from .speed.model import predict
 from .tracer import collector_paused
-from .tracing.compiled import COMPILED_NOTE
+from .tracing.compiled import compiled_step
 from .tracing.modes import TrainingModes
 
 GB = 1e9
@@ -145,7 +145,7 @@ def _step_time_s(point: Point, v: Variant, spec: GpuSpec, samples: int, nproc: i
     rl = roofline(point.flops_per_step, traffic_bytes(point.by_category), samples, spec, v.config.precision)
     if point.op_costs is not None:
         costs, _ = as_gpu_runs(point.op_costs, gpu_capability(spec))  # flash calls the GPU runs as cuDNN
-        if compile or any(n.startswith(COMPILED_NOTE) for n in point.notes):
+        if compile or compiled_step(point.notes):
             costs = costs.compiled()
         if v.split.strategy in FSDP_KERNELS and v.split.nproc > 1:  # as estimate prices them (its estimate_cmd)
             costs = with_fsdp_kernels(costs, v.split, point.trainable_bytes, v.config.precision, v.modes.grad_accum,

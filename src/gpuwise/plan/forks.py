@@ -125,8 +125,9 @@ class ForkedTraces:
         if workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
             yield None
             return
-        if self.layers is not None and self.layers >= MIN_LAYERS:  # every trace of a model config asks, once
-            blocks_alike(self.wl.hf_config, self.wl.task, self.layers)
+        # a model config's blocks compared here, once: every trace of it asks (the workers inherit the answer)
+        alike = self.layers is not None and self.layers >= MIN_LAYERS and \
+            blocks_alike(self.wl.hf_config, self.wl.task, self.layers) is None
         configs = list(configs) + [b for b in (swap_base(c) for c in configs) if b is not None]  # a swap's AdamW
         global _FORKED
         _FORKED = self
@@ -136,7 +137,7 @@ class ForkedTraces:
                   # forked once and reused: a worker's first trace pays what a process's first trace does (the
                   # fake tensors' dispatch cache, torch's lazy set-up: ~0.2-0.5 s of a 7B block trace), once
                   multiprocessing.get_context("fork").Pool(workers) as pool):
-                forks = Forks(self, pool, workers)
+                forks = Forks(self, pool, workers, alike)
                 try:
                     yield forks
                 finally:
@@ -209,7 +210,7 @@ class Forks:
     first only: the others ('riders') trace 3 blocks and are rebuilt here after that check, with its residual
     (handed to a worker with a whole task)."""
 
-    def __init__(self, ev: ForkedTraces, pool: Any, workers: int):
+    def __init__(self, ev: ForkedTraces, pool: Any, workers: int, alike: bool):
         import threading
 
         self.ev, self.pool, self.workers = ev, pool, workers
@@ -225,9 +226,7 @@ class Forks:
         self._riders: set[tuple] = set()
         self._steps: set[tuple] = set()             # optimizer steps (`_steps_key`) handed out
         self._asked: set[tuple] = set()             # keys asked (the others: spare)
-        layers = ev.layers
-        self._alike = layers is not None and layers >= MIN_LAYERS and \
-            blocks_alike(ev.wl.hf_config, ev.wl.task, layers) is None
+        self._alike = alike                         # a deep model config whose steps are rebuilt from 3 and 4 blocks
 
     @property
     def needed(self) -> int:

@@ -9,7 +9,13 @@ priced as the fusing compiler runs it, as `--compile` asks (plan/speed/fusion.py
 
 from __future__ import annotations
 
-COMPILED_NOTE = "compiled: upper bound"  # the note's start: the speed model prices such a step fused (plan/estimate.py)
+COMPILED_NOTE = "compiled: upper bound"  # the note's start (`compiled_notes`)
+
+
+def compiled_step(notes: list[str]) -> bool:
+    """Whether a trace with these notes is of a model run through torch.compile (`compiled_notes`): the speed
+    model prices its step fused, as `--compile` asks (plan/estimate.py, plan/fit.py)."""
+    return any(n.startswith(COMPILED_NOTE) for n in notes)
 
 
 def compiled_modules(model) -> list[str]:
