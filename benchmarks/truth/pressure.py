@@ -71,6 +71,8 @@ def child(spec: str, batch_size: int, device: str, steps: int, warmup: int, out:
     from gpuwise.workload import load_workload
 
     dev = torch.device(device)
+    if dev.type == "cuda" and dev.index is None:  # set_per_process_memory_fraction wants an index
+        dev = torch.device("cuda", torch.cuda.current_device())
     cuda = dev.type == "cuda"
     wl = load_workload(spec)
     model = wl.build_model().to(dev)
