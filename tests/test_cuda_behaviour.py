@@ -51,6 +51,33 @@ def test_flash_backward_head_dim_limit_on_sm86():
     assert choose_backend(q, k, v, capability=(8, 0))[0] == "flash"
 
 
+def test_a_mask_not_contiguous_in_its_rows_rules_out_the_memory_efficient_kernel():
+    """torch's check_last_dim_stride_equals_1_dense: on a GPU the mask's last dimension must have stride 1.
+    A relative position bias made as T5's is, (q, k, heads) permuted to (1, heads, q, k), has stride heads:
+    the math kernel runs and keeps the scores (transformers 5.17 passed it so; later versions copy it)."""
+    q, k, v = _qkv(torch.bfloat16)
+    bias = torch.zeros(128, 128, 8).permute(2, 0, 1).unsqueeze(0)
+    kernel, why = choose_backend(q, k, v, bias, capability=(9, 0))
+    assert (kernel, bias.stride(-1)) == ("math", 8) and "mask's last dimension at stride 1" in why
+    assert choose_backend(q, k, v, bias.contiguous(), capability=(9, 0))[0] == "efficient"
+    rows = q.transpose(-1, -2).contiguous().transpose(-1, -2)  # the same values, columns contiguous
+    assert choose_backend(rows, k, v, capability=(9, 0))[0] == "math"
+
+
+def test_a_permuted_position_bias_keeps_the_scores_in_the_estimate(monkeypatch):
+    """The rule above inside a trace: the math kernel keeps the (256, 256) scores per head, which the
+    memory-efficient kernel (the same bias copied first) never holds."""
+    spec = os.path.join(os.path.dirname(__file__), "workloads", "position_bias.py")
+    kw = dict(precision="bf16", gpu="h100", target="cuda", search_max_batch=False)
+    permuted = estimate(spec, 16, **kw)
+    monkeypatch.setenv("GPUWISE_TEST_BIAS_CONTIGUOUS", "1")
+    copied = estimate(spec, 16, **kw)
+    assert permuted.attention["kernels"] == ["math"] and copied.attention["kernels"] == ["efficient"]
+    assert any("stride 8" in w for w in permuted.attention["why"])
+    scores = 16 * 8 * 256 * 256 * 2  # one bf16 (batch, heads, q, k) tensor
+    assert permuted.peak_allocated_bytes - copied.peak_allocated_bytes > scores
+
+
 def test_forced_flash_on_a_gpu_without_it_says_why():
     q, k, v = _qkv()
     kernel, why = choose_backend(q, k, v, capability=(7, 0), force="flash")

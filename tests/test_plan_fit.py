@@ -254,7 +254,7 @@ def test_a_trace_is_shared_by_gpus_that_run_its_attention_calls_alike(tmp_path):
 
     def call(head_dim):
         q = TensorMeta((2, 4, 16, head_dim), torch.bfloat16, True)
-        return SdpaCall(q, q, q, False, False, None)
+        return SdpaCall(q, q, q, None, False, None)
 
     assert same_kernels([call(128)], (8, 0), (8, 9)) and same_kernels([call(128)], (9, 0), (12, 0))
     assert not same_kernels([call(256)], (8, 0), (8, 9))  # flash backward there takes head dim <= 192

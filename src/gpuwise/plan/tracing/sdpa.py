@@ -51,13 +51,19 @@ class TensorMeta:
     shape: tuple[int, ...]
     dtype: object
     requires_grad: bool
+    last_stride: int = 1  # stride(-1): the fused kernels read rows of stride 1 only
 
     @classmethod
     def of(cls, t) -> TensorMeta:
-        return cls(tuple(t.shape), t.dtype, bool(t.requires_grad))
+        return cls(tuple(t.shape), t.dtype, bool(t.requires_grad), int(t.stride(-1)))
 
     def dim(self) -> int:
         return len(self.shape)
+
+    def stride(self, dim: int) -> int:
+        if dim != -1:
+            raise ValueError("only the last dimension's stride is kept")
+        return self.last_stride
 
 
 @dataclass(frozen=True)
@@ -68,7 +74,7 @@ class SdpaCall:
     q: TensorMeta
     k: TensorMeta
     v: TensorMeta
-    masked: bool
+    mask: TensorMeta | None
     enable_gqa: bool
     force: str | None
 
@@ -147,6 +153,8 @@ def _flash_why_not(q, k, v, attn_mask, dropout_p, enable_gqa, cap=DEFAULT_CAPABI
         return f"flash runs fp16/bf16 only, the inputs are {str(q.dtype).replace('torch.', '')}"
     if q.dim() != 4:  # check_tensor_shapes
         return "flash needs 4-D inputs"
+    if q.shape[-1] != 1 and not _rows_contiguous(q, k, v):  # check_last_dim_stride_equals_1_dense<true>
+        return "flash needs q, k, v with stride 1 in their last dimension"
     if q.shape[-1] > 256 or q.shape[-1] != v.shape[-1] or q.shape[-1] % 8:  # check_head_dim_size_flash
         return f"flash needs head dim <= 256, a multiple of 8 (head dim {q.shape[-1]})"
     if cap in FLASH_BACKWARD_192 and q.shape[-1] > 192 and q.requires_grad:
@@ -173,7 +181,18 @@ def _efficient_why_not(q, k, v, attn_mask, dropout_p, enable_gqa, cap=DEFAULT_CA
         return f"memory-efficient attention needs 4-D inputs, head dim a multiple of {align}"
     if not q.shape[1] == k.shape[1] == v.shape[1] or enable_gqa:  # no grouped-query support
         return "memory-efficient attention takes no grouped-query heads"
+    # check_last_dim_stride_equals_1_dense<false>: on a GPU the mask's rows too (a bias made by permuting,
+    # as T5's relative position bias (1, heads, q, k) from a (q, k, heads) embedding, has stride heads)
+    if not _rows_contiguous(q, k, v):
+        return "memory-efficient attention needs q, k, v with stride 1 in their last dimension"
+    if attn_mask is not None and attn_mask.stride(-1) != 1:
+        return (f"memory-efficient attention needs the mask's last dimension at stride 1 "
+                f"(stride {attn_mask.stride(-1)}: not contiguous)")
     return None
+
+
+def _rows_contiguous(*tensors) -> bool:
+    return all(t.stride(-1) == 1 for t in tensors)
 
 
 def choose_backend(q, k, v, attn_mask=None, dropout_p: float = 0.0, enable_gqa: bool = False,
@@ -198,24 +217,20 @@ def same_kernels(calls, capability: tuple[int, int], other: tuple[int, int]) -> 
     """Whether every call of `calls` (an AttentionTarget's) runs the same kernel on both compute
     capabilities: then a trace made for one is the other's too (attention is the only thing a trace
     takes from the GPU's capability)."""
-    return all(choose_backend(c.q, c.k, c.v, True if c.masked else None, 0.0, c.enable_gqa, capability, c.force)[0]
-               == choose_backend(c.q, c.k, c.v, True if c.masked else None, 0.0, c.enable_gqa, other, c.force)[0]
+    return all(choose_backend(c.q, c.k, c.v, c.mask, 0.0, c.enable_gqa, capability, c.force)[0]
+               == choose_backend(c.q, c.k, c.v, c.mask, 0.0, c.enable_gqa, other, c.force)[0]
                for c in calls)
 
 
 def _sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     import torch
 
-    # CUDA autocast casts SDPA's inputs to the autocast dtype before the backend is chosen; the trace
-    # runs CPU tensors, so that cast is done here (the CPU autocast state carries the dtype)
-    if torch.is_autocast_enabled("cpu"):
-        dtype = torch.get_autocast_dtype("cpu")
-        q, k, v = (t.to(dtype) if t.is_floating_point() else t for t in (q, k, v))
+    q, k, v = _autocast_inputs(q, k, v)
     target = current_target()
     backend, why = choose_backend(q, k, v, attn_mask, dropout_p, enable_gqa, target.capability, target.force)
     target.decisions[(backend, why)] = target.decisions.get((backend, why), 0) + 1
-    call = SdpaCall(TensorMeta.of(q), TensorMeta.of(k), TensorMeta.of(v), attn_mask is not None, bool(enable_gqa),
-                    target.force)
+    call = SdpaCall(TensorMeta.of(q), TensorMeta.of(k), TensorMeta.of(v),
+                    None if attn_mask is None else TensorMeta.of(attn_mask), bool(enable_gqa), target.force)
     target.calls[call] = target.calls.get(call, 0) + 1
     if backend == "flash":
         return torch.ops.aten._scaled_dot_product_flash_attention(
@@ -229,7 +244,7 @@ def _sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, e
             bias = bias.expand(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
         return torch.ops.aten._scaled_dot_product_efficient_attention(
             q, k, v, bias, need_grad, dropout_p, is_causal, scale=scale)[0]
-    return None  # math: let torch decompose it as it would
+    return _math(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
 
 
 class _SdpaMode(TorchFunctionMode):
@@ -240,18 +255,72 @@ class _SdpaMode(TorchFunctionMode):
         if func is torch._C._nn.scaled_dot_product_attention:
             q = args[0]
             if q.device.type in ("cuda", "cpu"):  # CPU tensors stand for CUDA ones while this mode is on
-                out = _sdpa(*args, **kwargs)
-                return out if out is not None else _math(*args, **kwargs)
+                return _sdpa(*args, **kwargs)
         return func(*args, **kwargs)
 
 
-def _math(*args, **kwargs):
+def _autocast_inputs(q, k, v):
+    """CUDA autocast casts SDPA's inputs to the autocast dtype before the backend is chosen; the trace
+    runs CPU tensors, so that cast is done here (the CPU autocast state carries the dtype)."""
+    import torch
+
+    if not torch.is_autocast_enabled("cpu"):
+        return q, k, v
+    dtype = torch.get_autocast_dtype("cpu")
+    return tuple(t.to(dtype) if t.is_floating_point() else t for t in (q, k, v))
+
+
+def _math(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     """The math kernel, as a GPU falls back to it (the (L, S) scores kept). Called directly, not through
     the builtin: under checkpointing the recompute runs in the autograd engine, where the mode above is
     off, and the builtin would pick a CPU kernel with other saved tensors than the forward's."""
     import torch
 
-    return torch.ops.aten._scaled_dot_product_attention_math(*args, **kwargs)[0]
+    if attn_mask is not None and attn_mask.dtype == torch.bool:  # at SDPA's entry
+        attn_mask = _additive(attn_mask, q.dtype)
+    # CUDA's autocast casts SDPA's inputs (_sdpa above) and runs the whole kernel with autocast off, so the
+    # math kernel's matmuls stay in its upcast float32; the trace's CPU autocast would cast them down
+    with torch.autocast("cpu", enabled=False):
+        if dropout_p > 0.0:
+            return _math_dropout(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+        return torch.ops.aten._scaled_dot_product_attention_math(
+            q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
+
+
+def _math_dropout(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
+    """aten's `_scaled_dot_product_attention_math` (transformers/attention.cpp) step by step, for a dropout
+    above 0: its `at::dropout` takes the fused `native_dropout` on CUDA tensors, which saves a bool mask,
+    but on the CPU tensors of a trace decomposes into a noise tensor of the scores' dtype (float32: 4 bytes
+    an element of every (L, S) score instead of 1). The rest as the C++ does it: fp16/bf16 inputs upcast to
+    float32 unless allowed to reduce in half precision, the scale split between q and k, the mask added in
+    place, the safe softmax, the result cast back."""
+    import math
+
+    import torch
+
+    origin = q.dtype
+    if origin in (torch.float16, torch.bfloat16) and not torch._C._get_math_sdp_allow_fp16_bf16_reduction():
+        q, k, v = q.float(), k.float(), v.float()
+    factor = math.sqrt(scale if scale is not None else 1.0 / math.sqrt(q.shape[-1]))
+    if is_causal:
+        attn_mask = _additive(torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril(), q.dtype)
+    if enable_gqa and k.shape[-3] != q.shape[-3]:  # pre_process_group_query_attention_input
+        k = k.repeat_interleave(q.shape[-3] // k.shape[-3], dim=-3)
+        v = v.repeat_interleave(q.shape[-3] // v.shape[-3], dim=-3)
+    attn = torch.matmul(q * factor, k.transpose(-2, -1) * factor)
+    if attn_mask is not None:
+        attn.add_(attn_mask)
+    softmax = getattr(torch.ops.aten, "_safe_softmax", None)
+    attn = softmax(attn, -1) if softmax is not None else torch.softmax(attn, -1)
+    attn = torch.ops.aten.native_dropout(attn, dropout_p, True)[0]
+    return torch.matmul(attn, v).to(origin)
+
+
+def _additive(mask, dtype):
+    """convert_boolean_attn_mask (sdp_utils_cpp): a bool mask (True = attend) as 0 / -inf of `dtype`."""
+    import torch
+
+    return torch.where(mask.logical_not(), float("-inf"), torch.zeros((), dtype=dtype))
 
 
 @contextlib.contextmanager
@@ -268,11 +337,7 @@ def sdpa_as_gpu_runs_it(catch_builtin: bool = True):
 
     original = F.scaled_dot_product_attention
 
-    def gpu_sdpa(*args, **kwargs):
-        out = _sdpa(*args, **kwargs)
-        return _math(*args, **kwargs) if out is None else out
-
-    F.scaled_dot_product_attention = gpu_sdpa
+    F.scaled_dot_product_attention = _sdpa
     try:
         with _SdpaMode() if catch_builtin else contextlib.nullcontext(), unpacked_sequences():
             yield
