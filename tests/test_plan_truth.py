@@ -65,14 +65,29 @@ H200_CONV_DEVICE = (135, 141, 147, 148, 149, 150, 152, 153, 154, 155, 156, 159, 
                     191, 192, 193, 195, 196, 197, 198, 199, 201, 202)
 H200_RNN_DEVICE = (203, 204, 208, 209, 212, 214, 215, 218, 221, 222, 223, 225, 226, 228, 229, 232, 235,
                    237, 238)
+T5_MASK = ("T5 measured under transformers 5.17, whose SDPA path passes T5's relative position bias as a mask with "
+           "stride 8 in its last dimension (a permuted (q, k, heads) embedding): the memory-efficient kernel refuses "
+           "it and the math kernel keeps the scores. transformers 5.23 (pinned here) copies the mask contiguous "
+           "first, so this program runs the efficient kernel: -12..-29 % allocated. With 5.17's mask the estimate "
+           "is within 0.07 % allocated, 0.82 % device used on all 18 rows "
+           "(test_t5_records_with_the_mask_they_ran_with)")
+H200_T5 = tuple(range(314, 332))
+# ViT-S/16 b64 adamw bf16 with checkpointing (H200, session 33): the other 18 ViT-S rows are -0.8..-2.6 %
+# allocated, one constant short; at this small peak (0.93 GB) it is -5.7 %. Suspected: the patch embedding's
+# 16x16 stride-16 convolution and its cuDNN workspace, as CONV_WORKSPACE
+VIT_CHECKPOINTED = ("ViT-S/16 under checkpointing (0.93 GB peak): a constant missing on every ViT-S row (-0.8..-2.6 % "
+                    "allocated) is -5.7 % here; suspected: the patch embedding convolution's cuDNN workspace "
+                    "(CONV_WORKSPACE), not found")
 KNOWN_OFF: dict[str, dict[str, str]] = {
     "peak_allocated_err_pct": {**{f"{H200}:{n}": CONV_WORKSPACE for n in H200_CONV_ALLOCATED},
-                               **{f"{H200}:{n}": CUDNN_RNN for n in H200_RNN_ALLOCATED}},
+                               **{f"{H200}:{n}": CUDNN_RNN for n in H200_RNN_ALLOCATED},
+                               **{f"{H200}:{n}": T5_MASK for n in H200_T5}, f"{H200}:350": VIT_CHECKPOINTED},
     # the H200's records (same driver, torch and sm_90) measured the same bytes as the H100's on these rows
     "device_used_err_pct": {**{f"{gpu}:{n}": RESERVED for gpu in (H100, H200)
                                for n in (24, 79, 85, 91, 98, 99, 104, 105, 110, 111)},
                             **{f"{H200}:{n}": CONV_WORKSPACE for n in H200_CONV_DEVICE},
-                            **{f"{H200}:{n}": CUDNN_RNN for n in H200_RNN_DEVICE}},
+                            **{f"{H200}:{n}": CUDNN_RNN for n in H200_RNN_DEVICE},
+                            **{f"{H200}:{n}": T5_MASK for n in H200_T5}, f"{H200}:350": VIT_CHECKPOINTED},
 }
 
 
@@ -169,3 +184,33 @@ def test_spread_takes_every_workload_first():
     recs = [{"workload": w, "batch_size": b} for w in ("a", "b", "c") for b in (1, 2, 3)]
     assert [(r["workload"], r["batch_size"]) for r in spread(recs, 4)] == [("a", 1), ("b", 1), ("c", 1), ("a", 2)]
     assert spread(recs, 0) == recs
+
+
+def _transformers_517_position_bias_mask(position_bias, attention_mask, is_causal, query, key):
+    """transformers 5.17's `create_position_bias_mask`: the same mask as 5.23's, left in the position bias's
+    own layout (the 5.23 version ends in `.contiguous()`)."""
+    import torch
+
+    lowest = torch.finfo(key.dtype).min
+    if attention_mask is None and is_causal:
+        causal = torch.arange(query.shape[2])[:, None] >= torch.arange(key.shape[2])[None, :]
+        return torch.where(causal.view(1, 1, query.shape[2], key.shape[2]), position_bias, lowest)
+    if attention_mask is None:
+        return position_bias
+    if attention_mask.dtype == torch.bool:
+        return torch.where(attention_mask, position_bias, lowest)
+    return position_bias + attention_mask
+
+
+@pytest.mark.parametrize("line", [316, 319])  # b128 sgd: fp32, bf16
+def test_t5_records_with_the_mask_they_ran_with(line, monkeypatch):
+    """The T5 rows (T5_MASK) recomputed with the program that ran: the mask not contiguous, so SDPA's math
+    kernel, with its dropout as CUDA runs it (a bool mask) and its matmuls in float32 under bf16 autocast."""
+    sdpa_attention = pytest.importorskip("transformers.integrations.sdpa_attention")
+    if not hasattr(sdpa_attention, "create_position_bias_mask"):
+        pytest.skip("this transformers builds T5's SDPA mask another way")
+    [record] = [r for r in RECORDS if r.get("_source") == f"{H200}:{line}"]
+    assert record["workload"].endswith("t5.py") and record["transformers"] == "5.17.0"
+    monkeypatch.setattr(sdpa_attention, "create_position_bias_mask", _transformers_517_position_bias_mask)
+    row = truth_errors(record)
+    assert abs(row["peak_allocated_err_pct"]) <= 0.5 and abs(row["device_used_err_pct"]) <= 1.5, row
