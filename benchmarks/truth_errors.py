@@ -14,6 +14,7 @@ import dataclasses
 import json
 import statistics
 import sys
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,6 +95,10 @@ def main() -> int:
         goal = f"  (target median <= {target[0]}%, max <= {target[1]}%)" if target else ""
         print(f"{key:24} median |err| {s['median_abs']:.2f}%  max |err| {s['max_abs']:.2f}%  signed median "
               f"{s['median']:+.2f}%  most under {s['most_under']:+.2f}%  most over {s['most_over']:+.2f}%  n={s['n']}{goal}")
+    differ = Counter((lib, v["measured"], v["traced"]) for r in rows for lib, v in r["versions_differ"].items())
+    for (lib, measured, traced), n in sorted(differ.items()):
+        print(f"{n} records measured under {lib} {measured}, recomputed under {traced or 'none'}: where its model "
+              "code changed between them, the recompute traces another program")
     out = ROOT / "benchmarks" / "results" / "truth_errors.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"rows": rows, "summary": summary, "max_batch": mb_rows}, indent=1))

@@ -180,6 +180,19 @@ def test_the_comparison_itself_on_a_record_made_from_the_estimate(tmp_path):
     assert row["source"] == "nvidia-h200.jsonl:1"
 
 
+def test_a_record_says_when_its_model_library_was_another_version():
+    from importlib.metadata import version
+
+    from gpuwise.truth import versions_differ
+
+    here = version("transformers")
+    assert versions_differ({"transformers": here}) == {} and versions_differ({}) == {}
+    assert versions_differ({"transformers": "5.17.0", "torch": "2.11.0"}) == (
+        {} if here == "5.17.0" else {"transformers": {"measured": "5.17.0", "traced": here}})
+    [timm] = versions_differ({"timm": "0.0.0.dev0"}).values()  # installed or not, never this version
+    assert timm["measured"] == "0.0.0.dev0"
+
+
 def test_spread_takes_every_workload_first():
     recs = [{"workload": w, "batch_size": b} for w in ("a", "b", "c") for b in (1, 2, 3)]
     assert [(r["workload"], r["batch_size"]) for r in spread(recs, 4)] == [("a", 1), ("b", 1), ("c", 1), ("a", 2)]

@@ -61,3 +61,27 @@ def record_workload(record: Mapping[str, Any]) -> str:
         if candidate.exists():
             return str(candidate)
     return spec
+
+
+# libraries whose code is the model a record ran: their versions are kept in records (collect.py) and a
+# recompute under another version traces another program where that code changed
+MODEL_LIBRARIES = ("transformers", "peft", "timm")
+
+
+def versions_differ(record: Mapping[str, Any]) -> dict[str, dict[str, str | None]]:
+    """{library: {"measured": version, "traced": version here}} for each model library whose version the record
+    names and this environment differs from (None here: not installed); {} when all agree or none is named."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: dict[str, dict[str, str | None]] = {}
+    for lib in MODEL_LIBRARIES:
+        measured = record.get(lib)
+        if not measured:
+            continue
+        try:
+            here: str | None = version(lib)
+        except PackageNotFoundError:
+            here = None
+        if here != measured:
+            out[lib] = {"measured": measured, "traced": here}
+    return out

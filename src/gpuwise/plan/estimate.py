@@ -20,7 +20,7 @@ from ..errors import GpuwiseError
 from ..hf import num_layers_of
 from ..optional_libs import sized_without_notes
 from ..step import OPTIMIZERS, StepConfig, checkpointing_mode
-from ..truth import record_workload
+from ..truth import record_workload, versions_differ
 from ..workload import Workload, load_workload
 from .capacity import Capacity, find_capacity
 from .catalog import GpuSpec, lookup, tensor_core_capability
@@ -497,4 +497,6 @@ def truth_errors(record: dict[str, Any]) -> dict[str, Any]:
             "predicted_step_s": est.speed.step_time_s if est.speed else None,
             "step_err_pct": err_against(est.speed.step_time_s if est.speed else None, record.get("step_time_s")),
             "bound_by": est.speed.bound_by if est.speed else None,
-            "breakdown_s": est.speed.breakdown if est.speed else None}
+            "breakdown_s": est.speed.breakdown if est.speed else None,
+            # the model's own libraries at other versions here than measured: possibly another program
+            "versions_differ": versions_differ(record)}
