@@ -186,8 +186,8 @@ def _efficient_why_not(q, k, v, attn_mask, dropout_p, enable_gqa, cap=DEFAULT_CA
     if not _rows_contiguous(q, k, v):
         return "memory-efficient attention needs q, k, v with stride 1 in their last dimension"
     if attn_mask is not None and attn_mask.stride(-1) != 1:
-        return (f"memory-efficient attention needs the mask's last dimension at stride 1 "
-                f"(stride {attn_mask.stride(-1)}: not contiguous)")
+        return (f"memory-efficient attention needs the mask's last dimension at stride 1 (stride "
+                f"{attn_mask.stride(-1)}: a .contiguous() copy of the mask would let it run, without the scores)")
     return None
 
 
