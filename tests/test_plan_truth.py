@@ -72,11 +72,12 @@ T5_MASK = ("T5 measured under transformers 5.17, whose SDPA path passes T5's rel
            "is within 0.07 % allocated, 0.82 % device used on all 18 rows "
            "(test_t5_records_with_the_mask_they_ran_with)")
 H200_T5 = tuple(range(314, 332))
-# ViT-S/16 b64 adamw bf16 with checkpointing (H200, session 33): the other 18 ViT-S rows are -0.8..-2.6 %
-# allocated, one constant short; at this small peak (0.93 GB) it is -5.7 %. Suspected: the patch embedding's
-# 16x16 stride-16 convolution and its cuDNN workspace, as CONV_WORKSPACE
-VIT_CHECKPOINTED = ("ViT-S/16 under checkpointing (0.93 GB peak): a constant missing on every ViT-S row (-0.8..-2.6 % "
-                    "allocated) is -5.7 % here; suspected: the patch embedding convolution's cuDNN workspace "
+# ViT-S/16 b64 adamw bf16 with checkpointing (H200, session 33): every ViT row, ViT-S/16 and ViT-B/16 alike, is
+# short by the same bytes per image x width (fp32: 0.98 MiB an image at width 768, 0.50 at 384; 10-133 MiB, -0.8..-2.6 %
+# allocated); at this small peak (0.93 GB) the 50 MiB short are -5.7 %. Suspected: the 16x16 stride-16 patch
+# convolution's cuDNN workspace, growing with the batch, as CONV_WORKSPACE
+VIT_CHECKPOINTED = ("ViT-S/16 under checkpointing (0.93 GB peak): every ViT row is short by bytes growing with batch x "
+                    "width (-0.8..-2.6 % allocated), here -5.7 %; suspected: the patch convolution's cuDNN workspace "
                     "(CONV_WORKSPACE), not found")
 KNOWN_OFF: dict[str, dict[str, str]] = {
     "peak_allocated_err_pct": {**{f"{H200}:{n}": CONV_WORKSPACE for n in H200_CONV_ALLOCATED},
