@@ -101,3 +101,23 @@ def test_gemm_bench_writes_rows_as_it_goes_and_compares_them_with_the_model(tmp_
                          capture_output=True, text=True, timeout=300)
     assert cmp.returncode == 0, cmp.stderr
     assert cmp.stdout.count("gemm linear_fwd") == 2 and "median |err|" in cmp.stdout
+
+
+def test_a_record_counts_the_attention_kernels_that_ran():
+    """collect.sdpa_kernels_counted: each SDPA call under the kernel torch's dispatcher picks for its inputs, asked
+    once per distinct call; the call itself still runs (the same output)."""
+    import torch
+    import torch.nn.functional as F
+
+    q = torch.randn(2, 4, 16, 8)
+    bias = torch.zeros(16, 16, 4).permute(2, 0, 1)  # stride 4 in its last dimension
+    original = F.scaled_dot_product_attention
+    want = original(q, q, q)
+    with collect.sdpa_kernels_counted() as kernels:
+        for _ in range(3):
+            got = F.scaled_dot_product_attention(q, q, q)
+        F.scaled_dot_product_attention(q, q, q, attn_mask=bias)
+    assert torch.equal(got, want)
+    assert F.scaled_dot_product_attention is original and sum(kernels.values()) == 4
+    # on a CPU both run torch's CPU flash kernel (a CPU does not ask the mask's stride); on a GPU the names differ
+    assert set(kernels) <= {"flash_attention", "math"} and kernels.get("flash_attention", 0) >= 3, kernels

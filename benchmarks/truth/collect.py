@@ -24,6 +24,7 @@ per line, atomically, to `benchmarks/truth/<gpu-slug>.jsonl`; a re-run skips rec
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -123,7 +124,49 @@ def to_record(cfg: dict, m: dict, env: dict) -> dict:
                 "gpu_memory_total_bytes": env.get("gpu_memory_total_bytes"),
                 # the model code's version matters as much as torch's (an attention mask kept or dropped)
                 "transformers": env.get("transformers")})
+    if "sdpa_kernels" in m:  # which attention kernel ran: calls a step by kernel (since session 33)
+        rec["sdpa_kernels"] = m["sdpa_kernels"]
     return rec
+
+
+@contextlib.contextmanager
+def sdpa_kernels_counted():
+    """Inside: each `F.scaled_dot_product_attention` call is counted under the kernel torch's dispatcher picks
+    for its real inputs (`torch._fused_sdp_choice`, the inputs cast as SDPA's autocast wrapper casts them),
+    by `SDPBackend` name: a record then says which attention ran (flash, efficient, cudnn or math), which the
+    estimate can only infer. The choice is asked once per distinct call (shapes, strides, dtypes, mask):
+    later calls cost a dictionary lookup."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend
+
+    original = F.scaled_dot_product_attention
+    counts: dict[str, int] = {}
+    chosen: dict[tuple, str] = {}
+
+    def meta(t):
+        return None if t is None else (tuple(t.shape), t.stride(), t.dtype, t.requires_grad)
+
+    def counted(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        sig = (meta(q), meta(k), meta(v), meta(attn_mask), dropout_p > 0, is_causal, enable_gqa)
+        if sig not in chosen:
+            qc, kc, vc = q, k, v
+            if torch.is_autocast_enabled(q.device.type):
+                dtype = torch.get_autocast_dtype(q.device.type)
+                qc, kc, vc = (t.to(dtype) if t.is_floating_point() else t for t in (q, k, v))
+            try:
+                chosen[sig] = SDPBackend(torch._fused_sdp_choice(
+                    qc, kc, vc, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)).name.lower()
+            except Exception as exc:  # noqa: BLE001 - a record without the answer, not a failed measurement
+                chosen[sig] = f"unknown ({type(exc).__name__})"
+        counts[chosen[sig]] = counts.get(chosen[sig], 0) + 1
+        return original(q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
+
+    F.scaled_dot_product_attention = counted
+    try:
+        yield counts
+    finally:
+        F.scaled_dot_product_attention = original
 
 
 # ---- child side ----------------------------------------------------------------------------------
@@ -154,9 +197,11 @@ def run_group(out: str, device: str, configs: list[dict], max_batches: list[dict
     for cfg in configs:
         m, error = None, None
         try:
-            m = measure_here(cfg["workload"], cfg["batch_size"], optimizer=cfg["optimizer"],
-                             precision=cfg["precision"], checkpointing=cfg["checkpointing"], device=device,
-                             steps=steps, warmup=warmup, model=fresh_model(cfg["workload"]))
+            with sdpa_kernels_counted() as kernels:
+                m = measure_here(cfg["workload"], cfg["batch_size"], optimizer=cfg["optimizer"],
+                                 precision=cfg["precision"], checkpointing=cfg["checkpointing"], device=device,
+                                 steps=steps, warmup=warmup, model=fresh_model(cfg["workload"]))
+            m = {**m, "sdpa_kernels": {k: n / (steps + warmup) for k, n in sorted(kernels.items())}}
         except Exception as exc:  # noqa: BLE001 - an OOM is a record; anything else is reported, not fatal
             m = {"oom": True} if is_oom(exc) else None
             error = None if m else f"{cfg['workload']} b={cfg['batch_size']}: {type(exc).__name__}: {exc}"
