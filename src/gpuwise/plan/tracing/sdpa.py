@@ -281,19 +281,17 @@ def _math(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, e
     # CUDA's autocast casts SDPA's inputs (_sdpa above) and runs the whole kernel with autocast off, so the
     # math kernel's matmuls stay in its upcast float32; the trace's CPU autocast would cast them down
     with torch.autocast("cpu", enabled=False):
-        if dropout_p > 0.0:
-            return _math_dropout(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
-        return torch.ops.aten._scaled_dot_product_attention_math(
-            q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
+        return _math_as_cuda_runs_it(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
 
 
-def _math_dropout(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
-    """aten's `_scaled_dot_product_attention_math` (transformers/attention.cpp) step by step, for a dropout
-    above 0: its `at::dropout` takes the fused `native_dropout` on CUDA tensors, which saves a bool mask,
-    but on the CPU tensors of a trace decomposes into a noise tensor of the scores' dtype (float32: 4 bytes
-    an element of every (L, S) score instead of 1). The rest as the C++ does it: fp16/bf16 inputs upcast to
-    float32 unless allowed to reduce in half precision, the scale split between q and k, the mask added in
-    place, the safe softmax, the result cast back."""
+def _math_as_cuda_runs_it(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
+    """aten's `_scaled_dot_product_attention_math` (transformers/attention.cpp) step by step, as it runs on
+    CUDA tensors. Run on the trace's fake CPU tensors the C++ differs twice: its `at::dropout` takes the fused
+    `native_dropout` (a bool mask saved) only on CUDA tensors, and decomposes on CPU ones into a noise tensor of
+    the scores' dtype (float32: 4 bytes an element of every (L, S) score instead of 1); and it adds the mask
+    out of place to a tensor subclass (a fake tensor), in place to a real one (an extra (L, S) scores tensor
+    at the add). The rest as the C++ does it: fp16/bf16 inputs upcast to float32 unless allowed to reduce in
+    half precision, the scale split between q and k, the safe softmax, the result cast back."""
     import math
 
     import torch
@@ -312,7 +310,8 @@ def _math_dropout(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
         attn.add_(attn_mask)
     softmax = getattr(torch.ops.aten, "_safe_softmax", None)
     attn = softmax(attn, -1) if softmax is not None else torch.softmax(attn, -1)
-    attn = torch.ops.aten.native_dropout(attn, dropout_p, True)[0]
+    if dropout_p > 0.0:
+        attn = torch.ops.aten.native_dropout(attn, dropout_p, True)[0]
     return torch.matmul(attn, v).to(origin)
 
 
