@@ -297,9 +297,10 @@ def _math_as_cuda_runs_it(q, k, v, attn_mask, dropout_p, is_causal, scale, enabl
     import torch
 
     origin = q.dtype
-    # the upcast came with its switch (torch 2.5: allow_fp16_bf16_reduction_math_sdp); before, none
+    # the upcast landed in July 2024 (pytorch#128922, for 2.4), its off switch in 2.5 (pytorch#135964:
+    # torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp)
     reduce_in_half = getattr(torch._C, "_get_math_sdp_allow_fp16_bf16_reduction", None)
-    if origin in (torch.float16, torch.bfloat16) and reduce_in_half is not None and not reduce_in_half():
+    if origin in (torch.float16, torch.bfloat16) and not (reduce_in_half is not None and reduce_in_half()):
         q, k, v = q.float(), k.float(), v.float()
     factor = math.sqrt(scale if scale is not None else 1.0 / math.sqrt(q.shape[-1]))
     if is_causal:
