@@ -8,7 +8,8 @@
 #   bash benchmarks/gpu_session.sh lease    # one ~9-minute call for a 15-minute lease: versions, truth first
 #                                           # (resumes), per-kernel times by class and GEMM/attention kernels alone
 #                                           # (where this GPU has none on record), step time under memory
-#                                           # pressure, gpu tests, scale/train/watch
+#                                           # pressure, the attention kernels torch picks, gpu tests,
+#                                           # scale/train/watch
 #
 # Results go to $OUT (or ./gpu-out): logs, and benchmarks/truth/*.jsonl to copy back into the repo.
 set -uo pipefail
@@ -63,6 +64,8 @@ case "${1:-check}" in
         echo "== GEMM and attention kernels alone (speed model constants)"; timeout 75 python3 benchmarks/truth/gemm_bench.py --budget-s 60
       fi
       echo "== step time under memory pressure"; timeout 170 python3 benchmarks/truth/pressure.py --timeout 75
+      echo "== attention kernels torch picks (vs the estimate's: attention_kernels.py --compare)"
+      timeout 90 python3 benchmarks/truth/attention_kernels.py
       for f in benchmarks/truth/kernels/"$slug"*.jsonl; do cp "$f" "$OUT/kernels-$(basename "$f")"; done 2>/dev/null
       # tune's own GPU test spends its 180 s budget in isolated trials: it runs in `check`, not here
       echo "== gpu tests"; timeout 100 python3 -m pytest -q -m gpu -k "not test_tune_on_a_real_gpu" -p no:cacheprovider tests

@@ -121,3 +121,21 @@ def test_a_record_counts_the_attention_kernels_that_ran():
     assert F.scaled_dot_product_attention is original and sum(kernels.values()) == 4
     # on a CPU both run torch's CPU flash kernel (a CPU does not ask the mask's stride); on a GPU the names differ
     assert set(kernels) <= {"flash_attention", "math"} and kernels.get("flash_attention", 0) >= 3, kernels
+
+
+def test_attention_kernels_script_records_and_compares(tmp_path):
+    """benchmarks/truth/attention_kernels.py's plumbing on the CPU: one line per workload and precision with the
+    kernels counted, then --compare puts the estimate's kernels for a named GPU beside them."""
+    script = ROOT / "benchmarks" / "truth" / "attention_kernels.py"
+    out = tmp_path / "attention.jsonl"
+    run = subprocess.run([sys.executable, str(script), "--device", "cpu", "--only", "gpt-mini", "--out", str(out)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["precision"] for r in rows] == ["fp32", "bf16"]
+    assert all(sum(r["sdpa_kernels"].values()) == 6 for r in rows), rows  # gpt-mini's 6 blocks, one call each
+    out.write_text("".join(json.dumps({**r, "gpu_name": "NVIDIA H200"}) + "\n" for r in rows))
+    cmp = subprocess.run([sys.executable, str(script), "--compare", str(out)], capture_output=True, text=True,
+                         timeout=300)
+    assert cmp.returncode == 0, cmp.stderr
+    assert "estimated flash_attention" in cmp.stdout and "of 2 steps: the same kernels" in cmp.stdout
