@@ -147,7 +147,7 @@ def sdpa_kernels_counted():
     def meta(t):
         return None if t is None else (tuple(t.shape), t.stride(), t.dtype, t.requires_grad)
 
-    def counted(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    def counted(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False, **rest):
         sig = (meta(q), meta(k), meta(v), meta(attn_mask), dropout_p > 0, is_causal, enable_gqa)
         if sig not in chosen:
             qc, kc, vc = q, k, v
@@ -160,7 +160,7 @@ def sdpa_kernels_counted():
             except Exception as exc:  # noqa: BLE001 - a record without the answer, not a failed measurement
                 chosen[sig] = f"unknown ({type(exc).__name__})"
         counts[chosen[sig]] = counts.get(chosen[sig], 0) + 1
-        return original(q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
+        return original(q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa, **rest)
 
     F.scaled_dot_product_attention = counted
     try:
