@@ -34,7 +34,7 @@ HOST_BOUND = 2.0
 
 def counted(record: dict) -> dict:
     """The record's trace counts and predicted GPU phases (the speed model's own inputs)."""
-    estimate = importlib.import_module("gpuwise.plan.estimate")
+    against_truth = importlib.import_module("gpuwise.plan.against_truth")
     seen: dict = {}
     step_s, host_phases_s = launch.step_s, launch.host_phases_s
 
@@ -48,7 +48,7 @@ def counted(record: dict) -> dict:
 
     launch.step_s, launch.host_phases_s = spy_step, spy_host
     try:
-        estimate.truth_errors(record)
+        against_truth.truth_errors(record)
     finally:
         launch.step_s, launch.host_phases_s = step_s, host_phases_s
     return seen

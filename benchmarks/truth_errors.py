@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from gpuwise.plan import estimate, lookup_gpu  # noqa: E402
-from gpuwise.plan.estimate import truth_errors  # noqa: E402
+from gpuwise.plan.against_truth import truth_errors  # noqa: E402
 from gpuwise.truth import read_records, record_workload  # noqa: E402
 
 TARGETS = {"peak_allocated_err_pct": (1.5, 4.0), "device_used_err_pct": (3.0, 6.0)}

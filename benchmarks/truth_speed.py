@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from gpuwise.plan.estimate import truth_errors  # noqa: E402
+from gpuwise.plan.against_truth import truth_errors  # noqa: E402
 from gpuwise.truth import read_records  # noqa: E402
 
 

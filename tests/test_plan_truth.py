@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwise.plan.estimate import truth_errors
+from gpuwise.plan.against_truth import truth_errors
 from gpuwise.truth import read_records
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -3,7 +3,7 @@ appending one, and reading a folder of them back.
 
 A record is one JSON object per line of `benchmarks/truth/<gpu-slug>.jsonl` (the slug:
 `gpuwise.plan.catalog.gpu_slug`). `gpuwise.measure` makes the values, benchmarks/truth/collect.py writes
-the corpus, and `gpuwise.plan.estimate.truth_errors` judges the planner against it. Workload paths in
+the corpus, and `gpuwise.plan.against_truth.truth_errors` judges the planner against it. Workload paths in
 records are relative to the repository that holds them: the reader is told that root, it does not guess it.
 """
 

@@ -19,8 +19,7 @@ from ..devices import discover
 from ..errors import GpuwiseError
 from ..hf import num_layers_of
 from ..optional_libs import sized_without_notes
-from ..step import OPTIMIZERS, StepConfig, checkpointing_mode
-from ..truth import record_workload, versions_differ
+from ..step import StepConfig, checkpointing_mode
 from ..workload import Workload, load_workload
 from .capacity import Capacity, find_capacity
 from .catalog import GpuSpec, lookup, tensor_core_capability
@@ -37,7 +36,7 @@ from .memory.overheads import DEFAULT_ARCH, Overheads
 from .memory.sharding import rank_trace, trainable_bytes, trainable_tensors
 from .memory.split import make_split
 from .memory.synth import interpolate, pairing
-from .speed.attention import as_gpu_runs, gpu_torch
+from .speed.attention import as_gpu_runs
 from .speed.comm import link_for_gpu
 from .speed.fsdp_kernels import FSDP_KERNELS, with_fsdp_kernels
 from .speed.model import Speed, predict
@@ -463,40 +462,3 @@ def _speed(trace: MemoryTrace, est: Estimate, spec: GpuSpec, wl: Workload, modes
                    grad_bytes=grad_bytes, param_bytes=gathered, blocks=blocks,
                    roofline_step_s=est.roofline.time_s if est.roofline else None, selective=selective,
                    network_gbps=network_gbps, micro_steps=modes.grad_accum, sync_every=sync_every)
-
-
-# -- GPU truth records (docs/contracts.md contract; read by gpuwise/truth.py): the estimate recomputed on the CPU
-# vs a real GPU's numbers --
-
-
-def truth_errors(record: dict[str, Any]) -> dict[str, Any]:
-    """Recompute `record`'s estimate (target cuda, its GPU) and return signed errors in percent of the truth."""
-    optimizer = record.get("optimizer")
-    with gpu_torch(record.get("torch")):  # the record's torch decides the attention kernel (speed/attention.py)
-        est = estimate(record_workload(record), int(record["batch_size"]),
-                       optimizer=optimizer if optimizer in OPTIMIZERS else None,
-                       precision=record.get("precision", "fp32"), checkpointing=bool(record.get("checkpointing")),
-                       target="cuda", gpu=record.get("gpu_name"), search_max_batch=False)
-
-    def err_against(predicted: float | None, truth: float | None) -> float | None:
-        return round(100 * (predicted - truth) / truth, 3) if truth and predicted is not None else None
-
-    def err(key: str) -> float | None:
-        return err_against(getattr(est, key), record.get(key))
-
-    return {"source": record.get("_source", ""), "kind": record.get("kind", "measure"),
-            "workload": record["workload"], "batch_size": record["batch_size"],
-            "optimizer": optimizer, "precision": record.get("precision"), "oom": bool(record.get("oom")),
-            "predicted_fits": est.fits,
-            "peak_allocated_err_pct": err("peak_allocated_bytes"), "peak_reserved_err_pct": err("peak_reserved_bytes"),
-            "device_used_err_pct": err("device_used_bytes"), "estimate_s": est.seconds,
-            # the roofline's step time (a lower bound: peak FLOP/s and bandwidth) against the measured median
-            "roofline_step_s": est.roofline.time_s if est.roofline else None,
-            "measured_step_s": record.get("step_time_s"),
-            # the speed model's step time (plan/speed/) and what bounds it
-            "predicted_step_s": est.speed.step_time_s if est.speed else None,
-            "step_err_pct": err_against(est.speed.step_time_s if est.speed else None, record.get("step_time_s")),
-            "bound_by": est.speed.bound_by if est.speed else None,
-            "breakdown_s": est.speed.breakdown if est.speed else None,
-            # the model's own libraries at other versions here than measured: possibly another program
-            "versions_differ": versions_differ(record)}
