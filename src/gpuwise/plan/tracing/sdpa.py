@@ -232,14 +232,14 @@ def _sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, e
     call = SdpaCall(TensorMeta.of(q), TensorMeta.of(k), TensorMeta.of(v),
                     None if attn_mask is None else TensorMeta.of(attn_mask), bool(enable_gqa), target.force)
     target.calls[call] = target.calls.get(call, 0) + 1
+    if attn_mask is not None and attn_mask.dtype == torch.bool:  # convert_boolean_attn_mask, once the kernel is chosen
+        attn_mask = _additive(attn_mask, q.dtype)
     if backend == "flash":
         return torch.ops.aten._scaled_dot_product_flash_attention(
             q, k, v, dropout_p, is_causal, False, scale=scale)[0]
     if backend == "efficient":
         need_grad = q.requires_grad or k.requires_grad or v.requires_grad
         bias = attn_mask
-        if bias is not None and bias.dtype == torch.bool:  # efficient takes an additive bias
-            bias = torch.zeros(bias.shape, dtype=q.dtype, device=q.device).masked_fill(~bias, float("-inf"))
         if bias is not None:
             bias = bias.expand(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
         return torch.ops.aten._scaled_dot_product_efficient_attention(
@@ -276,8 +276,6 @@ def _math(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, e
     off, and the builtin would pick a CPU kernel with other saved tensors than the forward's."""
     import torch
 
-    if attn_mask is not None and attn_mask.dtype == torch.bool:  # at SDPA's entry
-        attn_mask = _additive(attn_mask, q.dtype)
     # CUDA's autocast casts SDPA's inputs (_sdpa above) and runs the whole kernel with autocast off, so the
     # math kernel's matmuls stay in its upcast float32; the trace's CPU autocast would cast them down
     with torch.autocast("cpu", enabled=False):
